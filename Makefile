@@ -1,0 +1,23 @@
+# Two commands do everything on a fresh machine with python3 and make:
+#   make demo   - install into .venv and run the live demo
+#   make test   - install into .venv (with test extras) and run the whole test suite
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: demo test clean
+
+demo: $(VENV)/.installed
+	$(BIN)/rsnet demo
+
+test: $(VENV)/.installed
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $@
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis

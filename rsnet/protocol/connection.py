@@ -1,0 +1,801 @@
+"""The sans-I/O state machine of one rsnet connection (protocol/SPEC.md is the contract).
+
+Feed received bytes to :meth:`Connection.receive_data`, take what happened from
+:meth:`Connection.events_received`, call ``send_*`` methods to produce frames, and write
+:meth:`Connection.data_to_send` to the transport. The connection enforces every rule of the
+spec on both directions: it answers a peer's violation with the documented code (a stream
+error keeps the connection, anything else closes it), and it refuses, by raising
+:class:`LocalProtocolError` before anything is written, to let this side break a rule, so a
+bug in our own publisher can never over-send.
+
+Stream state lives in a table keyed by stream id, and a stream leaves the table as soon as
+either side ends it. Stream ids are never reused, so any id below the next one a side will
+allocate that is not in the table belongs to a closed stream: frames for it are dropped
+(late frames after CANCEL are expected, rule 2.8) and sends on it are no-ops (rules 3.6, 3.7).
+
+This module must never import sockets, trio, asyncio, threads or clocks: timeouts and
+keepalive scheduling belong to the I/O layer that drives it.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+from .codec import FrameDecoder, new_packer
+from .errors import ErrorCode, LocalProtocolError, RemoteProtocolError
+from .events import ConnectionClosed, Event, Items
+from .frames import (
+    DEFAULT_KEEPALIVE_INTERVAL,
+    DEFAULT_MAX_FRAME_SIZE,
+    DEFAULT_MAX_STREAMS,
+    MAGIC,
+    MAX_INT,
+    MAX_MAX_FRAME_SIZE,
+    MAX_SETTING,
+    MIN_MAX_FRAME_SIZE,
+    PROTOCOL_VERSION,
+    Accept,
+    Batch,
+    Cancel,
+    Complete,
+    ConnError,
+    Error,
+    FrameType,
+    GoAway,
+    Hello,
+    Next,
+    Offer,
+    Ping,
+    Pong,
+    Request,
+    Subscribe,
+    Welcome,
+    frame_fields,
+    parse_frame,
+)
+
+_NEXT = FrameType.NEXT.value
+_NO_RUN = object()  # compares equal to no decoded value: "no Items event is being filled"
+
+
+class Role(enum.Enum):
+    """Which end of the transport this connection is: the client sends HELLO."""
+
+    CLIENT = "client"
+    SERVER = "server"
+
+
+class State(enum.Enum):
+    """Connection lifecycle (SPEC "Handshake")."""
+
+    AWAIT_HELLO = "await_hello"
+    """Server: nothing received yet."""
+    AWAIT_ACCEPT = "await_accept"
+    """Server: HELLO received; the application answers with send_welcome or send_conn_error."""
+    AWAIT_WELCOME = "await_welcome"
+    """Client: HELLO sent."""
+    OPEN = "open"
+    CLOSED = "closed"
+
+
+class _Stream:
+    """One open stream, from this side's point of view."""
+
+    __slots__ = ("publishing", "accepted", "demand", "next_prefix")
+
+    def __init__(self, stream_id: int, publishing: bool, demand: int, pack: Any) -> None:
+        self.publishing = publishing
+        """True when this side publishes (sends NEXT), false when it subscribes."""
+        self.accepted = False
+        """ACCEPT was sent or received."""
+        self.demand = demand
+        """Publishing: items we may still send. Subscribing: items the peer may still send.
+        MAX_INT is unbounded and stays so (rule 3.17)."""
+        # The first bytes of every NEXT on this stream, encoded once: [NEXT, stream_id, ...
+        self.next_prefix = b"\x93" + pack(_NEXT) + pack(stream_id) if publishing else b""
+
+
+class Connection:
+    """One end of an rsnet v1 connection, without I/O.
+
+    A client connection queues its HELLO at construction: the first ``data_to_send()`` holds
+    it. A server connection waits for HELLO, reports it as a :class:`Hello` event, and the
+    application answers with :meth:`send_welcome` or rejects with :meth:`send_conn_error`.
+
+    The keyword arguments are this side's settings: the largest frame it accepts, how many
+    concurrent streams it lets the peer open, the keepalive interval in milliseconds (the
+    client's is a proposal, the server's is what both use), and for a client an auth token
+    and handshake metadata.
+
+    ``receive_data`` never raises for anything the peer sends; ``send_*`` methods raise
+    :class:`LocalProtocolError` when the frame would break the protocol, and write nothing.
+    """
+
+    def __init__(
+        self,
+        role: Role,
+        *,
+        max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+        max_streams: int = DEFAULT_MAX_STREAMS,
+        keepalive_interval: int = DEFAULT_KEEPALIVE_INTERVAL,
+        auth_token: str | bytes | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> None:
+        if not MIN_MAX_FRAME_SIZE <= max_frame_size <= MAX_MAX_FRAME_SIZE:
+            raise ValueError(f"max_frame_size must be in {MIN_MAX_FRAME_SIZE}..{MAX_MAX_FRAME_SIZE}")
+        if not 0 <= max_streams <= MAX_SETTING or not 0 <= keepalive_interval <= MAX_SETTING:
+            raise ValueError(f"max_streams and keepalive_interval must be in 0..{MAX_SETTING}")
+        self.role = role
+        self._state = State.AWAIT_WELCOME if role is Role.CLIENT else State.AWAIT_HELLO
+        self._settings: dict[str, Any] = {
+            "max_frame_size": max_frame_size,
+            "max_streams": max_streams,
+            "keepalive_interval": keepalive_interval,
+        }
+        if auth_token is not None:
+            self._settings["auth_token"] = auth_token
+        if metadata is not None:
+            self._settings["metadata"] = _metadata(metadata)
+        self._decoder = FrameDecoder(max_frame_size)
+        self._pack = new_packer().pack
+        self._out = bytearray()
+        self._events: list[Event] = []
+        self._streams: dict[int, _Stream] = {}
+        # The streams send_next may write to: ours to publish, and accepted. A second table
+        # so that the hot path checks one thing instead of three.
+        self._sendable: dict[int, _Stream] = {}
+        # Client ids are odd, server ids even; each side counts up by 2 and never reuses one.
+        self._parity = 1 if role is Role.CLIENT else 0
+        self._next_id = 1 if role is Role.CLIENT else 2
+        self._peer_next_id = 2 if role is Role.CLIENT else 1
+        self._local_open = 0
+        self._peer_open = 0
+        self._go_away_sent = False
+        self._go_away_received = False
+        self.version: int | None = None
+        """The negotiated protocol version, once the handshake has completed."""
+        self.peer_settings: dict[str, Any] = {}
+        """The settings map of the peer's HELLO or WELCOME."""
+        self.keepalive_interval = keepalive_interval
+        """Milliseconds between keepalives; the WELCOME's value once the handshake is done."""
+        # Until the peer says otherwise, send only what every peer must accept.
+        self._peer_max_frame_size = MIN_MAX_FRAME_SIZE
+        self._peer_max_streams = DEFAULT_MAX_STREAMS
+        # WebSocket grouping: offsets in _out where a new message must start, and the length
+        # of _out beyond which the current message would exceed the peer's max_frame_size
+        # (SPEC "Framing on WebSocket").
+        self._cuts: list[int] = []
+        self._cut_at = MIN_MAX_FRAME_SIZE
+        self._handlers = {
+            Hello: self._unexpected,
+            Welcome: self._unexpected,
+            Ping: self._on_ping,
+            Pong: self._on_pong,
+            GoAway: self._on_go_away,
+            ConnError: self._on_conn_error,
+            Subscribe: self._on_subscribe,
+            Offer: self._on_offer,
+            Accept: self._on_accept,
+            Request: self._on_request,
+            Cancel: self._on_cancel,
+            Next: self._on_next,
+            Batch: self._on_batch,
+            Complete: self._on_complete,
+            Error: self._on_error,
+        }
+        if role is Role.CLIENT:
+            self._write_frame(Hello(MAGIC, [PROTOCOL_VERSION], self._settings))
+
+    # ------------------------------------------------------------------ inspection
+
+    @property
+    def state(self) -> State:
+        return self._state
+
+    @property
+    def stream_count(self) -> int:
+        """Streams currently open in either direction."""
+        return len(self._streams)
+
+    @property
+    def going_away(self) -> bool:
+        """GO_AWAY was sent or received: no new streams; close once ``stream_count`` is 0."""
+        return self._go_away_sent or self._go_away_received
+
+    def outstanding_demand(self, stream_id: int) -> int:
+        """Items that may still flow on the stream: for a stream we publish, how many we may
+        send; for one we subscribe to, how many the peer may still send. 0 once it closed."""
+        stream = self._streams.get(stream_id)
+        return 0 if stream is None else stream.demand
+
+    # ------------------------------------------------------------------ receiving
+
+    def receive_data(self, data: bytes | bytearray | memoryview) -> None:
+        """Process bytes received from the transport; never raises for what the peer sent.
+
+        Violations are answered as the spec says: a stream error is written to
+        ``data_to_send()`` and reported as an :class:`Error` event; a connection error is
+        written as CONN_ERROR and reported as :class:`ConnectionClosed`, after which further
+        data is ignored. Frames before the violation are processed.
+        """
+        if self._state is State.CLOSED:
+            return
+        run_id: Any = _NO_RUN
+        run_items: list[Any] = []
+        run_stream: Any = None
+        try:
+            for fields in self._decoder.frames(data):
+                # Hot path: one more NEXT for the stream whose Items event is being filled.
+                # `is _NEXT` holds for the decoded int 21 because CPython shares small ints; a
+                # miss only means the slow path, which validates everything. The exact type
+                # check keeps msgpack's true and 1.0 from passing for stream id 1.
+                if type(fields) is list and len(fields) == 3:
+                    frame_type, stream_id, item = fields
+                    if (
+                        frame_type is _NEXT and stream_id == run_id and item is not None
+                        and type(stream_id) is int
+                    ):
+                        demand = run_stream.demand
+                        if demand:
+                            if demand != MAX_INT:
+                                run_stream.demand = demand - 1
+                            run_items.append(item)
+                            continue
+                run = self._receive_frame(fields)
+                if self._state is State.CLOSED:
+                    return
+                if run is None:
+                    run_id = _NO_RUN
+                else:
+                    run_id, run_items, run_stream = run
+        except RemoteProtocolError as exc:
+            self._fail(exc.code, exc.message)
+
+    def receive_eof(self) -> None:
+        """The transport reached end of file: the connection is over (SPEC "Closing")."""
+        if self._state is State.CLOSED:
+            return
+        if self._decoder.buffered:
+            message = "connection closed in the middle of a frame"
+        elif self._streams or self._state is not State.OPEN:
+            message = "connection closed before the handshake or streams ended"
+        else:
+            message = "connection closed"
+        self._close()
+        self._events.append(ConnectionClosed(None, message))
+
+    def events_received(self) -> list[Event]:
+        """The events since the last call, in the order the frames arrived."""
+        events = self._events
+        self._events = []
+        return events
+
+    # ------------------------------------------------------------------ output
+
+    def data_to_send(self) -> bytearray:
+        """All bytes written since the last call (whole frames); the caller owns the buffer."""
+        out = self._out
+        self._out = bytearray()
+        self._cuts = []
+        self._cut_at = self._peer_max_frame_size
+        return out
+
+    def data_to_send_messages(self) -> list[bytes]:
+        """``data_to_send()`` cut into WebSocket binary messages at frame boundaries.
+
+        Each message holds whole frames and is at most the peer's max_frame_size bytes.
+        """
+        cuts = self._cuts
+        out = self.data_to_send()
+        bounds = [0, *cuts, len(out)]
+        return [bytes(out[a:b]) for a, b in zip(bounds, bounds[1:]) if b > a]
+
+    # ------------------------------------------------------------------ connection frames
+
+    def send_welcome(self, metadata: dict[str, Any] | None = None) -> None:
+        """Server: accept the client's HELLO; the connection is open."""
+        if self._state is not State.AWAIT_ACCEPT:
+            raise LocalProtocolError(ErrorCode.PROTOCOL_ERROR, f"WELCOME in state {self._state.name}")
+        settings = {key: self._settings[key] for key in ("max_frame_size", "max_streams", "keepalive_interval")}
+        if metadata is not None:
+            settings["metadata"] = _metadata(metadata)
+        self._write_frame(Welcome(PROTOCOL_VERSION, settings))
+        self._state = State.OPEN
+
+    def send_conn_error(self, code: int, message: str = "", data: Any = None) -> None:
+        """Close the connection with an error (or reject a HELLO); write nothing more after it.
+
+        No event is reported for it. A no-op if the connection is already closed.
+        """
+        if self._state is State.CLOSED:
+            return
+        self._write_frame(ConnError(_code(code), message, data))
+        self._close()
+
+    def send_ping(self, token: int = 0) -> None:
+        """Write a PING; the peer's PONG with the same token arrives as a :class:`Pong` event."""
+        self._require_open()
+        self._write_frame(Ping(_uint(token, "token")))
+
+    def send_go_away(self, message: str = "") -> None:
+        """Start a graceful shutdown: no new streams either way; open ones run to their end."""
+        self._require_open()
+        if not self._go_away_sent:
+            self._go_away_sent = True
+            self._write_frame(GoAway(message))
+
+    # ------------------------------------------------------------------ opening streams
+
+    def send_subscribe(
+        self,
+        name: str,
+        params: Any = None,
+        *,
+        initial_demand: int = 0,
+        metadata: dict[str, Any] | None = None,
+    ) -> int:
+        """Subscribe to the peer's publisher ``name``; returns the new stream id.
+
+        ``initial_demand`` is requested along with the subscription (0: none yet). The peer
+        answers with an :class:`Accept` event, or an :class:`Error` event that rejects it.
+        """
+        stream_id = self._allocate()
+        initial_demand = min(_uint(initial_demand, "initial_demand"), MAX_INT)
+        self._write_frame(Subscribe(stream_id, _name(name), params, initial_demand, _metadata(metadata)))
+        self._open(stream_id, publishing=False, demand=initial_demand)
+        return stream_id
+
+    def send_offer(self, name: str, params: Any = None, *, metadata: dict[str, Any] | None = None) -> int:
+        """Offer a publisher to the peer under ``name``; returns the new stream id.
+
+        The peer answers with :class:`Accept` and then :class:`Request` events, or an
+        :class:`Error` event that rejects it. Items may be sent once demand arrives.
+        """
+        stream_id = self._allocate()
+        self._write_frame(Offer(stream_id, _name(name), params, _metadata(metadata)))
+        self._open(stream_id, publishing=True, demand=0)
+        return stream_id
+
+    def send_accept(self, stream_id: int, metadata: dict[str, Any] | None = None) -> None:
+        """Accept a stream the peer opened with SUBSCRIBE or OFFER (the remote ``on_subscribe``).
+
+        To reject it instead, use :meth:`send_error`.
+        """
+        stream = self._stream_for_send(stream_id)
+        if stream is None:
+            return
+        if (stream_id & 1) == self._parity or stream.accepted:
+            raise LocalProtocolError(ErrorCode.PROTOCOL_ERROR, f"stream {stream_id} cannot be accepted by this side")
+        self._write_frame(Accept(stream_id, _metadata(metadata)))
+        self._accepted(stream_id, stream)
+
+    # ------------------------------------------------------------------ subscriber side
+
+    def send_request(self, stream_id: int, n: int) -> None:
+        """Grant ``n`` more items (rule 3.8); demand saturates at 2**63-1, unbounded (3.17).
+
+        Raises ``INVALID_REQUEST`` for ``n <= 0``: rule 3.9 is the local subscription's to
+        signal, so such a REQUEST never goes on the wire. A no-op on a closed stream (3.6).
+        """
+        stream = self._stream_for_send(stream_id)
+        if stream is None:
+            return
+        if stream.publishing or (not stream.accepted and (stream_id & 1) != self._parity):
+            raise LocalProtocolError(ErrorCode.PROTOCOL_ERROR, f"cannot REQUEST on stream {stream_id} now")
+        if type(n) is not int or n <= 0:
+            raise LocalProtocolError(ErrorCode.INVALID_REQUEST, f"rule 3.9: request({n!r}) must be positive")
+        n = min(n, MAX_INT)
+        self._write_frame(Request(stream_id, n))
+        stream.demand = min(stream.demand + n, MAX_INT)
+
+    def send_cancel(self, stream_id: int) -> None:
+        """Cancel the subscription (rule 3.12). Idempotent (rule 3.7): a no-op once closed.
+
+        Items, COMPLETE or ERROR already in flight are dropped when they arrive.
+        """
+        stream = self._stream_for_send(stream_id)
+        if stream is None:
+            return
+        if stream.publishing:
+            raise LocalProtocolError(ErrorCode.PROTOCOL_ERROR, f"the publisher side cannot CANCEL stream {stream_id}")
+        self._write_frame(Cancel(stream_id))
+        self._close_stream(stream_id)
+
+    # ------------------------------------------------------------------ publisher side
+
+    def send_next(self, stream_id: int, item: Any) -> None:
+        """Send one item on a stream we publish.
+
+        Raises ``FLOW_CONTROL`` when the peer has no outstanding demand (rule 1.1),
+        ``PROTOCOL_ERROR`` for ``None`` (rule 2.13) or before ACCEPT, ``FRAME_TOO_LARGE``
+        when the frame exceeds the peer's max_frame_size, ``APPLICATION_ERROR`` when the item
+        is not encodable. A no-op when the stream was closed (e.g. the peer cancelled).
+        """
+        stream = self._sendable.get(stream_id)
+        if stream is None or item is None:
+            return self._refuse_items(stream_id, [item])
+        demand = stream.demand
+        if not demand:
+            return self._refuse_items(stream_id, [item])
+        try:
+            body = self._pack(item)
+        except Exception as exc:
+            raise _not_encodable(exc) from exc
+        prefix = stream.next_prefix
+        out = self._out
+        if len(out) + len(prefix) + len(body) > self._cut_at:
+            self._cut(len(prefix) + len(body))
+        if demand != MAX_INT:
+            stream.demand = demand - 1
+        out += prefix
+        out += body
+
+    def send_batch(self, stream_id: int, items: list[Any] | tuple[Any, ...]) -> None:
+        """Send several items on a stream we publish, in as few BATCH frames as fit.
+
+        All or nothing: raises as :meth:`send_next` would, before writing anything, when the
+        items exceed the demand, contain ``None``, or one item alone exceeds the frame limit.
+        """
+        stream = self._sendable.get(stream_id)
+        count = len(items)
+        if stream is None or count > stream.demand or None in items:
+            return self._refuse_items(stream_id, items)
+        if not count:
+            return
+        for frame in self._encode_batch(stream_id, items):
+            self._append(frame)
+        if stream.demand != MAX_INT:
+            stream.demand -= count
+
+    def send_complete(self, stream_id: int) -> None:
+        """Complete a stream we publish (rule 1.5). A no-op once the stream is closed."""
+        stream = self._stream_for_send(stream_id)
+        if stream is None:
+            return
+        if not stream.publishing or not stream.accepted:
+            raise LocalProtocolError(ErrorCode.PROTOCOL_ERROR, f"cannot COMPLETE stream {stream_id} now")
+        self._write_frame(Complete(stream_id))
+        self._close_stream(stream_id)
+
+    # ------------------------------------------------------------------ either side
+
+    def send_error(self, stream_id: int, code: int, message: str = "", data: Any = None) -> None:
+        """End a stream with an error; a no-op once the stream is closed.
+
+        From the publisher side it is the remote ``on_error``; in answer to SUBSCRIBE or
+        OFFER, before ACCEPT, it rejects the stream; from the subscriber side it cancels and
+        says why. ``code`` is an :class:`ErrorCode` or an application code (>= 4096).
+        """
+        if self._stream_for_send(stream_id) is None:
+            return
+        self._write_frame(Error(stream_id, _code(code), message, data))
+        self._close_stream(stream_id)
+
+    # ------------------------------------------------------------------ internals: sending
+
+    def _write_frame(self, frame: Any) -> None:
+        try:
+            body = self._pack(frame_fields(frame))
+        except Exception as exc:
+            raise _not_encodable(exc) from exc
+        self._append(body)
+
+    def _append(self, frame: bytes) -> None:
+        if len(self._out) + len(frame) > self._cut_at:
+            self._cut(len(frame))
+        self._out += frame
+
+    def _cut(self, size: int) -> None:
+        """Start a new WebSocket message before a frame of ``size`` bytes, or refuse it."""
+        if size > self._peer_max_frame_size:
+            raise LocalProtocolError(
+                ErrorCode.FRAME_TOO_LARGE,
+                f"a {size}-byte frame exceeds the peer's max_frame_size ({self._peer_max_frame_size})",
+            )
+        self._cuts.append(len(self._out))
+        self._cut_at = len(self._out) + self._peer_max_frame_size
+
+    def _encode_batch(self, stream_id: int, items: Any) -> list[bytes]:
+        # Encode the whole batch; if it is too large, split it in halves until each fits.
+        try:
+            frame = self._pack([FrameType.BATCH.value, stream_id, items])
+        except Exception as exc:
+            raise _not_encodable(exc) from exc
+        if len(frame) <= self._peer_max_frame_size:
+            return [frame]
+        if len(items) == 1:
+            raise LocalProtocolError(
+                ErrorCode.FRAME_TOO_LARGE,
+                f"an item of {len(frame)} bytes exceeds the peer's max_frame_size ({self._peer_max_frame_size})",
+            )
+        half = len(items) // 2
+        return self._encode_batch(stream_id, items[:half]) + self._encode_batch(stream_id, items[half:])
+
+    def _refuse_items(self, stream_id: int, items: list[Any] | tuple[Any, ...]) -> None:
+        """Why items cannot be sent: raise the reason, or return if the stream is closed."""
+        stream = self._stream_for_send(stream_id)
+        if stream is None:
+            return
+        if not stream.publishing or not stream.accepted:
+            raise LocalProtocolError(ErrorCode.PROTOCOL_ERROR, f"cannot send items on stream {stream_id} now")
+        if None in items:
+            raise LocalProtocolError(ErrorCode.PROTOCOL_ERROR, "rule 2.13: items must not be None")
+        raise LocalProtocolError(
+            ErrorCode.FLOW_CONTROL,
+            f"rule 1.1: the peer's outstanding demand on stream {stream_id} is {stream.demand}",
+        )
+
+    def _stream_for_send(self, stream_id: int) -> _Stream | None:
+        """The open stream, or ``None`` if it was open once and has ended; raises otherwise."""
+        stream = self._streams.get(stream_id)
+        if stream is None and not (
+            type(stream_id) is int
+            and 0 < stream_id < (self._next_id if (stream_id & 1) == self._parity else self._peer_next_id)
+        ):
+            raise LocalProtocolError(ErrorCode.PROTOCOL_ERROR, f"stream {stream_id!r} was never opened")
+        return stream
+
+    def _allocate(self) -> int:
+        self._require_open()
+        if self.going_away:
+            raise LocalProtocolError(ErrorCode.GOING_AWAY, "no new streams after GO_AWAY")
+        if self._local_open >= self._peer_max_streams:
+            raise LocalProtocolError(
+                ErrorCode.TOO_MANY_STREAMS, f"the peer allows {self._peer_max_streams} concurrent streams"
+            )
+        if self._next_id > MAX_INT:
+            raise LocalProtocolError(ErrorCode.PROTOCOL_ERROR, "stream ids exhausted: open a new connection")
+        return self._next_id
+
+    def _open(self, stream_id: int, *, publishing: bool, demand: int) -> None:
+        self._streams[stream_id] = _Stream(stream_id, publishing, demand, self._pack)
+        if (stream_id & 1) == self._parity:
+            self._next_id += 2
+            self._local_open += 1
+        else:
+            self._peer_open += 1
+
+    def _accepted(self, stream_id: int, stream: _Stream) -> None:
+        stream.accepted = True
+        if stream.publishing:
+            self._sendable[stream_id] = stream
+
+    def _close_stream(self, stream_id: int) -> None:
+        del self._streams[stream_id]
+        self._sendable.pop(stream_id, None)
+        if (stream_id & 1) == self._parity:
+            self._local_open -= 1
+        else:
+            self._peer_open -= 1
+
+    def _close(self) -> None:
+        self._state = State.CLOSED
+        self._streams.clear()
+        self._sendable.clear()
+        self._local_open = self._peer_open = 0
+
+    def _require_open(self) -> None:
+        if self._state is not State.OPEN:
+            raise LocalProtocolError(ErrorCode.PROTOCOL_ERROR, f"the connection is {self._state.name}")
+
+    # ------------------------------------------------------------------ internals: receiving
+
+    def _receive_frame(self, fields: Any) -> tuple[int, list[Any], _Stream] | None:
+        """Handle one decoded frame; returns the Items run it extended, if any."""
+        frame = parse_frame(fields)
+        if frame is None:
+            return None  # an extension frame this version does not know: ignored
+        if self._state is State.OPEN:
+            return self._handlers[type(frame)](frame)
+        if type(frame) is ConnError:
+            return self._on_conn_error(frame)
+        if self._state is State.AWAIT_HELLO and type(frame) is Hello:
+            return self._on_hello(frame)
+        if self._state is State.AWAIT_WELCOME and type(frame) is Welcome:
+            return self._on_welcome(frame)
+        raise _violation(f"{frame.TYPE.name} in state {self._state.name}")
+
+    def _fail(self, code: int, message: str) -> None:
+        """A connection-level violation by the peer: answer with CONN_ERROR and close."""
+        self._write_frame(ConnError(code, message, None))
+        self._close()
+        self._events.append(ConnectionClosed(code, message, None, by_peer=False))
+
+    def _stream_error(self, stream_id: int, code: int, message: str) -> None:
+        """A stream-level violation by the peer: end the stream with ERROR, keep the connection."""
+        error = Error(stream_id, code, message, None)
+        self._write_frame(error)
+        self._close_stream(stream_id)
+        self._events.append(error)
+
+    def _on_hello(self, hello: Hello) -> None:
+        if PROTOCOL_VERSION not in hello.versions:
+            message = f"no common version: offered {hello.versions}, supported [{PROTOCOL_VERSION}]"
+            self._write_frame(ConnError(ErrorCode.UNSUPPORTED_VERSION, message, {"versions": [PROTOCOL_VERSION]}))
+            self._close()
+            self._events.append(ConnectionClosed(ErrorCode.UNSUPPORTED_VERSION, message, None, by_peer=False))
+            return
+        self._handshake(PROTOCOL_VERSION, hello.settings, self.keepalive_interval)
+        self._state = State.AWAIT_ACCEPT
+        self._events.append(hello)
+
+    def _on_welcome(self, welcome: Welcome) -> None:
+        if welcome.version != PROTOCOL_VERSION:
+            raise _violation(f"WELCOME chose version {welcome.version}, which was not offered")
+        self._handshake(
+            welcome.version, welcome.settings, welcome.settings.get("keepalive_interval", DEFAULT_KEEPALIVE_INTERVAL)
+        )
+        self._state = State.OPEN
+        self._events.append(welcome)
+
+    def _handshake(self, version: int, settings: dict[str, Any], keepalive_interval: int) -> None:
+        self.version = version
+        self.peer_settings = settings
+        self.keepalive_interval = keepalive_interval
+        self._peer_max_streams = settings.get("max_streams", DEFAULT_MAX_STREAMS)
+        self._peer_max_frame_size = settings.get("max_frame_size", DEFAULT_MAX_FRAME_SIZE)
+        self._cut_at = (self._cuts[-1] if self._cuts else 0) + self._peer_max_frame_size
+
+    def _unexpected(self, frame: Hello | Welcome) -> None:
+        raise _violation(f"{frame.TYPE.name} after the handshake")
+
+    def _on_ping(self, ping: Ping) -> None:
+        self._write_frame(Pong(ping.token))
+
+    def _on_pong(self, pong: Pong) -> None:
+        self._events.append(pong)
+
+    def _on_go_away(self, go_away: GoAway) -> None:
+        if not self._go_away_received:
+            self._go_away_received = True
+            self._events.append(go_away)
+
+    def _on_conn_error(self, error: ConnError) -> None:
+        self._close()
+        self._events.append(ConnectionClosed(error.code, error.message, error.data, by_peer=True))
+
+    def _on_subscribe(self, subscribe: Subscribe) -> None:
+        self._on_open(subscribe, publishing=True, demand=subscribe.initial_demand)
+
+    def _on_offer(self, offer: Offer) -> None:
+        self._on_open(offer, publishing=False, demand=0)
+
+    def _on_open(self, frame: Subscribe | Offer, *, publishing: bool, demand: int) -> None:
+        stream_id = frame.stream_id
+        if stream_id != self._peer_next_id:
+            raise _violation(f"{frame.TYPE.name} opened stream {stream_id}, expected {self._peer_next_id}")
+        if self._go_away_received:
+            raise _violation(f"{frame.TYPE.name} after the peer's own GO_AWAY")
+        self._peer_next_id += 2
+        # Refusals are stream errors the connection answers itself; the id is used up anyway.
+        if self._go_away_sent:
+            self._write_frame(Error(stream_id, ErrorCode.GOING_AWAY, "going away: retry on a new connection", None))
+        elif self._peer_open >= self._settings["max_streams"]:
+            self._write_frame(Error(stream_id, ErrorCode.TOO_MANY_STREAMS, "too many concurrent streams", None))
+        else:
+            self._open(stream_id, publishing=publishing, demand=demand)
+            self._events.append(frame)
+
+    def _peer_stream(self, stream_id: int) -> _Stream | None:
+        """The open stream a received frame is for, ``None`` if it has ended (drop the frame)."""
+        stream = self._streams.get(stream_id)
+        if stream is None and stream_id >= (
+            self._next_id if (stream_id & 1) == self._parity else self._peer_next_id
+        ):
+            raise _violation(f"frame for stream {stream_id}, which was never opened")
+        return stream
+
+    def _on_accept(self, accept: Accept) -> None:
+        stream = self._peer_stream(accept.stream_id)
+        if stream is None:
+            return
+        if (accept.stream_id & 1) != self._parity or stream.accepted:
+            raise _violation(f"ACCEPT for stream {accept.stream_id}, which the peer cannot accept")
+        self._accepted(accept.stream_id, stream)
+        self._events.append(accept)
+
+    def _on_request(self, request: Request) -> None:
+        stream = self._peer_stream(request.stream_id)
+        if stream is None:
+            return
+        if not stream.publishing or (not stream.accepted and (request.stream_id & 1) == self._parity):
+            raise _violation(f"REQUEST on stream {request.stream_id}, where the peer may not request")
+        if request.n <= 0:
+            self._stream_error(
+                request.stream_id, ErrorCode.INVALID_REQUEST,
+                f"rule 3.9: request({request.n}) is not positive",
+            )
+            return
+        stream.demand = min(stream.demand + request.n, MAX_INT)
+        self._events.append(request)
+
+    def _on_cancel(self, cancel: Cancel) -> None:
+        stream = self._peer_stream(cancel.stream_id)
+        if stream is None:
+            return
+        if not stream.publishing:
+            raise _violation(f"CANCEL from the publisher side of stream {cancel.stream_id}")
+        self._close_stream(cancel.stream_id)
+        self._events.append(cancel)
+
+    def _items_stream(self, stream_id: int, kind: str) -> _Stream | None:
+        stream = self._peer_stream(stream_id)
+        if stream is not None and (stream.publishing or not stream.accepted):
+            raise _violation(f"{kind} on stream {stream_id}, where the peer may not send it")
+        return stream
+
+    def _on_next(self, next_: Next) -> tuple[int, list[Any], _Stream] | None:
+        return self._on_items(next_.stream_id, [next_.item], "NEXT")
+
+    def _on_batch(self, batch: Batch) -> tuple[int, list[Any], _Stream] | None:
+        return self._on_items(batch.stream_id, batch.items, "BATCH")
+
+    def _on_items(self, stream_id: int, items: list[Any], kind: str) -> tuple[int, list[Any], _Stream] | None:
+        stream = self._items_stream(stream_id, kind)
+        if stream is None:
+            return None
+        if None in items:
+            self._stream_error(stream_id, ErrorCode.PROTOCOL_ERROR, "rule 2.13: an item is nil")
+            return None
+        if len(items) > stream.demand:
+            self._stream_error(
+                stream_id, ErrorCode.FLOW_CONTROL,
+                f"rule 1.1: {len(items)} items with {stream.demand} outstanding demand",
+            )
+            return None
+        if stream.demand != MAX_INT:
+            stream.demand -= len(items)
+        events = self._events
+        last = events[-1] if events else None
+        if type(last) is Items and last.stream_id == stream_id:
+            last.items.extend(items)
+        else:
+            last = Items(stream_id, list(items))
+            events.append(last)
+        return stream_id, last.items, stream
+
+    def _on_complete(self, complete: Complete) -> None:
+        if self._items_stream(complete.stream_id, "COMPLETE") is not None:
+            self._close_stream(complete.stream_id)
+            self._events.append(complete)
+
+    def _on_error(self, error: Error) -> None:
+        if self._peer_stream(error.stream_id) is not None:
+            self._close_stream(error.stream_id)
+            self._events.append(error)
+
+
+def _violation(message: str) -> RemoteProtocolError:
+    return RemoteProtocolError(ErrorCode.PROTOCOL_ERROR, message)
+
+
+def _not_encodable(exc: Exception) -> LocalProtocolError:
+    return LocalProtocolError(ErrorCode.APPLICATION_ERROR, f"not encodable as msgpack: {exc}")
+
+
+def _uint(value: Any, name: str) -> int:
+    if type(value) is not int or value < 0:
+        raise LocalProtocolError(ErrorCode.PROTOCOL_ERROR, f"{name} must be a non-negative int, got {value!r}")
+    return value
+
+
+def _code(code: int) -> int:
+    code = int(code)  # an ErrorCode member goes on the wire as its plain number
+    if not 0 <= code <= MAX_INT:
+        raise LocalProtocolError(ErrorCode.PROTOCOL_ERROR, f"error code {code} is not in 0..2**63-1")
+    return code
+
+
+def _name(name: str) -> str:
+    if type(name) is not str:
+        raise LocalProtocolError(ErrorCode.PROTOCOL_ERROR, f"a stream name must be a str, got {name!r}")
+    return name
+
+
+def _metadata(metadata: dict[str, Any] | None) -> dict[str, Any]:
+    if metadata is None:
+        return {}
+    if type(metadata) is not dict or not all(type(key) is str for key in metadata):
+        raise LocalProtocolError(ErrorCode.PROTOCOL_ERROR, "metadata must be a dict with str keys")
+    return metadata

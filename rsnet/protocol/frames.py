@@ -1,0 +1,387 @@
+"""The frames of wire protocol v1: type numbers, field layouts, limits, and validation.
+
+A frame on the wire is a msgpack array ``[type, field1, field2, ...]`` (protocol/SPEC.md,
+"Frames"). Each frame class below lists its fields in wire order; :func:`parse_frame` turns a
+decoded array into a frame object, checking every field's type and range, and
+:func:`frame_fields` turns a frame object back into the array to encode.
+
+Frame objects are also the events :class:`~rsnet.protocol.Connection` reports for frames it
+receives. Constructing one does not validate it: tests build invalid frames on purpose.
+
+This module imports nothing but the standard library and :mod:`rsnet.protocol.errors`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from typing import Any, Callable, ClassVar
+
+from .errors import ErrorCode, RemoteProtocolError
+
+PROTOCOL_VERSION = 1
+"""The version this implementation speaks, the only one it offers and accepts."""
+
+MAGIC = "rsnet"
+"""Second element of every HELLO: a peer that is not rsnet fails at its first frame."""
+
+MAX_INT = 2**63 - 1
+"""Largest integer in any protocol field; also unbounded demand (Reactive Streams rule 3.17)."""
+
+MIN_INT = -(2**63)
+
+DEFAULT_MAX_FRAME_SIZE = 1 << 20
+"""Default for the largest encoded frame a side accepts, in bytes."""
+
+MIN_MAX_FRAME_SIZE = 16384
+"""No side may announce a smaller max_frame_size, so a HELLO this small is always accepted."""
+
+MAX_MAX_FRAME_SIZE = 2**31 - 1
+
+DEFAULT_MAX_STREAMS = 1024
+"""Default for how many concurrent streams a side lets its peer open."""
+
+DEFAULT_KEEPALIVE_INTERVAL = 20_000
+"""Default keepalive interval in milliseconds; the connection is dead after 3 silent intervals."""
+
+DEFAULT_HANDSHAKE_TIMEOUT = 10_000
+"""Milliseconds a side waits for the handshake to complete before closing with TIMEOUT."""
+
+MAX_SETTING = 2**31 - 1
+"""Upper bound of max_streams and keepalive_interval."""
+
+MAX_VERSIONS = 16
+"""Most versions a HELLO may offer."""
+
+FIRST_EXTENSION_TYPE = 64
+"""Frame types from here up are extensions: a receiver that does not know one ignores it."""
+
+
+class FrameType(enum.IntEnum):
+    """Frame type numbers (the first element of every frame)."""
+
+    HELLO = 1
+    WELCOME = 2
+    PING = 3
+    PONG = 4
+    GO_AWAY = 5
+    CONN_ERROR = 6
+    SUBSCRIBE = 16
+    OFFER = 17
+    ACCEPT = 18
+    REQUEST = 19
+    CANCEL = 20
+    NEXT = 21
+    BATCH = 22
+    COMPLETE = 23
+    ERROR = 24
+
+
+# Field checkers: each returns the value or raises RemoteProtocolError naming the field.
+# Exact type checks (not isinstance) because msgpack booleans must never pass as integers.
+_Check = Callable[[Any, str], Any]
+
+
+def _fail(name: str, what: str, value: Any) -> RemoteProtocolError:
+    return RemoteProtocolError(ErrorCode.PROTOCOL_ERROR, f"{name} must be {what}, got {value!r:.80}")
+
+
+def _uint(value: Any, name: str) -> int:
+    if type(value) is not int or not 0 <= value <= MAX_INT:
+        raise _fail(name, "an integer in 0..2**63-1", value)
+    return value
+
+
+def _positive(value: Any, name: str) -> int:
+    if type(value) is not int or not 1 <= value <= MAX_INT:
+        raise _fail(name, "an integer in 1..2**63-1", value)
+    return value
+
+
+def _int64(value: Any, name: str) -> int:
+    # REQUEST's n may be <= 0 on the wire: that is a rule 3.9 stream error, not a malformed frame.
+    if type(value) is not int or not MIN_INT <= value <= MAX_INT:
+        raise _fail(name, "an integer in -2**63..2**63-1", value)
+    return value
+
+
+def _str(value: Any, name: str) -> str:
+    if type(value) is not str:
+        raise _fail(name, "a string", value)
+    return value
+
+
+def _map(value: Any, name: str) -> dict[str, Any]:
+    if type(value) is not dict or not all(type(key) is str for key in value):
+        raise _fail(name, "a map with string keys", value)
+    return value
+
+
+def _array(value: Any, name: str) -> list[Any]:
+    if type(value) is not list:
+        raise _fail(name, "an array", value)
+    return value
+
+
+def _any(value: Any, name: str) -> Any:
+    return value
+
+
+def _magic(value: Any, name: str) -> str:
+    if value != MAGIC or type(value) is not str:
+        raise _fail(name, repr(MAGIC), value)
+    return value
+
+
+def _versions(value: Any, name: str) -> list[int]:
+    if type(value) is not list or not 1 <= len(value) <= MAX_VERSIONS:
+        raise _fail(name, f"an array of 1..{MAX_VERSIONS} versions", value)
+    for version in value:
+        if type(version) is not int or not 1 <= version <= MAX_INT:
+            raise _fail(name, "versions in 1..2**63-1", value)
+    return value
+
+
+def _bounded(low: int, high: int) -> _Check:
+    def check(value: Any, name: str) -> int:
+        if type(value) is not int or not low <= value <= high:
+            raise _fail(name, f"an integer in {low}..{high}", value)
+        return value
+
+    return check
+
+
+def _token(value: Any, name: str) -> Any:
+    if type(value) not in (str, bytes):
+        raise _fail(name, "a string or binary", value)
+    return value
+
+
+_SETTINGS: dict[str, _Check] = {
+    "max_frame_size": _bounded(MIN_MAX_FRAME_SIZE, MAX_MAX_FRAME_SIZE),
+    "max_streams": _bounded(0, MAX_SETTING),
+    "keepalive_interval": _bounded(0, MAX_SETTING),
+    "auth_token": _token,
+    "metadata": _map,
+}
+
+
+def _settings(value: Any, name: str) -> dict[str, Any]:
+    # Unknown keys are kept but not checked: a later v1 peer may send settings we do not know.
+    _map(value, name)
+    for key, check in _SETTINGS.items():
+        if key in value:
+            check(value[key], f"{name}.{key}")
+    return value
+
+
+_frozen = dataclasses.dataclass(frozen=True, slots=True)
+
+
+@_frozen
+class Hello:
+    """Client → server, first frame: the versions the client speaks and its settings."""
+
+    TYPE: ClassVar[FrameType] = FrameType.HELLO
+    CHECKS: ClassVar[tuple[_Check, ...]] = (_magic, _versions, _settings)
+    magic: str
+    versions: list[int]
+    settings: dict[str, Any]
+
+
+@_frozen
+class Welcome:
+    """Server → client, first frame: the version chosen and the server's settings."""
+
+    TYPE: ClassVar[FrameType] = FrameType.WELCOME
+    CHECKS: ClassVar[tuple[_Check, ...]] = (_positive, _settings)
+    version: int
+    settings: dict[str, Any]
+
+
+@_frozen
+class Ping:
+    """Keepalive probe; the receiver answers with a PONG carrying the same token."""
+
+    TYPE: ClassVar[FrameType] = FrameType.PING
+    CHECKS: ClassVar[tuple[_Check, ...]] = (_uint,)
+    token: int
+
+
+@_frozen
+class Pong:
+    """Answer to a PING."""
+
+    TYPE: ClassVar[FrameType] = FrameType.PONG
+    CHECKS: ClassVar[tuple[_Check, ...]] = (_uint,)
+    token: int
+
+
+@_frozen
+class GoAway:
+    """Graceful shutdown: no new streams in either direction; open streams run to their end."""
+
+    TYPE: ClassVar[FrameType] = FrameType.GO_AWAY
+    CHECKS: ClassVar[tuple[_Check, ...]] = (_str,)
+    message: str
+
+
+@_frozen
+class ConnError:
+    """Fatal connection error (or handshake rejection); the sender closes after it."""
+
+    TYPE: ClassVar[FrameType] = FrameType.CONN_ERROR
+    CHECKS: ClassVar[tuple[_Check, ...]] = (_uint, _str, _any)
+    code: int
+    message: str
+    data: Any
+
+
+@_frozen
+class Subscribe:
+    """Opens a stream: subscribe to the receiver's publisher ``name``."""
+
+    TYPE: ClassVar[FrameType] = FrameType.SUBSCRIBE
+    CHECKS: ClassVar[tuple[_Check, ...]] = (_positive, _str, _any, _uint, _map)
+    stream_id: int
+    name: str
+    params: Any
+    initial_demand: int
+    metadata: dict[str, Any]
+
+
+@_frozen
+class Offer:
+    """Opens a stream: the sender offers a publisher for the receiver to subscribe to."""
+
+    TYPE: ClassVar[FrameType] = FrameType.OFFER
+    CHECKS: ClassVar[tuple[_Check, ...]] = (_positive, _str, _any, _map)
+    stream_id: int
+    name: str
+    params: Any
+    metadata: dict[str, Any]
+
+
+@_frozen
+class Accept:
+    """The receiver of SUBSCRIBE or OFFER accepts the stream (the remote ``on_subscribe``)."""
+
+    TYPE: ClassVar[FrameType] = FrameType.ACCEPT
+    CHECKS: ClassVar[tuple[_Check, ...]] = (_positive, _map)
+    stream_id: int
+    metadata: dict[str, Any]
+
+
+@_frozen
+class Request:
+    """Subscriber side grants ``n`` more items (rule 3.8); 2**63-1 means unbounded (rule 3.17)."""
+
+    TYPE: ClassVar[FrameType] = FrameType.REQUEST
+    CHECKS: ClassVar[tuple[_Check, ...]] = (_positive, _int64)
+    stream_id: int
+    n: int
+
+
+@_frozen
+class Cancel:
+    """Subscriber side stops the stream (rule 3.12); terminal."""
+
+    TYPE: ClassVar[FrameType] = FrameType.CANCEL
+    CHECKS: ClassVar[tuple[_Check, ...]] = (_positive,)
+    stream_id: int
+
+
+@_frozen
+class Next:
+    """Publisher side sends one item (any msgpack value but nil, rule 2.13)."""
+
+    TYPE: ClassVar[FrameType] = FrameType.NEXT
+    CHECKS: ClassVar[tuple[_Check, ...]] = (_positive, _any)
+    stream_id: int
+    item: Any
+
+
+@_frozen
+class Batch:
+    """Publisher side sends several items in one frame, in order."""
+
+    TYPE: ClassVar[FrameType] = FrameType.BATCH
+    CHECKS: ClassVar[tuple[_Check, ...]] = (_positive, _array)
+    stream_id: int
+    items: list[Any]
+
+
+@_frozen
+class Complete:
+    """Publisher side ends the stream successfully (rule 1.5); terminal."""
+
+    TYPE: ClassVar[FrameType] = FrameType.COMPLETE
+    CHECKS: ClassVar[tuple[_Check, ...]] = (_positive,)
+    stream_id: int
+
+
+@_frozen
+class Error:
+    """Ends a stream with an error; terminal. From the publisher side it is ``on_error``; as
+    the answer to SUBSCRIBE or OFFER it is the rejection; from the subscriber side it is a
+    cancel that says why."""
+
+    TYPE: ClassVar[FrameType] = FrameType.ERROR
+    CHECKS: ClassVar[tuple[_Check, ...]] = (_positive, _uint, _str, _any)
+    stream_id: int
+    code: int
+    message: str
+    data: Any
+
+
+Frame = (
+    Hello | Welcome | Ping | Pong | GoAway | ConnError
+    | Subscribe | Offer | Accept | Request | Cancel | Next | Batch | Complete | Error
+)
+
+_CLASSES: dict[int, type[Any]] = {
+    cls.TYPE.value: cls
+    for cls in (
+        Hello, Welcome, Ping, Pong, GoAway, ConnError,
+        Subscribe, Offer, Accept, Request, Cancel, Next, Batch, Complete, Error,
+    )
+}
+_NAMES: dict[type[Any], tuple[str, ...]] = {
+    cls: tuple(field.name for field in dataclasses.fields(cls)) for cls in _CLASSES.values()
+}
+
+
+def parse_frame(fields: Any) -> Frame | None:
+    """Validate one decoded msgpack value as a v1 frame and return the frame object.
+
+    Returns ``None`` for an extension frame (type >= 64) this version does not know: the
+    spec says to ignore it. Elements after the known fields are ignored (extension rule).
+    Raises :class:`RemoteProtocolError` (code ``PROTOCOL_ERROR``) for anything else that is
+    not a well-formed v1 frame. Stream-level rules (nil items, demand) are not checked here.
+    """
+    if type(fields) is not list or not fields:
+        raise _fail("a frame", "a non-empty array", fields)
+    frame_type = fields[0]
+    if type(frame_type) is not int or not 0 <= frame_type <= MAX_INT:
+        raise _fail("the frame type", "an integer in 0..2**63-1", frame_type)
+    cls = _CLASSES.get(frame_type)
+    if cls is None:
+        if frame_type >= FIRST_EXTENSION_TYPE:
+            return None
+        raise RemoteProtocolError(ErrorCode.PROTOCOL_ERROR, f"unknown frame type {frame_type}")
+    names = _NAMES[cls]
+    if len(fields) <= len(names):
+        raise RemoteProtocolError(
+            ErrorCode.PROTOCOL_ERROR,
+            f"{cls.TYPE.name} needs {len(names)} fields, got {len(fields) - 1}",
+        )
+    return cls(*[
+        check(value, f"{cls.TYPE.name}.{name}")
+        for check, value, name in zip(cls.CHECKS, fields[1:], names)
+    ])
+
+
+def frame_fields(frame: Frame) -> list[Any]:
+    """The msgpack array for ``frame``: ``[type, field1, field2, ...]``."""
+    cls = type(frame)
+    return [cls.TYPE.value, *[getattr(frame, name) for name in _NAMES[cls]]]

@@ -1,0 +1,212 @@
+"""zip: combine the n-th items of several publishers into one item.
+
+Each source is prefetched into a bounded queue (replenished in batches); one drain loop emits
+a combined item whenever every queue has one and the downstream has demand. The stream
+completes as soon as any source has completed and its queue is empty, since no further
+combination can be formed; the other sources are then cancelled.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any, Callable
+
+from ..interfaces import Publisher, Subscriber, Subscription
+from ..rules import (
+    MAX_DEMAND,
+    MissingBackpressureError,
+    add_demand,
+    check_signal_argument,
+    check_subscriber,
+    invalid_request,
+    report_undeliverable,
+)
+from ..subscriptions import DISCARD
+
+DEFAULT_ZIP_PREFETCH = 128
+
+
+class _ZipInner(Subscriber[Any]):
+    __slots__ = ("_parent", "subscription", "queue", "done", "_consumed")
+
+    def __init__(self, parent: _ZipCoordinator) -> None:
+        self._parent = parent
+        self.subscription: Subscription | None = None
+        self.queue: deque[Any] = deque()
+        self.done = False
+        self._consumed = 0
+
+    def on_subscribe(self, subscription: Subscription) -> None:
+        check_signal_argument(subscription, "on_subscribe")
+        if self.subscription is not None or self._parent.cancelled:
+            subscription.cancel()
+            return
+        self.subscription = subscription
+        subscription.request(self._parent.prefetch)
+
+    def on_next(self, item: Any) -> None:
+        check_signal_argument(item, "on_next")
+        if self.done:
+            return
+        if len(self.queue) >= self._parent.prefetch:
+            self.cancel()
+            self._parent.fail(MissingBackpressureError("rule 1.1: a zip source exceeded its demand"))
+            return
+        self.queue.append(item)
+        self._parent.drain()
+
+    def on_error(self, error: BaseException) -> None:
+        check_signal_argument(error, "on_error")
+        if self.done:
+            report_undeliverable(error)
+            return
+        self.done = True
+        self._parent.fail(error)
+
+    def on_complete(self) -> None:
+        if not self.done:
+            self.done = True
+            self._parent.drain()
+
+    def took_one(self) -> None:
+        self._consumed += 1
+        if self._consumed == self._parent.limit and not self.done:
+            self._consumed = 0
+            self.subscription.request(self._parent.limit)  # type: ignore[union-attr]
+
+    def cancel(self) -> None:
+        self.done = True
+        self.queue.clear()
+        if self.subscription is not None:
+            self.subscription.cancel()
+
+
+class _ZipCoordinator(Subscription):
+    __slots__ = (
+        "downstream", "_combine", "prefetch", "limit", "inners", "requested", "cancelled",
+        "_error", "_draining", "_missed",
+    )
+
+    def __init__(
+        self, downstream: Subscriber[Any], combine: Callable[..., Any], count: int, prefetch: int
+    ) -> None:
+        self.downstream = downstream
+        self._combine = combine
+        self.prefetch = prefetch
+        self.limit = prefetch - (prefetch >> 2)
+        self.inners = [_ZipInner(self) for _ in range(count)]
+        self.requested = 0
+        self.cancelled = False
+        self._error: BaseException | None = None
+        self._draining = False
+        self._missed = False
+
+    def request(self, n: int) -> None:
+        if self.cancelled:
+            return
+        if n <= 0:
+            self.fail(invalid_request(n))  # rule 3.9
+            return
+        self.requested = add_demand(self.requested, n)
+        self.drain()
+
+    def cancel(self) -> None:
+        if not self.cancelled:
+            self.cancelled = True
+            self.downstream = DISCARD  # rule 3.13
+            self._cancel_all()
+
+    def fail(self, error: BaseException) -> None:
+        if self._error is None:
+            self._error = error
+        else:
+            report_undeliverable(error)
+        self.drain()
+
+    def _cancel_all(self) -> None:
+        for inner in self.inners:
+            inner.cancel()
+
+    def _terminate(self, error: BaseException | None) -> None:
+        self.cancelled = True
+        self._cancel_all()
+        downstream, self.downstream = self.downstream, DISCARD
+        if error is None:
+            downstream.on_complete()
+        else:
+            downstream.on_error(error)
+
+    def drain(self) -> None:
+        if self._draining:
+            self._missed = True
+            return
+        self._draining = True
+        try:
+            while True:
+                self._missed = False
+                if self.cancelled:
+                    return
+                if self._error is not None:
+                    self._terminate(self._error)
+                    return
+                inners = self.inners
+                while self.requested and all(inner.queue for inner in inners):
+                    values = [inner.queue.popleft() for inner in inners]
+                    try:
+                        combined = self._combine(*values)
+                    except Exception as error:  # noqa: BLE001
+                        self._terminate(error)
+                        return
+                    if combined is None:
+                        self._terminate(TypeError("rule 2.13: the zip function returned None"))
+                        return
+                    if self.requested != MAX_DEMAND:
+                        self.requested -= 1
+                    self.downstream.on_next(combined)
+                    if self.cancelled or self._error is not None:
+                        break
+                    for inner in inners:
+                        inner.took_one()
+                if self._error is None and not self.cancelled:
+                    if any(inner.done and not inner.queue for inner in inners):
+                        self._terminate(None)
+                        return
+                if not self._missed:
+                    return
+        finally:
+            self._draining = False
+
+
+class ZipPublisher(Publisher[Any]):
+    __slots__ = ("_sources", "_combine", "_prefetch")
+
+    def __init__(
+        self, sources: tuple[Publisher[Any], ...], combine: Callable[..., Any], prefetch: int
+    ) -> None:
+        self._sources = sources
+        self._combine = combine
+        self._prefetch = prefetch
+
+    def subscribe(self, subscriber: Subscriber[Any]) -> None:
+        check_subscriber(subscriber)
+        coordinator = _ZipCoordinator(subscriber, self._combine, len(self._sources), self._prefetch)
+        subscriber.on_subscribe(coordinator)
+        for index, source in enumerate(self._sources):
+            if coordinator.cancelled:
+                break
+            source.subscribe(coordinator.inners[index])
+
+
+def _as_tuple(*values: Any) -> tuple[Any, ...]:
+    return values
+
+
+def zip(  # noqa: A001 - the operator's proper name
+    *sources: Publisher[Any],
+    combine: Callable[..., Any] = _as_tuple,
+    prefetch: int = DEFAULT_ZIP_PREFETCH,
+) -> Publisher[Any]:
+    """Emit ``combine(a, b, ...)`` of the n-th item of every source (default: a tuple)."""
+    if not sources:
+        raise ValueError("zip() needs at least one source")
+    return ZipPublisher(sources, combine, prefetch)

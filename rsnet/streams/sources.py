@@ -1,0 +1,136 @@
+"""Synchronous sources: publishers of values that are already at hand.
+
+They emit from inside ``request`` (rule 3.10 allows it), up to the demand and no further
+(rule 1.1), through the one drain loop of :class:`EmittingSubscription` so that ``request``
+from ``on_next`` does not recurse (rule 3.3). Each subscription gets a fresh iterator, so a
+re-iterable source (a list, a ``range``) supports any number of subscribers (rule 1.11).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable, Iterator
+
+from .interfaces import Publisher, Subscriber
+from .rules import check_signal_argument, check_subscriber
+from .subscriptions import NOOP_SUBSCRIPTION, EmittingSubscription, subscribe_failed
+
+
+class _IteratorSubscription(EmittingSubscription):
+    __slots__ = ("_iterator",)
+
+    def __init__(self, subscriber: Subscriber[Any], iterator: Iterator[Any]) -> None:
+        super().__init__(subscriber)
+        self._iterator = iterator
+
+    def _emit(self) -> bool:
+        iterator = self._iterator
+        while self.requested and not self.cancelled and self._bad_request is None:
+            try:
+                item = next(iterator)
+            except StopIteration:
+                self._signal_complete()
+                return False
+            except Exception as error:  # noqa: BLE001 - the source failed: rule 1.4
+                self._signal_error(error)
+                return False
+            if item is None:
+                self._signal_error(TypeError("rule 2.13: the iterable produced None"))
+                return False
+            self._signal_next(item)
+        # Loop again only if something besides demand changed (cancel, bad request).
+        return self._bad_request is not None
+
+    def _on_cancel(self) -> None:
+        self._iterator = iter(())  # drop the source's references (rule 3.13)
+
+
+class IterablePublisher(Publisher[Any]):
+    """Publishes the items of an iterable, then completes; errors from iteration become on_error."""
+
+    __slots__ = ("_iterable",)
+
+    def __init__(self, iterable: Iterable[Any]) -> None:
+        self._iterable = iterable
+
+    def subscribe(self, subscriber: Subscriber[Any]) -> None:
+        check_subscriber(subscriber)
+        try:
+            iterator = iter(self._iterable)
+        except Exception as error:  # noqa: BLE001 - rule 1.9: reject via on_error
+            subscribe_failed(subscriber, error)
+            return
+        subscriber.on_subscribe(_IteratorSubscription(subscriber, iterator))
+
+
+def from_iterable(iterable: Iterable[Any]) -> Publisher[Any]:
+    """A publisher of the items of ``iterable`` (a fresh ``iter()`` per subscriber)."""
+    return IterablePublisher(iterable)
+
+
+def just(*items: Any) -> Publisher[Any]:
+    """A publisher of exactly ``items``, then on_complete."""
+    for item in items:
+        check_signal_argument(item, "just")
+    return IterablePublisher(items)
+
+
+def range_(start: int, count: int) -> Publisher[int]:
+    """A publisher of ``count`` consecutive integers from ``start``."""
+    if count < 0:
+        raise ValueError(f"count must be >= 0, got {count}")
+    return IterablePublisher(range(start, start + count))
+
+
+def empty() -> Publisher[Any]:
+    """A publisher that completes at once without items (rule 1.5: no request needed)."""
+    return _Terminated(None)
+
+
+def error(exception: BaseException | Callable[[], BaseException]) -> Publisher[Any]:
+    """A publisher that signals ``on_subscribe`` and then ``on_error`` (rule 1.4).
+
+    Pass a callable to create a fresh exception per subscriber, so tracebacks don't pile up.
+    """
+    check_signal_argument(exception, "error")
+    return _Terminated(exception)
+
+
+class _Terminated(Publisher[Any]):
+    """Terminates each subscriber right after on_subscribe: completes, or fails with an error."""
+
+    __slots__ = ("_error",)
+
+    def __init__(self, error: BaseException | Callable[[], BaseException] | None) -> None:
+        self._error = error
+
+    def subscribe(self, subscriber: Subscriber[Any]) -> None:
+        check_subscriber(subscriber)
+        failure = self._error
+        if failure is None:
+            subscriber.on_subscribe(NOOP_SUBSCRIPTION)
+            subscriber.on_complete()
+            return
+        subscribe_failed(
+            subscriber, failure if isinstance(failure, BaseException) else failure()
+        )
+
+
+def defer(factory: Callable[[], Publisher[Any]]) -> Publisher[Any]:
+    """A publisher that calls ``factory`` for each subscriber and subscribes to its result."""
+    return _Deferred(factory)
+
+
+class _Deferred(Publisher[Any]):
+    __slots__ = ("_factory",)
+
+    def __init__(self, factory: Callable[[], Publisher[Any]]) -> None:
+        self._factory = factory
+
+    def subscribe(self, subscriber: Subscriber[Any]) -> None:
+        check_subscriber(subscriber)
+        try:
+            publisher = self._factory()
+        except Exception as failure:  # noqa: BLE001 - rule 1.9: reject via on_error
+            subscribe_failed(subscriber, failure)
+            return
+        publisher.subscribe(subscriber)
