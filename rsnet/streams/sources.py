@@ -15,33 +15,49 @@ from .rules import check_signal_argument, check_subscriber
 from .subscriptions import NOOP_SUBSCRIPTION, EmittingSubscription, subscribe_failed
 
 
+_UNFETCHED: Any = object()
+
+
 class _IteratorSubscription(EmittingSubscription):
-    __slots__ = ("_iterator",)
+    """Emits from an iterator, looking one item ahead once demand runs out.
+
+    The look-ahead lets the last item be followed by on_complete without further demand
+    (as RxJava's ``hasNext`` check does), at the price of fetching one item early.
+    """
+
+    __slots__ = ("_iterator", "_ahead")
 
     def __init__(self, subscriber: Subscriber[Any], iterator: Iterator[Any]) -> None:
         super().__init__(subscriber)
         self._iterator = iterator
+        self._ahead = _UNFETCHED
 
     def _emit(self) -> bool:
-        iterator = self._iterator
-        while self.requested and not self.cancelled and self._bad_request is None:
-            try:
-                item = next(iterator)
-            except StopIteration:
-                self._signal_complete()
-                return False
-            except Exception as error:  # noqa: BLE001 - the source failed: rule 1.4
-                self._signal_error(error)
-                return False
-            if item is None:
-                self._signal_error(TypeError("rule 2.13: the iterable produced None"))
+        while not self.cancelled and self._bad_request is None:
+            if self._ahead is _UNFETCHED:
+                try:
+                    item = next(self._iterator)
+                except StopIteration:
+                    self._signal_complete()
+                    return False
+                except Exception as error:  # noqa: BLE001 - the source failed: rule 1.4
+                    self._signal_error(error)
+                    return False
+                if item is None:
+                    self._signal_error(TypeError("rule 2.13: the iterable produced None"))
+                    return False
+            else:
+                item, self._ahead = self._ahead, _UNFETCHED
+            if not self.requested:
+                self._ahead = item  # demand ran out: keep it for the next request
                 return False
             self._signal_next(item)
-        # Loop again only if something besides demand changed (cancel, bad request).
+        # Loop again only if something besides demand changed (a bad request).
         return self._bad_request is not None
 
     def _on_cancel(self) -> None:
         self._iterator = iter(())  # drop the source's references (rule 3.13)
+        self._ahead = _UNFETCHED
 
 
 class IterablePublisher(Publisher[Any]):

@@ -24,7 +24,7 @@ class _SerialSubscriber(Subscriber[Any]):
 
     __slots__ = (
         "downstream", "arbiter", "_produced", "_subscribing", "_again", "_emitting",
-        "_pending_error", "done",
+        "_pending_error", "_upstream_active", "done",
     )
 
     def __init__(self, downstream: Subscriber[Any]) -> None:
@@ -35,6 +35,7 @@ class _SerialSubscriber(Subscriber[Any]):
         self._again = False
         self._emitting = False
         self._pending_error: BaseException | None = None
+        self._upstream_active = False
         self.done = False
 
     def start(self) -> None:
@@ -46,6 +47,10 @@ class _SerialSubscriber(Subscriber[Any]):
 
     def on_subscribe(self, subscription: Subscription) -> None:
         check_signal_argument(subscription, "on_subscribe")
+        if self._upstream_active:
+            subscription.cancel()  # rule 2.5: the current upstream has not terminated
+            return
+        self._upstream_active = True
         self.arbiter.set_subscription(subscription)
 
     def on_next(self, item: Any) -> None:
@@ -63,6 +68,7 @@ class _SerialSubscriber(Subscriber[Any]):
 
     def _subscribe_next(self) -> None:
         """Account for the finished upstream and subscribe to the next, iteratively."""
+        self._upstream_active = False
         if self._produced:
             self.arbiter.produced(self._produced)
             self._produced = 0
