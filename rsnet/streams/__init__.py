@@ -8,6 +8,7 @@ from . import operators as ops
 from .async_sources import ProducerCancelledError, from_async_iterable, from_channel
 from .interfaces import Processor, Publisher, Subscriber, Subscription
 from .iterate import iterate
+from .processors import MulticastProcessor
 from .rules import (
     MAX_DEMAND,
     MissingBackpressureError,
@@ -20,6 +21,7 @@ from .threads import ThreadSafeSubscription, blocking_iterate, subscribe_from_th
 __all__ = [
     "MAX_DEMAND",
     "MissingBackpressureError",
+    "MulticastProcessor",
     "ProducerCancelledError",
     "Processor",
     "Publisher",

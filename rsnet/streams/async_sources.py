@@ -3,12 +3,13 @@
 Where the producer task lives
 -----------------------------
 Each subscription runs one producer task, in the nursery given when the publisher was
-created. The task is started by the first ``request`` (a subscriber that never requests costs
-nothing), pulls the next item from the async iterator only while there is outstanding demand,
-so the source never runs ahead of its subscriber (rule 1.1), and lives in its own cancel
-scope: ``cancel()`` cancels that scope at once (rules 3.5, 3.12). When the nursery's owner is
-cancelled the subscriber receives :class:`ProducerCancelledError`. No task outlives its
-nursery, so no task is orphaned.
+created. ``subscribe`` opens the async iterator and starts the task, so a source that cannot
+start (its factory raises, the nursery is closed) rejects the subscriber at once with
+``on_subscribe`` then ``on_error`` (rule 1.9). The task pulls the next item from the iterator
+only while there is outstanding demand, so the source never runs ahead of its subscriber
+(rule 1.1), and lives in its own cancel scope: ``cancel()`` cancels that scope at once
+(rules 3.5, 3.12). When the nursery's owner is cancelled the subscriber receives
+:class:`ProducerCancelledError`. No task outlives its nursery, so no task is orphaned.
 """
 
 from __future__ import annotations
@@ -27,34 +28,30 @@ class ProducerCancelledError(Exception):
 
 
 class _ProducerSubscription(EmittingSubscription):
-    __slots__ = ("_open", "_nursery", "_release", "_scope", "_demand", "_started")
+    __slots__ = ("_release", "_scope", "_demand")
 
     def __init__(
-        self,
-        subscriber: Subscriber[Any],
-        open_iterator: Callable[[], AsyncIterator[Any]],
-        nursery: trio.Nursery,
-        release: Callable[[], None] | None = None,
+        self, subscriber: Subscriber[Any], release: Callable[[], None] | None = None
     ) -> None:
         super().__init__(subscriber)
-        self._open = open_iterator
-        self._nursery = nursery
         self._release = release
         self._scope = trio.CancelScope()
         self._demand = trio.Event()
-        self._started = False
+
+    def start(self, open_iterator: Callable[[], AsyncIterator[Any]], nursery: trio.Nursery) -> None:
+        """Open the source and start the producer; call right after ``on_subscribe``."""
+        if self.cancelled:
+            return
+        try:
+            iterator = open_iterator()
+            nursery.start_soon(self._produce, iterator)
+        except Exception as error:  # noqa: BLE001 - rule 1.9: reject with on_error
+            # (RuntimeError from start_soon means the nursery is closed to new tasks)
+            self._signal_error(error)
 
     def _emit(self) -> bool:
-        # Called from request(): wake (or start) the producer; it emits on its own task.
-        if self.requested:
-            if not self._started:
-                self._started = True
-                try:
-                    self._nursery.start_soon(self._produce)
-                except RuntimeError as error:  # the nursery is closed to new tasks
-                    self._signal_error(error)
-                    return False
-            self._demand.set()
+        # Called from request(): the producer emits on its own task; wake it.
+        self._demand.set()
         return False
 
     def _on_cancel(self) -> None:
@@ -62,13 +59,8 @@ class _ProducerSubscription(EmittingSubscription):
         if self._release is not None:
             self._release()
 
-    async def _produce(self) -> None:
+    async def _produce(self, iterator: AsyncIterator[Any]) -> None:
         with self._scope:
-            try:
-                iterator = self._open()
-            except Exception as error:  # noqa: BLE001 - rule 1.4
-                self._signal_error(error)
-                return
             try:
                 await self._pump(iterator)
             except trio.Cancelled:
@@ -134,7 +126,9 @@ class AsyncIterablePublisher(Publisher[Any]):
 
     def subscribe(self, subscriber: Subscriber[Any]) -> None:
         check_subscriber(subscriber)
-        subscriber.on_subscribe(_ProducerSubscription(subscriber, self._open, self._nursery))
+        subscription = _ProducerSubscription(subscriber)
+        subscriber.on_subscribe(subscription)
+        subscription.start(self._open, self._nursery)
 
     def _open(self) -> AsyncIterator[Any]:
         source = self._source
@@ -180,9 +174,9 @@ class ChannelPublisher(Publisher[Any]):
         channel = self._channel
         # Closing the channel when the subscription ends, even before the producer
         # started, is what makes the senders notice a cancel.
-        subscriber.on_subscribe(
-            _ProducerSubscription(subscriber, channel.__aiter__, self._nursery, channel.close)
-        )
+        subscription = _ProducerSubscription(subscriber, channel.close)
+        subscriber.on_subscribe(subscription)
+        subscription.start(channel.__aiter__, self._nursery)
 
 
 def from_channel(

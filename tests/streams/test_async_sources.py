@@ -12,7 +12,7 @@ from rsnet.streams import ProducerCancelledError
 from .support import Recorder
 
 
-async def test_producer_starts_on_first_request_and_pulls_only_under_demand():
+async def test_rule_1_1_the_producer_pulls_from_the_source_only_under_demand():
     pulled = []
 
     async def numbers():
@@ -94,16 +94,27 @@ async def test_producer_cancelled_with_its_owner_nursery_signals_an_error():
     assert [type(e) for e in recorder.errors] == [ProducerCancelledError]
 
 
-async def test_a_closed_nursery_rejects_the_subscription_with_on_error():
+async def test_rule_1_9_a_closed_nursery_rejects_the_subscription_with_on_error():
     async with trio.open_nursery() as nursery:
         pass
 
     async def one():
         yield 1
 
-    recorder = Recorder(initial=1)
+    recorder = Recorder()  # no request needed to learn of the rejection
     rsnet.from_async_iterable(one, nursery=nursery).subscribe(recorder)
     assert recorder.signals == ["on_subscribe", "on_error"]
+
+
+async def test_rule_1_9_a_failing_source_factory_rejects_the_subscription():
+    def factory():
+        raise ConnectionRefusedError("no source today")
+
+    async with trio.open_nursery() as nursery:
+        recorder = Recorder()
+        rsnet.from_async_iterable(factory, nursery=nursery).subscribe(recorder)
+    assert recorder.signals == ["on_subscribe", "on_error"]
+    assert isinstance(recorder.errors[0], ConnectionRefusedError)
 
 
 async def test_rule_3_9_request_zero_on_async_source():

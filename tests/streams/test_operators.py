@@ -382,3 +382,62 @@ def test_rule_2_5_a_second_on_subscribe_is_cancelled(make):
     intruder = ManualPublisher()
     intruder.subscribe(stage_subscriber)
     assert intruder.last.cancelled and intruder.last.requests == []
+
+
+# -- MulticastProcessor ---------------------------------------------------------------------
+
+
+def test_multicast_processor_is_paced_by_the_slowest_subscriber():
+    processor = rsnet.MulticastProcessor(buffer_size=4)
+    source = ManualPublisher()
+    source.subscribe(processor)
+    fast, slow = Recorder(initial=10), Recorder(initial=1)
+    processor.subscribe(fast)
+    processor.subscribe(slow)
+    assert source.last.requests == [4]
+    source.last.emit(1, 2, 3, 4)
+    assert fast.items == [1] and slow.items == [1]  # lockstep: item 2 waits for the slow one
+    slow.request(10)
+    assert fast.items == slow.items == [1, 2, 3, 4]
+    assert source.last.requests == [4, 3]  # replenished as items left the buffer
+
+
+def test_multicast_processor_error_reaches_everyone_without_demand():
+    processor = rsnet.MulticastProcessor()
+    source = ManualPublisher()
+    source.subscribe(processor)
+    first, second = Recorder(), Recorder()
+    processor.subscribe(first)
+    processor.subscribe(second)
+    source.last.fail(OSError("upstream died"))
+    assert [type(e) for e in first.errors + second.errors] == [OSError, OSError]
+    late = Recorder()
+    processor.subscribe(late)
+    assert late.signals == ["on_subscribe", "on_error"]
+
+
+def test_multicast_processor_cancelled_subscriber_no_longer_holds_back_the_rest():
+    processor = rsnet.MulticastProcessor(buffer_size=8)
+    source = ManualPublisher()
+    source.subscribe(processor)
+    stuck, active = Recorder(), Recorder(initial=10)
+    processor.subscribe(stuck)
+    processor.subscribe(active)
+    source.last.emit(1, 2)
+    assert active.items == []
+    stuck.cancel()
+    assert active.items == [1, 2]
+
+
+def test_multicast_processor_rule_3_9_only_fails_the_offending_subscriber():
+    processor = rsnet.MulticastProcessor()
+    source = ManualPublisher()
+    source.subscribe(processor)
+    bad, good = Recorder(), Recorder(initial=5)
+    processor.subscribe(bad)
+    processor.subscribe(good)
+    bad.request(0)
+    source.last.emit(1)
+    source.last.complete()
+    assert [type(e) for e in bad.errors] == [ValueError]
+    assert good.items == [1] and good.completions == 1
