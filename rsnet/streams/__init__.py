@@ -8,7 +8,7 @@ from . import operators as ops
 from .async_sources import ProducerCancelledError, from_async_iterable, from_channel
 from .interfaces import Processor, Publisher, Subscriber, Subscription
 from .iterate import iterate
-from .processors import MulticastProcessor
+from .processors import MulticastProcessor, ProcessorCancelledError
 from .rules import (
     MAX_DEMAND,
     MissingBackpressureError,
@@ -24,6 +24,7 @@ __all__ = [
     "MulticastProcessor",
     "ProducerCancelledError",
     "Processor",
+    "ProcessorCancelledError",
     "Publisher",
     "Subscriber",
     "Subscription",

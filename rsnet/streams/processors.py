@@ -8,8 +8,10 @@ is subscribed wait in the buffer.
 
 An upstream ``on_error`` is passed to every subscriber at once, without waiting for demand or
 for the buffer (as the TCK's processor tests require); ``on_complete`` follows the buffered
-items. A subscriber arriving after termination receives the terminal signal right after
-``on_subscribe``.
+items. When the last subscriber cancels, the upstream is cancelled too (reference counting,
+so cancel travels back to the source) and the processor ends with
+:class:`ProcessorCancelledError`. A subscriber arriving after the end receives the terminal
+signal right after ``on_subscribe``.
 """
 
 from __future__ import annotations
@@ -28,6 +30,10 @@ from .rules import (
     report_undeliverable,
 )
 from .subscriptions import deliver_safely
+
+
+class ProcessorCancelledError(Exception):
+    """The processor's upstream was cancelled because its last subscriber cancelled."""
 
 
 class _MulticastSubscription(Subscription):
@@ -78,7 +84,7 @@ class MulticastProcessor(Processor[Any, Any]):
     def on_subscribe(self, subscription: Subscription) -> None:
         check_signal_argument(subscription, "on_subscribe")
         if self._upstream is not None or self._done:
-            subscription.cancel()  # rule 2.5
+            subscription.cancel()  # rule 2.5, or nobody is left to receive anything
             return
         self._upstream = subscription
         subscription.request(self._buffer_size)
@@ -123,6 +129,12 @@ class MulticastProcessor(Processor[Any, Any]):
             self._subscriptions.remove(subscription)
         except ValueError:
             return
+        if not self._subscriptions and not self._done:
+            self._done = True
+            self._error = ProcessorCancelledError("the last subscriber cancelled")
+            self._queue.clear()
+            if self._upstream is not None:
+                self._upstream.cancel()
         self._drain()  # the slowest may have gone: the others can move on
 
     # -- the drain loop -----------------------------------------------------------------------

@@ -441,3 +441,19 @@ def test_multicast_processor_rule_3_9_only_fails_the_offending_subscriber():
     source.last.complete()
     assert [type(e) for e in bad.errors] == [ValueError]
     assert good.items == [1] and good.completions == 1
+
+
+def test_multicast_processor_cancels_upstream_when_the_last_subscriber_leaves():
+    processor = rsnet.MulticastProcessor()
+    source = ManualPublisher()
+    source.subscribe(processor)
+    first, second = Recorder(initial=1), Recorder(initial=1)
+    processor.subscribe(first)
+    processor.subscribe(second)
+    first.cancel()
+    assert not source.last.cancelled
+    second.cancel()
+    assert source.last.cancelled  # cancel travels back to the source
+    late = Recorder()
+    processor.subscribe(late)
+    assert [type(e) for e in late.errors] == [rsnet.ProcessorCancelledError]
