@@ -1,0 +1,43 @@
+"""The transport contract every I/O flavour implements."""
+
+from __future__ import annotations
+
+import abc
+
+
+class TransportClosed(ConnectionError):
+    """The transport failed or was closed under us (reset, TLS failure, WebSocket close)."""
+
+
+class Transport(abc.ABC):
+    """A bidirectional channel for protocol bytes.
+
+    ``message_based`` tells the connection driver how to hand bytes over: ``False`` (TCP):
+    any chunks, concatenated on the wire; ``True`` (WebSocket): each chunk is one message and
+    must hold whole frames. One task may receive while another sends; at most one of each.
+    """
+
+    message_based: bool = False
+
+    @abc.abstractmethod
+    async def receive(self) -> bytes:
+        """The next received bytes (a message, for message transports); ``b""`` at end of file.
+
+        Raises :class:`TransportClosed` if the transport broke.
+        """
+
+    @abc.abstractmethod
+    async def send(self, chunks: list[bytes] | list[bytearray]) -> None:
+        """Send ``chunks`` in order, as one write where possible.
+
+        Raises :class:`TransportClosed` if the transport broke.
+        """
+
+    @abc.abstractmethod
+    async def aclose(self) -> None:
+        """Close the transport (after flushing what was sent). Idempotent."""
+
+    @property
+    @abc.abstractmethod
+    def peer(self) -> str:
+        """A printable address of the other end, for logs."""

@@ -1,0 +1,75 @@
+"""TCP and TLS byte streams, as :class:`Transport`."""
+
+from __future__ import annotations
+
+import ssl
+
+import trio
+
+from .base import Transport, TransportClosed
+
+RECEIVE_SIZE = 65536
+
+
+class TcpTransport(Transport):
+    """A trio ``Stream`` (a TCP socket, or TLS over one) carrying the protocol's byte stream."""
+
+    message_based = False
+
+    def __init__(self, stream: trio.abc.Stream, peer: str = "?") -> None:
+        self._stream = stream
+        self._peer = peer
+
+    @property
+    def peer(self) -> str:
+        return self._peer
+
+    async def receive(self) -> bytes:
+        try:
+            return await self._stream.receive_some(RECEIVE_SIZE)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, ssl.SSLError, OSError) as error:
+            raise TransportClosed(f"receive from {self._peer} failed: {error!r}") from error
+
+    async def send(self, chunks: list[bytes] | list[bytearray]) -> None:
+        data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        try:
+            await self._stream.send_all(data)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, ssl.SSLError, OSError) as error:
+            raise TransportClosed(f"send to {self._peer} failed: {error!r}") from error
+
+    async def aclose(self) -> None:
+        await trio.aclose_forcefully(self._stream)
+
+
+def describe_peer(stream: trio.abc.Stream) -> str:
+    """``host:port`` of the remote end of a socket stream (through any TLS layer)."""
+    while isinstance(stream, trio.SSLStream):
+        stream = stream.transport_stream
+    try:
+        host, port, *_ = stream.socket.getpeername()  # type: ignore[attr-defined]
+    except (AttributeError, OSError):
+        return "?"
+    return f"{host}:{port}"
+
+
+async def open_stream(
+    host: str, port: int, ssl_context: ssl.SSLContext | None = None
+) -> trio.abc.Stream:
+    """A connected TCP stream, wrapped in TLS when ``ssl_context`` is given."""
+    try:
+        stream: trio.abc.Stream = await trio.open_tcp_stream(host, port)
+        if ssl_context is not None:
+            tls = trio.SSLStream(stream, ssl_context, server_hostname=host)
+            await tls.do_handshake()
+            stream = tls
+    except (OSError, ssl.SSLError, trio.BrokenResourceError) as error:
+        raise TransportClosed(f"cannot connect to {host}:{port}: {error}") from error
+    return stream
+
+
+async def connect_tcp(
+    host: str, port: int, ssl_context: ssl.SSLContext | None = None
+) -> TcpTransport:
+    """Connect to ``host:port`` over TCP (TLS with ``ssl_context``)."""
+    stream = await open_stream(host, port, ssl_context)
+    return TcpTransport(stream, f"{host}:{port}")

@@ -1,0 +1,81 @@
+"""TCP and WebSocket transports over real loopback sockets."""
+
+from __future__ import annotations
+
+from functools import partial
+
+import pytest
+import trio
+
+from rsnet.transport import (
+    TcpTransport,
+    TransportClosed,
+    accept_websocket,
+    connect_tcp,
+    connect_websocket,
+)
+from rsnet.transport.tcp import describe_peer
+
+
+async def _echo(transport):
+    try:
+        while data := await transport.receive():
+            await transport.send([data])
+    finally:
+        await transport.aclose()
+
+
+async def _serve(nursery, handler):
+    listeners = await nursery.start(partial(trio.serve_tcp, handler, 0, host="127.0.0.1"))
+    return listeners[0].socket.getsockname()[1]
+
+
+async def test_tcp_round_trip():
+    async with trio.open_nursery() as nursery:
+
+        async def handler(stream):
+            await _echo(TcpTransport(stream, describe_peer(stream)))
+
+        port = await _serve(nursery, handler)
+        client = await connect_tcp("127.0.0.1", port)
+        await client.send([b"hello ", b"world"])
+        received = b""
+        while len(received) < 11:
+            received += await client.receive()
+        assert received == b"hello world"
+        await client.aclose()
+        nursery.cancel_scope.cancel()
+
+
+async def test_websocket_keeps_message_boundaries_and_closes_cleanly():
+    async with trio.open_nursery() as nursery:
+
+        async def handler(stream):
+            transport = await accept_websocket(stream, max_message_size=1 << 20, path="/rsnet")
+            assert transport is not None
+            await _echo(transport)
+
+        port = await _serve(nursery, handler)
+        client = await connect_websocket(f"ws://127.0.0.1:{port}/rsnet", max_message_size=1 << 20)
+        await client.send([b"one", b"two", b"x" * 100_000])
+        assert [await client.receive() for _ in range(3)] == [b"one", b"two", b"x" * 100_000]
+        await client.aclose()
+        nursery.cancel_scope.cancel()
+
+
+async def test_websocket_wrong_path_is_refused():
+    async with trio.open_nursery() as nursery:
+
+        async def handler(stream):
+            assert await accept_websocket(stream, max_message_size=1 << 20, path="/rsnet") is None
+            await stream.aclose()
+
+        port = await _serve(nursery, handler)
+        with pytest.raises(TransportClosed):
+            await connect_websocket(f"ws://127.0.0.1:{port}/elsewhere", max_message_size=1 << 20)
+        nursery.cancel_scope.cancel()
+
+
+async def test_connecting_to_a_closed_port_fails_clearly():
+    with pytest.raises(TransportClosed, match="cannot connect"):
+        await connect_tcp("127.0.0.1", 1)
