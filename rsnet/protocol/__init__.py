@@ -11,7 +11,7 @@ transport (TCP, WebSocket, a blocking socket in a Spark worker) drives a :class:
 This package must never import trio, asyncio, sockets, threads or clocks; a test checks it.
 """
 
-from .codec import FrameDecoder, encode_frame, new_packer
+from .codec import FrameDecoder, encode_frame
 from .connection import Connection, Role, State
 from .errors import ErrorCode, LocalProtocolError, ProtocolError, RemoteProtocolError
 from .events import ConnectionClosed, Event, Items
@@ -82,6 +82,5 @@ __all__ = [
     "Welcome",
     "encode_frame",
     "frame_fields",
-    "new_packer",
     "parse_frame",
 ]

@@ -32,7 +32,7 @@ def new_packer() -> msgpack.Packer:
 
 def encode_frame(frame: Frame) -> bytes:
     """The exact bytes of ``frame`` on the wire. Convenient, not fast: see ``Connection``."""
-    return msgpack.packb(frame_fields(frame), use_bin_type=True)
+    return new_packer().pack(frame_fields(frame))
 
 
 class FrameDecoder:
@@ -46,8 +46,10 @@ class FrameDecoder:
     __slots__ = ("_unpacker", "_limit", "_fed", "_frame_start")
 
     def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
-        # A length header larger than these cannot fit in a frame (each array element takes
-        # a byte at least, each map entry two), so the unpacker refuses it before allocating.
+        # No frame can hold more array elements than bytes, nor more map entries than half
+        # as many: the unpacker refuses a larger count before allocating for it. String,
+        # binary and ext lengths get the same bound, though the size check below, which
+        # counts bytes as they arrive, usually stops such frames first.
         self._unpacker = msgpack.Unpacker(
             raw=False,
             strict_map_key=True,

@@ -56,6 +56,7 @@ from .frames import (
 )
 
 _NEXT = FrameType.NEXT.value
+_MAX_NEXT_PREFIX = 11  # array header, type, and a stream id of up to 9 bytes
 _NO_RUN = object()  # compares equal to no decoded value: "no Items event is being filled"
 
 
@@ -110,6 +111,7 @@ class Connection:
 
     ``receive_data`` never raises for anything the peer sends; ``send_*`` methods raise
     :class:`LocalProtocolError` when the frame would break the protocol, and write nothing.
+    A connection is not thread-safe: one task or thread drives it.
     """
 
     def __init__(
@@ -365,7 +367,7 @@ class Connection:
         stream = self._stream_for_send(stream_id)
         if stream is None:
             return
-        if (stream_id & 1) == self._parity or stream.accepted:
+        if self._ours(stream_id) or stream.accepted:
             raise LocalProtocolError(ErrorCode.PROTOCOL_ERROR, f"stream {stream_id} cannot be accepted by this side")
         self._write_frame(Accept(stream_id, _metadata(metadata)))
         self._accepted(stream_id, stream)
@@ -381,7 +383,7 @@ class Connection:
         stream = self._stream_for_send(stream_id)
         if stream is None:
             return
-        if stream.publishing or (not stream.accepted and (stream_id & 1) != self._parity):
+        if stream.publishing or (not stream.accepted and not self._ours(stream_id)):
             raise LocalProtocolError(ErrorCode.PROTOCOL_ERROR, f"cannot REQUEST on stream {stream_id} now")
         if type(n) is not int or n <= 0:
             raise LocalProtocolError(ErrorCode.INVALID_REQUEST, f"rule 3.9: request({n!r}) must be positive")
@@ -412,23 +414,25 @@ class Connection:
         when the frame exceeds the peer's max_frame_size, ``APPLICATION_ERROR`` when the item
         is not encodable. A no-op when the stream was closed (e.g. the peer cancelled).
         """
-        stream = self._sendable.get(stream_id)
-        if stream is None or item is None:
+        try:
+            stream = self._sendable[stream_id]
+        except KeyError:
             return self._refuse_items(stream_id, [item])
         demand = stream.demand
-        if not demand:
+        if not demand or item is None:
             return self._refuse_items(stream_id, [item])
         try:
             body = self._pack(item)
         except Exception as exc:
             raise _not_encodable(exc) from exc
-        prefix = stream.next_prefix
         out = self._out
-        if len(out) + len(prefix) + len(body) > self._cut_at:
-            self._cut(len(prefix) + len(body))
+        # Measuring the body against a limit lowered by the longest prefix saves work per item;
+        # the cost is that a WebSocket message may end a few bytes before it had to.
+        if len(out) + len(body) > self._cut_at - _MAX_NEXT_PREFIX:
+            self._cut(len(stream.next_prefix) + len(body))
         if demand != MAX_INT:
             stream.demand = demand - 1
-        out += prefix
+        out += stream.next_prefix
         out += body
 
     def send_batch(self, stream_id: int, items: list[Any] | tuple[Any, ...]) -> None:
@@ -526,13 +530,18 @@ class Connection:
             f"rule 1.1: the peer's outstanding demand on stream {stream_id} is {stream.demand}",
         )
 
+    def _ours(self, stream_id: int) -> bool:
+        """Whether this side allocated (opened) ``stream_id``: client ids are odd."""
+        return (stream_id & 1) == self._parity
+
+    def _was_opened(self, stream_id: int) -> bool:
+        """Whether ``stream_id`` was ever opened: ids are allocated in order, never reused."""
+        return 0 < stream_id < (self._next_id if self._ours(stream_id) else self._peer_next_id)
+
     def _stream_for_send(self, stream_id: int) -> _Stream | None:
         """The open stream, or ``None`` if it was open once and has ended; raises otherwise."""
         stream = self._streams.get(stream_id)
-        if stream is None and not (
-            type(stream_id) is int
-            and 0 < stream_id < (self._next_id if (stream_id & 1) == self._parity else self._peer_next_id)
-        ):
+        if stream is None and not (type(stream_id) is int and self._was_opened(stream_id)):
             raise LocalProtocolError(ErrorCode.PROTOCOL_ERROR, f"stream {stream_id!r} was never opened")
         return stream
 
@@ -550,7 +559,7 @@ class Connection:
 
     def _open(self, stream_id: int, *, publishing: bool, demand: int) -> None:
         self._streams[stream_id] = _Stream(stream_id, publishing, demand, self._pack)
-        if (stream_id & 1) == self._parity:
+        if self._ours(stream_id):
             self._next_id += 2
             self._local_open += 1
         else:
@@ -564,7 +573,7 @@ class Connection:
     def _close_stream(self, stream_id: int) -> None:
         del self._streams[stream_id]
         self._sendable.pop(stream_id, None)
-        if (stream_id & 1) == self._parity:
+        if self._ours(stream_id):
             self._local_open -= 1
         else:
             self._peer_open -= 1
@@ -596,11 +605,11 @@ class Connection:
             return self._on_welcome(frame)
         raise _violation(f"{frame.TYPE.name} in state {self._state.name}")
 
-    def _fail(self, code: int, message: str) -> None:
+    def _fail(self, code: int, message: str, data: Any = None) -> None:
         """A connection-level violation by the peer: answer with CONN_ERROR and close."""
-        self._write_frame(ConnError(code, message, None))
+        self._write_frame(ConnError(code, message, data))
         self._close()
-        self._events.append(ConnectionClosed(code, message, None, by_peer=False))
+        self._events.append(ConnectionClosed(code, message, data, by_peer=False))
 
     def _stream_error(self, stream_id: int, code: int, message: str) -> None:
         """A stream-level violation by the peer: end the stream with ERROR, keep the connection."""
@@ -611,10 +620,11 @@ class Connection:
 
     def _on_hello(self, hello: Hello) -> None:
         if PROTOCOL_VERSION not in hello.versions:
-            message = f"no common version: offered {hello.versions}, supported [{PROTOCOL_VERSION}]"
-            self._write_frame(ConnError(ErrorCode.UNSUPPORTED_VERSION, message, {"versions": [PROTOCOL_VERSION]}))
-            self._close()
-            self._events.append(ConnectionClosed(ErrorCode.UNSUPPORTED_VERSION, message, None, by_peer=False))
+            self._fail(
+                ErrorCode.UNSUPPORTED_VERSION,
+                f"no common version: offered {hello.versions}, supported [{PROTOCOL_VERSION}]",
+                {"versions": [PROTOCOL_VERSION]},
+            )
             return
         self._handshake(PROTOCOL_VERSION, hello.settings, self.keepalive_interval)
         self._state = State.AWAIT_ACCEPT
@@ -680,9 +690,7 @@ class Connection:
     def _peer_stream(self, stream_id: int) -> _Stream | None:
         """The open stream a received frame is for, ``None`` if it has ended (drop the frame)."""
         stream = self._streams.get(stream_id)
-        if stream is None and stream_id >= (
-            self._next_id if (stream_id & 1) == self._parity else self._peer_next_id
-        ):
+        if stream is None and not self._was_opened(stream_id):
             raise _violation(f"frame for stream {stream_id}, which was never opened")
         return stream
 
@@ -690,7 +698,7 @@ class Connection:
         stream = self._peer_stream(accept.stream_id)
         if stream is None:
             return
-        if (accept.stream_id & 1) != self._parity or stream.accepted:
+        if not self._ours(accept.stream_id) or stream.accepted:
             raise _violation(f"ACCEPT for stream {accept.stream_id}, which the peer cannot accept")
         self._accepted(accept.stream_id, stream)
         self._events.append(accept)
@@ -699,7 +707,7 @@ class Connection:
         stream = self._peer_stream(request.stream_id)
         if stream is None:
             return
-        if not stream.publishing or (not stream.accepted and (request.stream_id & 1) == self._parity):
+        if not stream.publishing or (not stream.accepted and self._ours(request.stream_id)):
             raise _violation(f"REQUEST on stream {request.stream_id}, where the peer may not request")
         if request.n <= 0:
             self._stream_error(

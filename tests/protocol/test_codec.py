@@ -1,0 +1,102 @@
+"""Framing and encoding (SPEC "Framing", "Encoding"): round trips, chunking, the size limit."""
+
+from __future__ import annotations
+
+import tracemalloc
+from typing import Any
+
+import msgpack
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from rsnet.protocol import (
+    MIN_MAX_FRAME_SIZE, ErrorCode, FrameDecoder, Next, RemoteProtocolError, encode_frame, parse_frame,
+)
+
+from .strategies import frames
+from .support import PROPERTY
+
+
+def decode_all(decoder: FrameDecoder, chunks: list[bytes]) -> list[Any]:
+    return [parse_frame(fields) for chunk in chunks for fields in decoder.frames(chunk)]
+
+
+@PROPERTY
+@given(frames)
+def test_every_frame_type_round_trips(frame: Any) -> None:
+    assert decode_all(FrameDecoder(), [encode_frame(frame)]) == [frame]
+
+
+@PROPERTY
+@given(st.lists(frames, min_size=1, max_size=8), st.data())
+def test_frames_survive_any_split_of_the_byte_stream(sequence: list[Any], data: st.DataObject) -> None:
+    stream = b"".join(encode_frame(f) for f in sequence)
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(stream)), max_size=6)))
+    chunks = [stream[a:b] for a, b in zip([0, *cuts], [*cuts, len(stream)])]
+    decoder = FrameDecoder()
+    assert decode_all(decoder, chunks) == sequence
+    assert decoder.buffered == 0
+
+
+def test_a_frame_of_exactly_max_frame_size_is_accepted() -> None:
+    limit = MIN_MAX_FRAME_SIZE
+    overhead = len(encode_frame(Next(1, "")))
+    frame = encode_frame(Next(1, "x" * (limit - overhead - 2)))  # str8 -> str16 adds 2 header bytes
+    assert len(frame) == limit
+    assert decode_all(FrameDecoder(limit), [frame[:100], frame[100:]]) == [Next(1, "x" * (limit - overhead - 2))]
+
+
+def test_a_frame_one_byte_over_max_frame_size_is_too_large() -> None:
+    limit = MIN_MAX_FRAME_SIZE
+    frame = encode_frame(Next(1, "x" * (limit - len(encode_frame(Next(1, ""))) - 1)))
+    assert len(frame) == limit + 1
+    decoder = FrameDecoder(limit)
+    with pytest.raises(RemoteProtocolError) as caught:
+        decode_all(decoder, [frame])
+    assert caught.value.code == ErrorCode.FRAME_TOO_LARGE
+
+
+def test_frames_before_a_fault_are_delivered() -> None:
+    decoder = FrameDecoder()
+    got = []
+    with pytest.raises(RemoteProtocolError) as caught:
+        for fields in decoder.frames(encode_frame(Next(1, 1)) + b"\xc1"):
+            got.append(fields)
+    assert got == [[21, 1, 1]]
+    assert caught.value.code == ErrorCode.PROTOCOL_ERROR
+
+
+def test_decoder_never_holds_more_than_max_frame_size_of_an_unfinished_frame() -> None:
+    # An array of 16383 two-byte ints is a legal header but a 32 KiB frame. Fed in socket-sized
+    # chunks, the decoder must fail at the limit, having held less than the limit and allocated
+    # a small multiple of it, never the whole 4 MiB stream.
+    limit = MIN_MAX_FRAME_SIZE
+    decoder = FrameDecoder(limit)
+    stream = [b"\x93\x15\x01\xdc\x3f\xff"] + [b"\xcc\x01" * 2048] * 1024
+    tracemalloc.start()
+    try:
+        with pytest.raises(RemoteProtocolError) as caught:
+            for chunk in stream:
+                for _ in decoder.frames(chunk):
+                    pass
+                assert decoder.buffered < limit
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert caught.value.code == ErrorCode.FRAME_TOO_LARGE
+    assert peak < 16 * limit
+
+
+def test_map_keys_other_than_strings_and_binary_are_refused() -> None:
+    # Integer keys would let a peer choose hash collisions and make decoding quadratic.
+    with pytest.raises(RemoteProtocolError) as caught:
+        list(FrameDecoder().frames(msgpack.packb([21, 1, {1: "x"}])))
+    assert caught.value.code == ErrorCode.PROTOCOL_ERROR
+
+
+def test_a_length_header_that_cannot_fit_is_too_large_at_once() -> None:
+    # An array header of 2**31 elements: refused before anything is allocated for it.
+    with pytest.raises(RemoteProtocolError) as caught:
+        list(FrameDecoder(MIN_MAX_FRAME_SIZE).frames(b"\x93\x15\x01\xdd\x7f\xff\xff\xff"))
+    assert caught.value.code == ErrorCode.FRAME_TOO_LARGE

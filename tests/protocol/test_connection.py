@@ -1,0 +1,400 @@
+"""The Connection state machine, rule by rule (SPEC sections cited in each test's docstring).
+
+The golden vectors already replay the wire behaviour; these tests cover the local side:
+what this end refuses to send, what it reports, and what state it is left in.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Iterator
+
+import pytest
+
+from rsnet.protocol import (
+    MAX_INT, MIN_MAX_FRAME_SIZE, Accept, Batch, Cancel, Complete, Connection, ConnectionClosed, Error,
+    ErrorCode, GoAway, Hello, Items, LocalProtocolError, Next, Pong, Request, Role, State, Subscribe,
+    Welcome, encode_frame,
+)
+
+from .support import decode, open_pair, subscribed, transfer
+
+
+@contextlib.contextmanager
+def refused(code: ErrorCode) -> Iterator[None]:
+    """Expect the block to raise LocalProtocolError with ``code``."""
+    with pytest.raises(LocalProtocolError) as caught:
+        yield
+    assert caught.value.code == code
+
+
+# ------------------------------------------------------------------ handshake
+
+
+def test_client_writes_hello_first_and_waits_for_welcome() -> None:
+    client = Connection(Role.CLIENT, auth_token="t0k", metadata={"app": "x"})
+    (hello,) = decode(bytes(client.data_to_send()))
+    assert hello == Hello("rsnet", [1], {
+        "max_frame_size": 1 << 20, "max_streams": 1024, "keepalive_interval": 20000,
+        "auth_token": "t0k", "metadata": {"app": "x"},
+    })
+    assert client.state is State.AWAIT_WELCOME
+    with refused(ErrorCode.PROTOCOL_ERROR):
+        client.send_subscribe("ticks")
+
+
+def test_server_reports_hello_and_the_application_decides() -> None:
+    client, server = Connection(Role.CLIENT, auth_token="t0k"), Connection(Role.SERVER, keepalive_interval=5000)
+    (hello,) = transfer(client, server)
+    assert isinstance(hello, Hello) and hello.settings["auth_token"] == "t0k"
+    assert server.state is State.AWAIT_ACCEPT and not server.data_to_send()
+    server.send_welcome({"node": "a"})
+    (welcome,) = transfer(server, client)
+    assert welcome == Welcome(1, {"max_frame_size": 1 << 20, "max_streams": 1024, "keepalive_interval": 5000,
+                                  "metadata": {"node": "a"}})
+    assert client.state is server.state is State.OPEN
+    assert client.version == server.version == 1
+    assert client.keepalive_interval == server.keepalive_interval == 5000, "the server's interval is used"
+
+
+def test_rejected_hello_closes_the_connection_and_further_data_is_ignored() -> None:
+    client, server = Connection(Role.CLIENT), Connection(Role.SERVER)
+    transfer(client, server)
+    server.send_conn_error(ErrorCode.UNAUTHORIZED, "bad token")
+    assert server.state is State.CLOSED
+    (closed,) = transfer(server, client)
+    assert closed == ConnectionClosed(ErrorCode.UNAUTHORIZED, "bad token", None, by_peer=True)
+    client.receive_data(encode_frame(Welcome(1, {})))
+    assert client.events_received() == [] and client.state is State.CLOSED
+
+
+def test_each_side_sends_no_frame_larger_than_the_peer_accepts() -> None:
+    client, server = open_pair(max_frame_size=MIN_MAX_FRAME_SIZE)
+    stream_id = client.send_offer("big")
+    transfer(client, server)
+    server.send_accept(stream_id)
+    server.send_request(stream_id, 2)
+    transfer(server, client)
+    with refused(ErrorCode.FRAME_TOO_LARGE):
+        client.send_next(stream_id, "x" * MIN_MAX_FRAME_SIZE)
+    assert not client.data_to_send() and client.outstanding_demand(stream_id) == 2
+
+
+# ------------------------------------------------------------------ demand (rules 1.1, 3.8, 3.9, 3.17)
+
+
+def test_rule_1_1_send_next_beyond_the_peers_demand_is_refused_locally() -> None:
+    client, server, stream_id = subscribed(demand=1)
+    server.send_next(stream_id, "a")
+    with refused(ErrorCode.FLOW_CONTROL):
+        server.send_next(stream_id, "b")
+    assert [e.items for e in transfer(server, client)] == [["a"]]
+    client.send_request(stream_id, 1)
+    transfer(client, server)
+    server.send_next(stream_id, "b")
+    assert [e.items for e in transfer(server, client)] == [["b"]]
+
+
+def test_rule_1_1_send_batch_beyond_demand_is_refused_whole() -> None:
+    client, server, stream_id = subscribed(demand=2)
+    with refused(ErrorCode.FLOW_CONTROL):
+        server.send_batch(stream_id, [1, 2, 3])
+    assert not server.data_to_send() and server.outstanding_demand(stream_id) == 2
+
+
+def test_rule_1_1_receiving_beyond_demand_is_a_stream_error_and_the_connection_lives_on() -> None:
+    client, server, stream_id = subscribed(demand=1)
+    other = client.send_subscribe("ticks", initial_demand=1)
+    transfer(client, server)
+    server.send_accept(other)
+    transfer(server, client)
+    client.receive_data(encode_frame(Next(stream_id, 1)) + encode_frame(Next(stream_id, 2)))
+    items, error = client.events_received()
+    assert items == Items(stream_id, [1]) and (error.stream_id, error.code) == (stream_id, ErrorCode.FLOW_CONTROL)
+    assert decode(bytes(client.data_to_send()))[0].code == ErrorCode.FLOW_CONTROL
+    server.send_next(other, "still fine")
+    assert transfer(server, client) == [Items(other, ["still fine"])]
+
+
+def test_rule_3_8_demand_is_cumulative() -> None:
+    client, server, stream_id = subscribed()
+    client.send_request(stream_id, 2)
+    client.send_request(stream_id, 3)
+    assert transfer(client, server) == [Request(stream_id, 2), Request(stream_id, 3)]
+    assert server.outstanding_demand(stream_id) == client.outstanding_demand(stream_id) == 5
+    server.send_batch(stream_id, [1, 2, 3, 4, 5])
+    assert transfer(server, client) == [Items(stream_id, [1, 2, 3, 4, 5])]
+    assert server.outstanding_demand(stream_id) == client.outstanding_demand(stream_id) == 0
+
+
+def test_rule_3_9_request_zero_is_a_stream_error() -> None:
+    client, server, stream_id = subscribed()
+    server.receive_data(encode_frame(Request(stream_id, 0)))
+    (error,) = server.events_received()
+    assert (error.stream_id, error.code) == (stream_id, ErrorCode.INVALID_REQUEST)
+    assert "3.9" in error.message and server.state is State.OPEN and server.stream_count == 0
+    (sent,) = transfer(server, client)
+    assert (sent.code, client.stream_count) == (ErrorCode.INVALID_REQUEST, 0)
+
+
+def test_rule_3_9_request_zero_is_never_sent() -> None:
+    client, server, stream_id = subscribed()
+    for n in (0, -1):
+        with refused(ErrorCode.INVALID_REQUEST):
+            client.send_request(stream_id, n)
+    assert not client.data_to_send()
+
+
+def test_rule_3_17_demand_saturates_at_unbounded() -> None:
+    client, server, stream_id = subscribed(demand=MAX_INT - 1)
+    client.send_request(stream_id, 10)
+    client.send_request(stream_id, 2**70)  # clamped to 2**63-1 on the wire
+    assert transfer(client, server) == [Request(stream_id, 10), Request(stream_id, MAX_INT)]
+    server.send_batch(stream_id, list(range(100)))
+    transfer(server, client)
+    assert server.outstanding_demand(stream_id) == client.outstanding_demand(stream_id) == MAX_INT
+
+
+def test_initial_demand_counts_as_a_request_made_with_the_subscribe() -> None:
+    client, server = open_pair()
+    stream_id = client.send_subscribe("ticks", {"since": 0}, initial_demand=3, metadata={"content_type": "x"})
+    assert transfer(client, server) == [Subscribe(stream_id, "ticks", {"since": 0}, 3, {"content_type": "x"})]
+    assert server.outstanding_demand(stream_id) == 3
+
+
+# ------------------------------------------------------------------ items (rules 1.9, 2.13)
+
+
+def test_rule_2_13_none_is_never_sent_as_an_item() -> None:
+    client, server, stream_id = subscribed(demand=5)
+    with refused(ErrorCode.PROTOCOL_ERROR):
+        server.send_next(stream_id, None)
+    with refused(ErrorCode.PROTOCOL_ERROR):
+        server.send_batch(stream_id, [1, None])
+    assert not server.data_to_send()
+
+
+def test_rule_1_9_items_only_after_accept() -> None:
+    client, server = open_pair()
+    stream_id = client.send_subscribe("ticks", initial_demand=5)
+    transfer(client, server)
+    with refused(ErrorCode.PROTOCOL_ERROR):
+        server.send_next(stream_id, 1)
+    with refused(ErrorCode.PROTOCOL_ERROR):
+        server.send_complete(stream_id)
+
+
+def test_unencodable_item_is_an_application_error_and_nothing_is_written() -> None:
+    client, server, stream_id = subscribed(demand=5)
+    with refused(ErrorCode.APPLICATION_ERROR):
+        server.send_next(stream_id, {1, 2})
+    assert not server.data_to_send() and server.outstanding_demand(stream_id) == 5
+
+
+def test_consecutive_items_of_a_stream_are_gathered_into_one_event() -> None:
+    client, server, first = subscribed(demand=10)
+    second = client.send_subscribe("ticks", initial_demand=10)
+    transfer(client, server)
+    server.send_accept(second)
+    transfer(server, client)
+    server.send_next(first, 1)
+    server.send_batch(first, [2, 3])
+    server.send_next(first, 4)
+    server.send_next(second, "x")
+    server.send_next(first, 5)
+    assert transfer(server, client) == [Items(first, [1, 2, 3, 4]), Items(second, ["x"]), Items(first, [5])]
+
+
+def test_items_are_delivered_whatever_their_msgpack_type() -> None:
+    values = [0, -1, 2**64 - 1, 1.5, "é", b"\x00", [1, [2]], {"k": None}, False, True]
+    client, server, stream_id = subscribed(demand=len(values))
+    for value in values:
+        server.send_next(stream_id, value)
+    assert transfer(server, client) == [Items(stream_id, values)]
+
+
+# ------------------------------------------------------------------ cancel and terminal frames
+
+
+def test_rule_2_8_late_frames_after_cancel_are_dropped() -> None:
+    client, server, stream_id = subscribed(demand=3)
+    client.send_cancel(stream_id)
+    server.send_next(stream_id, 1)
+    server.send_error(stream_id, 4100, "late")
+    assert transfer(server, client) == []
+    assert transfer(client, server) == []  # the CANCEL crossed the ERROR: dropped too
+    assert client.stream_count == server.stream_count == 0
+
+
+def test_rule_3_6_and_3_7_request_and_cancel_after_cancel_are_no_ops() -> None:
+    client, server, stream_id = subscribed()
+    client.send_cancel(stream_id)
+    client.send_cancel(stream_id)
+    client.send_request(stream_id, 5)
+    assert transfer(client, server) == [Cancel(stream_id)]
+
+
+def test_sends_on_a_stream_the_peer_cancelled_are_no_ops() -> None:
+    client, server, stream_id = subscribed(demand=3)
+    client.send_cancel(stream_id)
+    transfer(client, server)
+    server.send_next(stream_id, 1)
+    server.send_batch(stream_id, [1, 2])
+    server.send_complete(stream_id)
+    assert not server.data_to_send()
+
+
+def test_terminal_frames_end_the_stream_on_both_sides() -> None:
+    for terminate in (
+        lambda s, i: s.send_complete(i),
+        lambda s, i: s.send_error(i, ErrorCode.APPLICATION_ERROR, "boom", {"why": 1}),
+    ):
+        client, server, stream_id = subscribed(demand=1)
+        terminate(server, stream_id)
+        (event,) = transfer(server, client)
+        assert isinstance(event, (Complete, Error)) and event.stream_id == stream_id
+        assert client.stream_count == server.stream_count == 0
+        assert client.outstanding_demand(stream_id) == 0
+
+
+def test_application_error_codes_and_data_are_delivered_unchanged() -> None:
+    for code in (4096, 4097, 65536, MAX_INT, 13):  # 13: a protocol code v1 does not define
+        client, server, stream_id = subscribed()
+        server.send_error(stream_id, code, "m", {"detail": [1, 2]})
+        assert transfer(server, client) == [Error(stream_id, code, "m", {"detail": [1, 2]})]
+
+
+def test_an_offer_is_rejected_with_an_error_before_accept() -> None:
+    client, server = open_pair()
+    stream_id = client.send_offer("orders")
+    transfer(client, server)
+    server.send_error(stream_id, ErrorCode.REJECTED, "read-only")
+    assert transfer(server, client) == [Error(stream_id, ErrorCode.REJECTED, "read-only", None)]
+    assert client.stream_count == 0
+
+
+# ------------------------------------------------------------------ stream ids
+
+
+def test_client_ids_are_odd_server_ids_even_and_never_reused() -> None:
+    client, server = open_pair()
+    ids = []
+    for _ in range(3):
+        ids.append(client.send_subscribe("a"))
+        client.send_cancel(ids[-1])
+        ids.append(server.send_offer("b"))
+        server.send_error(ids[-1], ErrorCode.APPLICATION_ERROR)
+    assert ids == [1, 2, 3, 4, 5, 6]
+
+
+def test_sends_on_never_opened_streams_raise() -> None:
+    client, server = open_pair()
+    for send in (lambda: client.send_request(1, 1), lambda: client.send_cancel(3),
+                 lambda: server.send_next(2, 1), lambda: server.send_accept(1), lambda: client.send_error(0, 1)):
+        with refused(ErrorCode.PROTOCOL_ERROR):
+            send()
+
+
+def test_each_side_only_sends_its_own_signals() -> None:
+    client, server, stream_id = subscribed(demand=1)
+    for send in (lambda: client.send_next(stream_id, 1), lambda: client.send_complete(stream_id),
+                 lambda: server.send_request(stream_id, 1), lambda: server.send_cancel(stream_id),
+                 lambda: client.send_accept(stream_id), lambda: server.send_accept(stream_id)):
+        with refused(ErrorCode.PROTOCOL_ERROR):
+            send()
+
+
+# ------------------------------------------------------------------ limits
+
+
+def test_max_streams_is_respected_by_the_opener() -> None:
+    client, server = open_pair(max_streams=2)
+    client.send_subscribe("a")
+    second = client.send_subscribe("b")
+    with refused(ErrorCode.TOO_MANY_STREAMS):
+        client.send_subscribe("c")
+    client.send_cancel(second)
+    assert client.send_subscribe("c") == 5
+
+
+def test_send_batch_splits_into_frames_the_peer_accepts() -> None:
+    client, server = Connection(Role.CLIENT, max_frame_size=MIN_MAX_FRAME_SIZE), Connection(Role.SERVER)
+    server.receive_data(client.data_to_send())
+    server.send_welcome()
+    client.receive_data(server.data_to_send())
+    stream_id = client.send_subscribe("big", initial_demand=100)
+    transfer(client, server)
+    server.send_accept(stream_id)
+    items = [f"{i:04d}" + "x" * 1000 for i in range(100)]
+    server.send_batch(stream_id, items)
+    data = bytes(server.data_to_send())
+    frames = decode(data[len(encode_frame(Accept(stream_id, {}))):])
+    assert len(frames) > 6 and all(isinstance(f, Batch) for f in frames)
+    assert all(len(encode_frame(f)) <= MIN_MAX_FRAME_SIZE for f in frames)
+    client.receive_data(data)
+    assert [i for e in client.events_received() if isinstance(e, Items) for i in e.items] == items
+
+
+def test_websocket_messages_hold_whole_frames_within_the_peer_limit() -> None:
+    client, server = Connection(Role.CLIENT, max_frame_size=MIN_MAX_FRAME_SIZE), Connection(Role.SERVER)
+    server.receive_data(client.data_to_send())
+    server.send_welcome()
+    client.receive_data(server.data_to_send())
+    stream_id = client.send_subscribe("ticks", initial_demand=MAX_INT)
+    transfer(client, server)
+    server.send_accept(stream_id)
+    for i in range(3000):
+        server.send_next(stream_id, {"i": i, "pad": "y" * (i % 50)})
+    messages = server.data_to_send_messages()
+    assert len(messages) > 3
+    for message in messages:
+        assert len(message) <= MIN_MAX_FRAME_SIZE
+        decode(message)  # whole frames only: nothing left buffered
+    for message in messages:
+        client.receive_data(message)
+    items = [i for e in client.events_received() if isinstance(e, Items) for i in e.items]
+    assert [item["i"] for item in items] == list(range(3000))
+
+
+# ------------------------------------------------------------------ keepalive, shutdown, closing
+
+
+def test_ping_is_answered_with_a_pong_carrying_its_token() -> None:
+    client, server = open_pair()
+    client.send_ping(41)
+    assert transfer(client, server) == []
+    assert transfer(server, client) == [Pong(41)]
+
+
+def test_go_away_stops_new_streams_both_ways_and_lets_open_ones_drain() -> None:
+    client, server, stream_id = subscribed(demand=1)
+    server.send_go_away("restart")
+    assert transfer(server, client) == [GoAway("restart")]
+    assert client.going_away and server.going_away
+    for conn in (client, server):
+        with refused(ErrorCode.GOING_AWAY):
+            conn.send_subscribe("more")
+    server.send_next(stream_id, "x")
+    server.send_complete(stream_id)
+    assert transfer(server, client) == [Items(stream_id, ["x"]), Complete(stream_id)]
+    assert client.stream_count == server.stream_count == 0
+
+
+def test_a_peer_violation_closes_with_conn_error_and_reports_it() -> None:
+    client, server = open_pair()
+    server.receive_data(encode_frame(Next(9, 1)))
+    (closed,) = server.events_received()
+    assert closed.code == ErrorCode.PROTOCOL_ERROR and not closed.by_peer
+    assert server.state is State.CLOSED
+    (sent,) = decode(bytes(server.data_to_send()))
+    assert sent.code == ErrorCode.PROTOCOL_ERROR
+
+
+def test_eof_ends_the_connection() -> None:
+    client, server, _ = subscribed()
+    client.receive_eof()
+    (closed,) = client.events_received()
+    assert closed.code is None and closed.by_peer and client.state is State.CLOSED
+    assert client.stream_count == 0
+    client.receive_eof()
+    assert client.events_received() == []
