@@ -1,0 +1,131 @@
+"""The rsnet client: connect to a server, subscribe to its publishers, offer it your own.
+
+    async with rsnet.connect("tcp://127.0.0.1:7600", token=...) as conn:
+        async for item in conn.subscribe("range", prefetch=256, start=0, count=10):
+            ...
+        publisher = conn.publisher("ticks", interval=0.1)  # a true Reactive Streams Publisher
+        await conn.offer("uploads", rsnet.range_(0, 100))   # the server pulls with its demand
+
+URLs: ``tcp://host:port``, ``tls://host:port``, ``ws://host:port/path``, ``wss://host:port/path``.
+
+Demand policy: what a subscriber requests is accumulated per stream and sent as one REQUEST
+per stream each time the connection writes, so many small ``request`` calls made between two
+writes cost one frame; ``subscribe(prefetch=N)`` requests N up front and N - N//4 each time
+that many have been consumed. Frames that arrive after a cancel are dropped before the
+subscriber sees them. When the connection fails, every open subscription receives
+``on_error(ConnectionLost)``; nothing waits forever.
+"""
+
+from __future__ import annotations
+
+import ssl
+import urllib.parse
+from contextlib import asynccontextmanager
+from typing import Any, AsyncIterator
+
+import trio
+
+from .errors import ConnectionLost
+from .protocol import DEFAULT_HANDSHAKE_TIMEOUT, DEFAULT_KEEPALIVE_INTERVAL, DEFAULT_MAX_FRAME_SIZE
+from .protocol import DEFAULT_MAX_STREAMS, Connection, ErrorCode, Role, Welcome
+from .session import Host, RemotePublisher, Session, complete_handshake
+from .streams import Publisher, iterate
+from .streams.iterate import DEFAULT_PREFETCH, PublisherIterator
+from .transport import Transport, connect_tcp, connect_websocket
+
+SCHEMES = ("tcp", "tls", "ws", "wss")
+
+
+class Client:
+    """An open connection to an rsnet server (see the module docstring)."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    @property
+    def closed(self) -> bool:
+        return self.session.closed
+
+    def publisher(self, name: str, **params: Any) -> RemotePublisher:
+        """The server's publisher ``name``; each ``subscribe`` opens a stream with ``params``."""
+        return self.session.publisher(name, params or None)
+
+    def subscribe(self, name: str, *, prefetch: int = DEFAULT_PREFETCH, **params: Any) -> PublisherIterator:
+        """``async for item in conn.subscribe(name, **params)``: items of the server's
+        publisher, ``prefetch`` at most in flight. A remote error is raised from the loop."""
+        return iterate(self.publisher(name, **params), prefetch=prefetch)
+
+    async def offer(self, name: str, publisher: Publisher[Any], **params: Any) -> None:
+        """Serve ``publisher`` to the server under ``name``; returns when it completed."""
+        await self.session.offer(name, publisher, params or None)
+
+    async def aclose(self) -> None:
+        """Close the connection: open streams end (subscribers see ConnectionLost)."""
+        session = self.session
+        if session.stream_count:
+            session.close(ErrorCode.GOING_AWAY, "the client closed the connection")
+        else:
+            session.go_away("the client is done")
+        await session.wait_closed()
+
+
+async def open_transport(
+    url: str, *, ssl_context: ssl.SSLContext | None, max_frame_size: int
+) -> Transport:
+    """A transport to ``url`` (see :data:`SCHEMES`)."""
+    parsed = urllib.parse.urlsplit(url)
+    if parsed.scheme not in SCHEMES or not parsed.hostname or not parsed.port:
+        raise ValueError(f"expected tcp://, tls://, ws:// or wss:// with host and port, got {url!r}")
+    if parsed.scheme in ("ws", "wss"):
+        return await connect_websocket(url, max_message_size=max_frame_size, ssl_context=ssl_context)
+    if parsed.scheme == "tls" and ssl_context is None:
+        ssl_context = ssl.create_default_context()
+    return await connect_tcp(parsed.hostname, parsed.port, ssl_context if parsed.scheme == "tls" else None)
+
+
+@asynccontextmanager
+async def connect(
+    url: str,
+    *,
+    token: str | bytes | None = None,
+    ssl_context: ssl.SSLContext | None = None,
+    host: Host | None = None,
+    max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+    max_streams: int = DEFAULT_MAX_STREAMS,
+    keepalive_interval_ms: int = DEFAULT_KEEPALIVE_INTERVAL,
+    handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT,
+    metadata: dict[str, Any] | None = None,
+) -> AsyncIterator[Client]:
+    """Connect and handshake; the connection lives for the ``async with`` block.
+
+    Raises :class:`~rsnet.session.HandshakeError` (a :class:`ConnectionLost`) if the server
+    refuses (bad token, no common version, shutting down) or does not answer in time, and
+    :class:`~rsnet.transport.TransportClosed` if it cannot be reached. ``host`` serves
+    publishers the server may subscribe to.
+    """
+    transport = await open_transport(url, ssl_context=ssl_context, max_frame_size=max_frame_size)
+    conn = Connection(
+        Role.CLIENT,
+        max_frame_size=max_frame_size,
+        max_streams=max_streams,
+        keepalive_interval=keepalive_interval_ms,
+        auth_token=token,
+        metadata=metadata,
+    )
+    try:
+        _, events = await complete_handshake(transport, conn, Welcome, handshake_timeout)
+    except BaseException:
+        await trio.aclose_forcefully(transport)  # type: ignore[arg-type]
+        raise
+    session = Session(transport, conn, host=host)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(lambda: session.run(events=events))
+        client = Client(session)
+        try:
+            yield client
+        finally:
+            with trio.CancelScope(shield=True):
+                await client.aclose()
+
+
+__all__ = ["Client", "ConnectionLost", "connect"]

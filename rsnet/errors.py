@@ -1,0 +1,61 @@
+"""Errors that cross the network, as the application sees them.
+
+A remote ``on_error`` arrives as a :class:`StreamError` carrying the protocol's error code
+(``protocol/SPEC.md`` section 11), message and structured data, whatever the code: unknown
+codes are delivered unchanged, never dropped. A broken or closed connection ends every stream
+on it with :class:`ConnectionLost`.
+
+To choose the code a local publisher's failure is sent with, fail it with a
+:class:`StreamError` (``code`` >= 4096 for application codes); any other exception is sent as
+``APPLICATION_ERROR`` (4096) with its type and message.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .protocol import ErrorCode
+
+
+class RsnetError(Exception):
+    """Base of rsnet's network errors."""
+
+
+class StreamError(RsnetError):
+    """A stream ended with an error code: a remote ``on_error``, a rejection, or a violation."""
+
+    def __init__(self, code: int, message: str = "", data: Any = None) -> None:
+        super().__init__(code, message, data)
+        self.code = code
+        self.message = message
+        self.data = data
+
+    @property
+    def code_name(self) -> str:
+        """The code's name in the spec's table, or ``application error N``."""
+        try:
+            return ErrorCode(self.code).name
+        except ValueError:
+            return f"application error {self.code}"
+
+    def __str__(self) -> str:
+        return f"{self.code_name}: {self.message}" if self.message else self.code_name
+
+
+class ConnectionLost(RsnetError):
+    """The connection ended (closed, reset, timed out, or closed with an error) mid-stream.
+
+    ``code`` is the CONN_ERROR code if the connection was closed with one, else ``None``.
+    """
+
+    def __init__(self, message: str, code: int | None = None, data: Any = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.data = data
+
+
+def error_frame_fields(error: BaseException) -> tuple[int, str, Any]:
+    """``(code, message, data)`` to send for a local publisher's ``on_error``."""
+    if isinstance(error, StreamError):
+        return error.code, error.message, error.data
+    return ErrorCode.APPLICATION_ERROR, f"{type(error).__name__}: {error}", {"type": type(error).__name__}

@@ -1,0 +1,285 @@
+"""The rsnet server: hosts named publishers for remote subscribers, over TCP and WebSocket.
+
+    server = rsnet.Server()
+
+    @server.publisher("range", params=RangeParams)     # params: a pydantic model, optional
+    def range_(params: RangeParams, ctx: rsnet.StreamContext) -> rsnet.Publisher:
+        return rsnet.range_(params.start, params.count)
+
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(server.serve_tcp, "127.0.0.1", 0)
+        await nursery.start(server.serve_websocket, "127.0.0.1", 8080)
+        ...
+        await server.shutdown(grace=5)              # stop accepting, GO_AWAY, drain, then cancel
+
+Each remote subscription becomes a real subscription to the publisher the factory returns;
+the factory runs once per SUBSCRIBE with the validated parameters. An unknown name, invalid
+parameters or a failing factory end that stream with a coded ERROR; the connection lives on.
+Every connection runs in a nursery of the ``serve_*`` call that accepted it, so the server,
+the connections and the hosted publishers' producer tasks form one tree of tasks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hmac
+import logging
+import ssl
+from typing import Any, Callable
+
+import pydantic
+import trio
+
+from .errors import StreamError
+from .protocol import DEFAULT_HANDSHAKE_TIMEOUT, DEFAULT_KEEPALIVE_INTERVAL, DEFAULT_MAX_FRAME_SIZE
+from .protocol import DEFAULT_MAX_STREAMS, Connection, ErrorCode, Hello, Role
+from .session import HandshakeError, Session, StreamContext, complete_handshake
+from .streams import Publisher, Subscriber
+from .transport import TcpTransport, Transport, TransportClosed, accept_websocket
+from .transport.tcp import describe_peer
+
+log = logging.getLogger("rsnet.server")
+
+PublisherFactory = Callable[[Any, StreamContext], Publisher[Any]]
+SinkFactory = Callable[[Any, StreamContext], Subscriber[Any]]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Entry:
+    factory: Callable[[Any, StreamContext], Any]
+    params: type[pydantic.BaseModel] | None
+
+
+class Server:
+    """Hosts publishers (and sinks for offered streams) under names; serves TCP and WebSocket.
+
+    ``token``: when set, a client must present it in its HELLO (``auth_token``) or the
+    connection is refused with UNAUTHORIZED. Limits and keepalive are this side's protocol
+    settings (SPEC 6.3); ``handshake_timeout`` is in seconds.
+    """
+
+    def __init__(
+        self,
+        *,
+        token: str | None = None,
+        max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+        max_streams: int = DEFAULT_MAX_STREAMS,
+        keepalive_interval_ms: int = DEFAULT_KEEPALIVE_INTERVAL,
+        handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT,
+    ) -> None:
+        self._token = token
+        self._settings = dict(
+            max_frame_size=max_frame_size,
+            max_streams=max_streams,
+            keepalive_interval=keepalive_interval_ms,
+        )
+        self._handshake_timeout = handshake_timeout
+        self._publishers: dict[str, _Entry] = {}
+        self._sinks: dict[str, _Entry] = {}
+        self.sessions: set[Session] = set()
+        self._accepting: list[trio.CancelScope] = []
+        self._stopping = False
+
+    # -- registry ------------------------------------------------------------------------------
+
+    def add_publisher(
+        self, name: str, factory: PublisherFactory, *, params: type[pydantic.BaseModel] | None = None
+    ) -> None:
+        """Host ``factory(params, context)`` under ``name``; ``params`` validates the
+        subscriber's parameters (without it, the factory gets them as sent: a dict or None)."""
+        self._publishers[name] = _Entry(factory, params)
+
+    def publisher(
+        self, name: str, *, params: type[pydantic.BaseModel] | None = None
+    ) -> Callable[[PublisherFactory], PublisherFactory]:
+        """Decorator form of :meth:`add_publisher`."""
+
+        def register(factory: PublisherFactory) -> PublisherFactory:
+            self.add_publisher(name, factory, params=params)
+            return factory
+
+        return register
+
+    def add_sink(
+        self, name: str, factory: SinkFactory, *, params: type[pydantic.BaseModel] | None = None
+    ) -> None:
+        """Accept streams a client OFFERs under ``name``: ``factory(params, context)`` returns
+        the Subscriber that consumes the offered publisher (its demand is the backpressure)."""
+        self._sinks[name] = _Entry(factory, params)
+
+    @property
+    def publisher_names(self) -> list[str]:
+        return sorted(self._publishers)
+
+    # -- Host, for the sessions ---------------------------------------------------------------------
+
+    def open_publisher(self, name: str, params: Any, context: StreamContext) -> Publisher[Any]:
+        return self._open(self._publishers, "publisher", name, params, context)
+
+    def open_sink(self, name: str, params: Any, context: StreamContext) -> Subscriber[Any]:
+        return self._open(self._sinks, "sink", name, params, context)
+
+    def _open(self, table: dict[str, _Entry], kind: str, name: str, params: Any, context: StreamContext) -> Any:
+        entry = table.get(name)
+        if entry is None:
+            raise StreamError(ErrorCode.UNKNOWN_PUBLISHER, f"no {kind} named {name!r}")
+        if entry.params is not None:
+            try:
+                params = entry.params.model_validate(params if params is not None else {})
+            except pydantic.ValidationError as invalid:
+                errors = [
+                    {"field": ".".join(map(str, e["loc"])), "error": e["msg"]} for e in invalid.errors()
+                ]
+                summary = "; ".join(f"{e['field'] or 'params'}: {e['error']}" for e in errors)
+                raise StreamError(ErrorCode.REJECTED, f"invalid params for {name!r}: {summary}", errors) from None
+        try:
+            return entry.factory(params, context)
+        except StreamError:
+            raise
+        except Exception as failure:  # noqa: BLE001 - reported to the subscriber, logged here
+            log.exception("%s %r failed to open for %s", kind, name, context.peer)
+            raise StreamError(ErrorCode.APPLICATION_ERROR, f"{type(failure).__name__}: {failure}") from failure
+
+    # -- serving ----------------------------------------------------------------------------------
+
+    async def serve_tcp(
+        self,
+        host: str,
+        port: int,
+        *,
+        ssl_context: ssl.SSLContext | None = None,
+        task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Accept rsnet connections on TCP (TLS with ``ssl_context``) until :meth:`shutdown`
+        (then wait for the connections to drain) or until cancelled. Reports the bound port."""
+
+        async def handle(stream: trio.abc.Stream) -> None:
+            peer = describe_peer(stream)
+            if ssl_context is not None:
+                stream = trio.SSLStream(stream, ssl_context, server_side=True)
+            await self.handle(TcpTransport(stream, peer))
+
+        await self._serve(host, port, handle, task_status)
+
+    async def serve_websocket(
+        self,
+        host: str,
+        port: int,
+        *,
+        path: str | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+        task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Accept rsnet connections over WebSocket (``wss`` with ``ssl_context``), on any path
+        or only ``path``. Binary messages, subprotocol ``rsnet`` (SPEC 2.2)."""
+        max_message = self._settings["max_frame_size"]
+
+        async def handle(stream: trio.abc.Stream) -> None:
+            if ssl_context is not None:
+                stream = trio.SSLStream(stream, ssl_context, server_side=True)
+            transport = None
+            with trio.move_on_after(self._handshake_timeout):
+                transport = await accept_websocket(stream, max_message_size=max_message, path=path)
+            if transport is None:  # not a WebSocket handshake for us, or too slow
+                await trio.aclose_forcefully(stream)
+                return
+            await self.handle(transport)
+
+        await self._serve(host, port, handle, task_status)
+
+    async def _serve(
+        self, host: str, port: int, handle: Callable[[trio.abc.Stream], Any], task_status: trio.TaskStatus[int]
+    ) -> None:
+        listeners = await trio.open_tcp_listeners(port, host=host)
+        bound = listeners[0].socket.getsockname()[1]
+        accepting = trio.CancelScope()
+        self._accepting.append(accepting)
+        async with trio.open_nursery() as connections:
+            connections.start_soon(self._accept_all, listeners, handle, connections, accepting)
+            task_status.started(bound)
+
+    async def _accept_all(
+        self,
+        listeners: list[trio.SocketListener],
+        handle: Callable[[trio.abc.Stream], Any],
+        connections: trio.Nursery,
+        accepting: trio.CancelScope,
+    ) -> None:
+        with accepting:
+            async with trio.open_nursery() as acceptors:
+                for listener in listeners:
+                    acceptors.start_soon(self._accept_loop, listener, handle, connections)
+        for listener in listeners:
+            await trio.aclose_forcefully(listener)
+
+    async def _accept_loop(
+        self, listener: trio.SocketListener, handle: Callable[[trio.abc.Stream], Any], connections: trio.Nursery
+    ) -> None:
+        while True:
+            try:
+                stream = await listener.accept()
+            except OSError as error:  # e.g. EMFILE: back off instead of spinning
+                log.warning("accept failed: %s", error)
+                await trio.sleep(0.1)
+                continue
+            connections.start_soon(self._handle_guarded, handle, stream)
+
+    async def _handle_guarded(self, handle: Callable[[trio.abc.Stream], Any], stream: trio.abc.Stream) -> None:
+        """One connection's whole life; nothing it does may take the server down."""
+        try:
+            await handle(stream)
+        except (TransportClosed, trio.BrokenResourceError, trio.ClosedResourceError, ssl.SSLError, OSError) as error:
+            log.info("connection ended: %s", error)
+        except Exception:  # noqa: BLE001 - a bug in one connection must not stop the server
+            log.exception("connection failed")
+        finally:
+            await trio.aclose_forcefully(stream)
+
+    async def handle(self, transport: Transport) -> None:
+        """Serve one connection on an established transport: handshake, then its streams."""
+        conn = Connection(Role.SERVER, **self._settings)
+        try:
+            hello, events = await complete_handshake(transport, conn, Hello, self._handshake_timeout)
+        except HandshakeError as failure:
+            log.info("%s", failure)
+            return
+        if self._token is not None and not _token_matches(hello.settings.get("auth_token"), self._token):
+            conn.send_conn_error(ErrorCode.UNAUTHORIZED, "missing or wrong auth_token")
+            await transport.send([conn.data_to_send()])
+            log.info("refused %s: bad token", transport.peer)
+            return
+        if self._stopping:
+            conn.send_conn_error(ErrorCode.GOING_AWAY, "the server is shutting down")
+            await transport.send([conn.data_to_send()])
+            return
+        conn.send_welcome()
+        session = Session(transport, conn, host=self)
+        self.sessions.add(session)
+        try:
+            await session.run(events=events)
+        finally:
+            self.sessions.discard(session)
+
+    async def shutdown(self, grace: float = 5.0) -> None:
+        """Stop accepting, send GO_AWAY on every connection, let open streams drain for up to
+        ``grace`` seconds, then close what is left (its streams are cancelled)."""
+        self._stopping = True
+        for scope in self._accepting:
+            scope.cancel()
+        for session in list(self.sessions):
+            session.go_away("the server is shutting down")
+        with trio.move_on_after(grace):
+            for session in list(self.sessions):
+                await session.wait_closed()
+        for session in list(self.sessions):
+            session.close(ErrorCode.GOING_AWAY, "the drain deadline expired")
+        for session in list(self.sessions):
+            await session.wait_closed()
+
+
+def _token_matches(offered: Any, expected: str) -> bool:
+    if isinstance(offered, str):
+        offered = offered.encode()
+    if not isinstance(offered, bytes):
+        return False
+    return hmac.compare_digest(offered, expected.encode())

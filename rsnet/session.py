@@ -1,0 +1,682 @@
+"""One live rsnet connection on trio: the I/O shell around the sans-I/O protocol.
+
+A :class:`Session` drives a :class:`rsnet.protocol.Connection` over a
+:class:`rsnet.transport.Transport` and bridges its streams to Reactive Streams objects:
+
+- a stream the peer opens with SUBSCRIBE becomes a real subscription to a publisher this side
+  hosts (:class:`Host` finds it): remote REQUEST is a local ``request``, remote CANCEL a local
+  ``cancel``, and the local signals become frames;
+- :meth:`Session.publisher` is a :class:`RemotePublisher` for a publisher the peer hosts;
+- :meth:`Session.offer` serves a local publisher to the peer (OFFER); an OFFER from the peer
+  is handed to :class:`Host` as a publisher to subscribe a sink to.
+
+Speed is designed in (field notes): signals never await. ``on_next`` encodes synchronously into
+the protocol's output buffer, and a single writer task flushes everything pending in one
+transport write whenever it runs, so while one write is in progress the next batch builds up.
+Demand requested locally is accumulated per stream and sent as one REQUEST per stream per
+write, however many ``request`` calls made it up. Received frames are dispatched synchronously
+by the reader task, so a slow consumer on one stream never delays another (it only stops
+requesting).
+
+Every task belongs to the session's nursery (reader, writer, keepalive, and the producer tasks
+of hosted publishers, which get the session's nursery through :class:`StreamContext`), so all
+of them end with the connection.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Any, Callable, Protocol
+
+import trio
+
+from .errors import ConnectionLost, StreamError, error_frame_fields
+from .protocol import (
+    Accept,
+    Cancel,
+    Complete,
+    Connection,
+    ConnectionClosed,
+    Error,
+    ErrorCode,
+    Items,
+    LocalProtocolError,
+    Offer,
+    Request,
+    State,
+    Subscribe,
+)
+from .streams import Publisher, Subscriber, Subscription
+from .streams.rules import add_demand, check_signal_argument, check_subscriber, invalid_request
+from .streams.subscriptions import deliver_safely, subscribe_failed
+from .transport import Transport, TransportClosed
+
+log = logging.getLogger("rsnet.session")
+
+FLUSH_TIMEOUT = 1.0
+"""Seconds the writer gets to flush the last frames (a CONN_ERROR) once the connection ended."""
+
+
+@dataclasses.dataclass(frozen=True)
+class StreamContext:
+    """What a hosted publisher's factory may use: the session's nursery for producer tasks
+    (they are cancelled with the connection), the peer's address and identity, and the
+    stream's metadata."""
+
+    nursery: trio.Nursery
+    peer: str
+    principal: Any
+    metadata: dict[str, Any]
+
+
+class Host(Protocol):
+    """What a session asks when the peer opens a stream."""
+
+    def open_publisher(self, name: str, params: Any, context: StreamContext) -> Publisher[Any]:
+        """The publisher for a SUBSCRIBE; raise :class:`StreamError` to reject it."""
+
+    def open_sink(self, name: str, params: Any, context: StreamContext) -> Subscriber[Any]:
+        """The subscriber for an OFFER's publisher; raise :class:`StreamError` to reject it."""
+
+
+class NoHost:
+    """Hosts nothing: every stream the peer opens is rejected with UNKNOWN_PUBLISHER."""
+
+    def open_publisher(self, name: str, params: Any, context: StreamContext) -> Publisher[Any]:
+        raise StreamError(ErrorCode.UNKNOWN_PUBLISHER, f"no publisher named {name!r}")
+
+    def open_sink(self, name: str, params: Any, context: StreamContext) -> Subscriber[Any]:
+        raise StreamError(ErrorCode.UNKNOWN_PUBLISHER, f"nothing accepts offers named {name!r}")
+
+
+# -- the publisher side: a local publisher serving a remote subscriber ---------------------------
+
+
+class _Outbound(Subscriber[Any]):
+    """Subscribed to a local publisher; turns its signals into frames on one stream.
+
+    It never buffers: each item is encoded straight into the connection's output, and the
+    protocol refuses an item beyond the demand the peer granted, in which case the
+    publisher is cut off with FLOW_CONTROL (it broke rule 1.1) rather than buffered.
+    """
+
+    __slots__ = ("_session", "stream_id", "subscription", "_initial", "_accept", "done", "on_end")
+
+    def __init__(
+        self, session: Session, stream_id: int, initial: int, accept: bool,
+        on_end: Callable[[BaseException | None], None] | None = None,
+    ) -> None:
+        self._session = session
+        self.stream_id = stream_id
+        self.subscription: Subscription | None = None
+        self._initial = initial
+        self._accept = accept
+        self.done = False
+        self.on_end = on_end
+
+    def on_subscribe(self, subscription: Subscription) -> None:
+        check_signal_argument(subscription, "on_subscribe")
+        if self.subscription is not None or self.done:
+            subscription.cancel()  # rule 2.5, or the stream already ended
+            return
+        self.subscription = subscription
+        if self._accept:
+            self._session.conn.send_accept(self.stream_id)  # the remote on_subscribe
+            self._session.wake_writer()
+        if self._initial:
+            subscription.request(self._initial)
+
+    def on_next(self, item: Any) -> None:
+        check_signal_argument(item, "on_next")
+        if self.done:
+            return
+        session = self._session
+        try:
+            session.conn.send_next(self.stream_id, item)
+        except LocalProtocolError as refused:
+            # FLOW_CONTROL: the publisher ignored demand; FRAME_TOO_LARGE, APPLICATION_ERROR:
+            # the item cannot be sent. Either way the stream ends, the connection lives.
+            self.subscription.cancel()  # type: ignore[union-attr]
+            self._finish(refused.code, refused.message, None, StreamError(refused.code, refused.message))
+            return
+        session.wake_writer()
+
+    def on_error(self, error: BaseException) -> None:
+        check_signal_argument(error, "on_error")
+        if not self.done:
+            code, message, data = error_frame_fields(error)
+            self._finish(code, message, data, error)
+
+    def on_complete(self) -> None:
+        if not self.done:
+            self.done = True
+            self._session.end_outbound(self)
+            self._session.conn.send_complete(self.stream_id)
+            self._session.wake_writer()
+            if self.on_end is not None:
+                self.on_end(None)
+
+    def _finish(self, code: int, message: str, data: Any, error: BaseException) -> None:
+        self.done = True
+        session = self._session
+        session.end_outbound(self)
+        try:
+            session.conn.send_error(self.stream_id, code, message, data)
+        except LocalProtocolError:  # e.g. unencodable data: send the error without it
+            session.conn.send_error(self.stream_id, code, message)
+        session.wake_writer()
+        if self.on_end is not None:
+            self.on_end(error)
+
+    def remote_request(self, n: int) -> None:
+        if self.subscription is not None and not self.done:
+            self.subscription.request(n)
+
+    def remote_cancel(self, reason: BaseException | None) -> None:
+        """The peer cancelled (or failed the stream, or the connection ended)."""
+        if self.done:
+            return
+        self.done = True
+        if self.subscription is not None:
+            self.subscription.cancel()
+        if self.on_end is not None:
+            self.on_end(reason)
+
+
+# -- the subscriber side: a remote publisher serving a local subscriber --------------------------
+
+
+class _Inbound(Subscription):
+    """The local Subscription for a stream whose publisher is on the peer.
+
+    Demand is accumulated in ``pending`` and granted by the writer in one REQUEST. Items,
+    COMPLETE and ERROR for the stream are delivered from the reader task; after ``cancel``
+    the protocol drops whatever is still in flight, so the subscriber sees nothing more.
+    """
+
+    __slots__ = (
+        "_session", "stream_id", "subscriber", "pending", "cancelled", "_delivering",
+        "_bad_request",
+    )
+
+    def __init__(self, session: Session, subscriber: Subscriber[Any]) -> None:
+        self._session = session
+        self.stream_id = 0  # 0 until the opening frame is written
+        self.subscriber: Subscriber[Any] | None = subscriber
+        self.pending = 0
+        self.cancelled = False
+        self._delivering = False
+        self._bad_request: BaseException | None = None
+
+    def request(self, n: int) -> None:
+        if self.cancelled:
+            return  # rule 3.6
+        if n <= 0:
+            # rule 3.9, signalled locally: the wire never carries a non-positive REQUEST
+            self._bad_request = invalid_request(n)
+            if not self._delivering:
+                self._fail_bad_request()
+            return
+        first = self.pending == 0
+        self.pending = add_demand(self.pending, n)
+        if first and self.stream_id:
+            self._session.demand_pending(self)
+
+    def cancel(self) -> None:
+        if self.cancelled:
+            return  # rule 3.7
+        self.cancelled = True
+        self.subscriber = None  # rule 3.13
+        self._session.end_inbound(self, send_cancel=True)
+
+    def _fail_bad_request(self) -> None:
+        error, self._bad_request = self._bad_request, None
+        subscriber = self.subscriber
+        self.cancel()
+        if subscriber is not None and error is not None:
+            deliver_safely(subscriber.on_error, error)
+
+    # called by the session's dispatch
+
+    def deliver(self, items: list[Any]) -> None:
+        self._delivering = True
+        try:
+            for item in items:
+                subscriber = self.subscriber
+                if subscriber is None:
+                    return  # cancelled during an earlier item: drop the rest (rule 2.8)
+                if not deliver_safely(subscriber.on_next, item):
+                    self.cancel()
+                    return
+                if self._bad_request is not None:
+                    break
+        finally:
+            self._delivering = False
+        if self._bad_request is not None:
+            self._fail_bad_request()
+
+    def terminate(self, error: BaseException | None) -> None:
+        subscriber = self.subscriber
+        if self.cancelled or subscriber is None:
+            return
+        self.cancelled = True
+        self.subscriber = None
+        if error is None:
+            deliver_safely(subscriber.on_complete)
+        else:
+            deliver_safely(subscriber.on_error, error)
+
+
+class RemotePublisher(Publisher[Any]):
+    """A publisher the peer hosts, as a true Reactive Streams Publisher.
+
+    Each ``subscribe`` opens a stream (SUBSCRIBE) on the session; demand requested from the
+    subscription crosses the network (coalesced, see :mod:`rsnet.session`). If the session is
+    closed, or the peer rejects the stream, the subscriber gets ``on_subscribe`` then
+    ``on_error`` (rule 1.9).
+    """
+
+    def __init__(self, session: Session, name: str, params: Any = None) -> None:
+        self._session = session
+        self.name = name
+        self.params = params
+
+    def subscribe(self, subscriber: Subscriber[Any]) -> None:
+        check_subscriber(subscriber)
+        self._session.open_inbound(subscriber, self.name, self.params)
+
+    def __repr__(self) -> str:
+        return f"RemotePublisher({self.name!r} at {self._session.peer})"
+
+
+# -- the session ------------------------------------------------------------------------------
+
+
+class Session:
+    """One connection's streams, driven by a reader, a writer and a keepalive task.
+
+    Construct it with an open-state or handshaking protocol connection, then run
+    :meth:`run` in a nursery; it returns when the connection has ended, after ending every
+    stream on it (local subscribers see :class:`ConnectionLost`, local publishers a cancel).
+    """
+
+    def __init__(
+        self,
+        transport: Transport,
+        conn: Connection,
+        *,
+        host: Host | None = None,
+        principal: Any = None,
+    ) -> None:
+        self.transport = transport
+        self.conn = conn
+        self.host: Host = host if host is not None else NoHost()
+        self.principal = principal
+        self.peer = transport.peer
+        self._outbound: dict[int, _Outbound] = {}
+        self._inbound: dict[int, _Inbound] = {}
+        self._offered: dict[int, Publisher[Any]] = {}  # OFFERed, waiting for the peer's ACCEPT
+        self._demand_dirty: list[_Inbound] = []
+        self._wakeup = trio.Event()
+        self._write_scheduled = False
+        self._closed = trio.Event()
+        self._writer_done = trio.Event()
+        self._closing_error: ConnectionLost | None = None
+        self._nursery: trio.Nursery | None = None
+        self.last_received = trio.current_time()
+        self.last_sent = trio.current_time()
+        self.bytes_received = 0
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        return self._closed.is_set()
+
+    @property
+    def nursery(self) -> trio.Nursery:
+        assert self._nursery is not None, "the session is not running"
+        return self._nursery
+
+    async def run(self, *, events: list[Any] | None = None) -> None:
+        """Serve the connection until it ends. ``events`` are already-received events
+        (those that arrived together with the handshake) to dispatch first."""
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                nursery.start_soon(self._writer)
+                if self.conn.keepalive_interval:
+                    nursery.start_soon(self._keepalive)
+                if events:
+                    self._dispatch(events)
+                self.wake_writer()
+                await self._reader()
+                # The reader saw the end; let the writer flush what is left (a CONN_ERROR).
+                self.wake_writer()
+                with trio.move_on_after(FLUSH_TIMEOUT):
+                    await self._writer_done.wait()
+                # End the streams before cancelling, so hosted publishers see a cancel.
+                self._end_all(self._closing_error or ConnectionLost("connection closed"))
+                nursery.cancel_scope.cancel()
+        finally:
+            self._end_all(self._closing_error or ConnectionLost("connection closed"))
+            with trio.CancelScope(shield=True):
+                await self.transport.aclose()
+            self._closed.set()
+
+    async def wait_closed(self) -> None:
+        await self._closed.wait()
+
+    def close(self, code: int = ErrorCode.GOING_AWAY, message: str = "closing") -> None:
+        """End the connection now: CONN_ERROR to the peer, every stream ends."""
+        if self.conn.state is not State.CLOSED:
+            self.conn.send_conn_error(code, message)
+            self._closing_error = ConnectionLost(f"closed locally: {message}", code)
+        self.wake_writer()
+
+    def go_away(self, message: str = "") -> None:
+        """Graceful shutdown: no new streams either way; open ones run to their end, then
+        the connection closes (the writer ends it once no stream is left)."""
+        if self.conn.state is State.OPEN and not self.conn.going_away:
+            self.conn.send_go_away(message)
+            self.wake_writer()
+
+    @property
+    def stream_count(self) -> int:
+        return self.conn.stream_count
+
+    # -- opening streams -------------------------------------------------------------------------
+
+    def publisher(self, name: str, params: Any = None) -> RemotePublisher:
+        """The peer's publisher ``name`` (subscribed to on each ``subscribe``)."""
+        return RemotePublisher(self, name, params)
+
+    def open_inbound(self, subscriber: Subscriber[Any], name: str, params: Any, *, offer_id: int = 0) -> None:
+        """Subscribe ``subscriber`` to a publisher on the peer: by name (SUBSCRIBE), or the
+        publisher of an OFFER stream the peer opened (``offer_id``)."""
+        if offer_id == 0 and (self.conn.state is not State.OPEN or self.conn.going_away):
+            reason = self._closing_error or ConnectionLost(
+                "the connection is closed" if self.conn.state is not State.OPEN
+                else "the connection is going away"
+            )
+            subscribe_failed(subscriber, reason)
+            return
+        inbound = _Inbound(self, subscriber)
+        subscriber.on_subscribe(inbound)
+        if inbound.cancelled:
+            if offer_id:
+                self.conn.send_error(offer_id, ErrorCode.REJECTED, "the subscriber cancelled")
+                self.wake_writer()
+            return
+        if offer_id:
+            inbound.stream_id = offer_id
+            self._inbound[offer_id] = inbound
+            self.conn.send_accept(offer_id)
+            if inbound.pending:
+                self.demand_pending(inbound)
+        else:
+            try:
+                stream_id = self.conn.send_subscribe(name, params, initial_demand=inbound.pending)
+            except LocalProtocolError as refused:
+                inbound.terminate(StreamError(refused.code, refused.message))
+                return
+            inbound.pending = 0
+            inbound.stream_id = stream_id
+            self._inbound[stream_id] = inbound
+        self.wake_writer()
+
+    async def offer(self, name: str, publisher: Publisher[Any], params: Any = None) -> None:
+        """Serve ``publisher`` to the peer under ``name`` until the stream ends.
+
+        The peer requests as it can take items, so the publisher is never asked for more.
+        Returns when the publisher completed and the peer was told; raises
+        :class:`StreamError` if the peer rejected or failed the stream, or the publisher
+        failed, and :class:`ConnectionLost` if the connection ended first.
+        """
+        if self.conn.state is not State.OPEN or self.conn.going_away:
+            raise self._closing_error or ConnectionLost("the connection is not open")
+        stream_id = self.conn.send_offer(name, params)
+        ended = trio.Event()
+        outcome: list[BaseException | None] = []
+
+        def on_end(error: BaseException | None) -> None:
+            outcome.append(error)
+            ended.set()
+
+        self._outbound[stream_id] = _Outbound(self, stream_id, 0, accept=False, on_end=on_end)
+        self._offered[stream_id] = publisher
+        self.wake_writer()
+        await ended.wait()
+        if outcome[0] is not None:
+            raise outcome[0]
+
+    # -- bookkeeping called by the stream objects ---------------------------------------------------
+
+    def demand_pending(self, inbound: _Inbound) -> None:
+        self._demand_dirty.append(inbound)
+        self.wake_writer()
+
+    def end_inbound(self, inbound: _Inbound, *, send_cancel: bool) -> None:
+        if self._inbound.pop(inbound.stream_id, None) is not None and send_cancel:
+            self.conn.send_cancel(inbound.stream_id)
+            self.wake_writer()
+
+    def end_outbound(self, outbound: _Outbound) -> None:
+        self._outbound.pop(outbound.stream_id, None)
+        self._offered.pop(outbound.stream_id, None)
+
+    def wake_writer(self) -> None:
+        if not self._write_scheduled:
+            self._write_scheduled = True
+            self._wakeup.set()
+
+    # -- tasks ----------------------------------------------------------------------------------------
+
+    async def _writer(self) -> None:
+        try:
+            await self._write_loop()
+        finally:
+            self._writer_done.set()
+
+    async def _write_loop(self) -> None:
+        conn, transport = self.conn, self.transport
+        message_based = transport.message_based
+        while True:
+            await self._wakeup.wait()
+            self._wakeup = trio.Event()
+            self._write_scheduled = False
+            self._grant_demand()
+            if message_based:
+                chunks = conn.data_to_send_messages()
+            else:
+                data = conn.data_to_send()
+                chunks = [data] if data else []
+            if chunks:
+                try:
+                    await transport.send(chunks)
+                except TransportClosed as error:
+                    self._lost(ConnectionLost(str(error)))
+                    self.nursery.cancel_scope.cancel()
+                    return
+                self.last_sent = trio.current_time()
+            if self._write_scheduled:
+                continue
+            if conn.state is State.CLOSED or (conn.going_away and not conn.stream_count):
+                # Everything up to the CONN_ERROR, or the last frame of a drained
+                # connection, is out: the connection is over (SPEC 10.2, 10.3).
+                self.nursery.cancel_scope.cancel()
+                return
+
+    def _grant_demand(self) -> None:
+        dirty, self._demand_dirty = self._demand_dirty, []
+        for inbound in dirty:
+            if inbound.pending and not inbound.cancelled:
+                amount, inbound.pending = inbound.pending, 0
+                self.conn.send_request(inbound.stream_id, amount)
+
+    async def _reader(self) -> None:
+        conn, transport = self.conn, self.transport
+        while conn.state is not State.CLOSED:
+            try:
+                data = await transport.receive()
+            except TransportClosed as error:
+                self._lost(ConnectionLost(str(error)))
+                return
+            self.last_received = trio.current_time()
+            if data:
+                self.bytes_received += len(data)
+                conn.receive_data(data)
+            else:
+                conn.receive_eof()
+            self._dispatch(conn.events_received())
+            self.wake_writer()
+
+    async def _keepalive(self) -> None:
+        """SPEC 10.1: PING after an interval of silence; give up after three without a byte."""
+        interval = self.conn.keepalive_interval / 1000
+        while self.conn.state is State.OPEN:
+            await trio.sleep_until(min(self.last_sent, self.last_received) + interval)
+            now = trio.current_time()
+            if now - self.last_received >= 3 * interval:
+                self.close(ErrorCode.TIMEOUT, f"nothing received for {3 * interval:g} s")
+                return
+            if now - self.last_sent >= interval or now - self.last_received >= interval:
+                self.conn.send_ping()
+                self.last_sent = now  # counts as sent once the writer runs
+                self.wake_writer()
+
+    # -- dispatch of received events ------------------------------------------------------------------
+
+    def _dispatch(self, events: list[Any]) -> None:
+        for event in events:
+            kind = type(event)
+            if kind is Items:
+                inbound = self._inbound.get(event.stream_id)
+                if inbound is not None:
+                    inbound.deliver(event.items)
+            elif kind is Request:
+                outbound = self._outbound.get(event.stream_id)
+                if outbound is not None:
+                    outbound.remote_request(event.n)
+            elif kind is Complete:
+                inbound = self._inbound.pop(event.stream_id, None)
+                if inbound is not None:
+                    inbound.terminate(None)
+            elif kind is Error:
+                self._on_error(event)
+            elif kind is Cancel:
+                outbound = self._outbound.pop(event.stream_id, None)
+                if outbound is not None:
+                    self._offered.pop(event.stream_id, None)
+                    outbound.remote_cancel(None)
+            elif kind is Subscribe:
+                self._on_subscribe(event)
+            elif kind is Offer:
+                self._on_offer(event)
+            elif kind is Accept:
+                self._on_accept(event)
+            elif kind is ConnectionClosed:
+                how = "" if event.code is None else f" with {StreamError(event.code).code_name}"
+                detail = f": {event.message}" if event.message else ""
+                self._lost(ConnectionLost(f"connection to {self.peer} ended{how}{detail}", event.code, event.data))
+            # Pong, GoAway: nothing to do beyond what the protocol and the writer already do
+
+    def _on_error(self, event: Error) -> None:
+        error = StreamError(event.code, event.message, event.data)
+        inbound = self._inbound.pop(event.stream_id, None)
+        if inbound is not None:
+            inbound.terminate(error)
+            return
+        outbound = self._outbound.pop(event.stream_id, None)
+        if outbound is not None:
+            self._offered.pop(event.stream_id, None)
+            outbound.remote_cancel(error)
+
+    def _context(self, metadata: dict[str, Any]) -> StreamContext:
+        return StreamContext(self.nursery, self.peer, self.principal, metadata)
+
+    def _on_subscribe(self, event: Subscribe) -> None:
+        try:
+            publisher = self.host.open_publisher(event.name, event.params, self._context(event.metadata))
+        except StreamError as rejection:
+            self.conn.send_error(event.stream_id, rejection.code, rejection.message, rejection.data)
+            return
+        except Exception as failure:  # noqa: BLE001 - a host bug must not kill the connection
+            log.exception("opening publisher %r for %s failed", event.name, self.peer)
+            self.conn.send_error(event.stream_id, ErrorCode.INTERNAL, f"{type(failure).__name__}: {failure}")
+            return
+        outbound = _Outbound(self, event.stream_id, event.initial_demand, accept=True)
+        self._outbound[event.stream_id] = outbound
+        publisher.subscribe(outbound)
+
+    def _on_offer(self, event: Offer) -> None:
+        try:
+            sink = self.host.open_sink(event.name, event.params, self._context(event.metadata))
+        except StreamError as rejection:
+            self.conn.send_error(event.stream_id, rejection.code, rejection.message, rejection.data)
+            return
+        except Exception as failure:  # noqa: BLE001
+            log.exception("opening sink %r for %s failed", event.name, self.peer)
+            self.conn.send_error(event.stream_id, ErrorCode.INTERNAL, f"{type(failure).__name__}: {failure}")
+            return
+        self.open_inbound(sink, event.name, event.params, offer_id=event.stream_id)
+
+    def _on_accept(self, event: Accept) -> None:
+        publisher = self._offered.pop(event.stream_id, None)
+        outbound = self._outbound.get(event.stream_id)
+        if publisher is not None and outbound is not None:
+            publisher.subscribe(outbound)
+
+    def _lost(self, error: ConnectionLost) -> None:
+        if self._closing_error is None:
+            self._closing_error = error
+        self._end_all(self._closing_error)
+
+    def _end_all(self, error: ConnectionLost) -> None:
+        inbound, self._inbound = self._inbound, {}
+        outbound, self._outbound = self._outbound, {}
+        self._offered.clear()
+        for stream in inbound.values():
+            stream.terminate(error)
+        for stream in outbound.values():
+            stream.remote_cancel(error)
+
+
+class HandshakeError(ConnectionLost):
+    """The handshake failed: refused by the peer (``code`` says why), timed out, or cut off."""
+
+
+async def complete_handshake(
+    transport: Transport, conn: Connection, wanted: type, timeout: float
+) -> tuple[Any, list[Any]]:
+    """Pump the transport until the handshake event ``wanted`` (Hello or Welcome) arrives.
+
+    Returns it and the events that arrived with it. Raises :class:`HandshakeError` if the
+    peer closed or refused, or ``timeout`` seconds passed (after sending CONN_ERROR TIMEOUT,
+    SPEC 6.2). Whatever the connection must send meanwhile (HELLO, CONN_ERROR) is flushed.
+    """
+    with trio.move_on_after(timeout):
+        while True:
+            pending = conn.data_to_send()
+            if pending:
+                await transport.send([pending])
+            data = await transport.receive()
+            if data:
+                conn.receive_data(data)
+            else:
+                conn.receive_eof()
+            events = conn.events_received()
+            for index, event in enumerate(events):
+                if isinstance(event, wanted):
+                    return event, events[index + 1 :]
+                if isinstance(event, ConnectionClosed):
+                    pending = conn.data_to_send()
+                    if pending:
+                        await transport.send([pending])  # our CONN_ERROR, if we sent one
+                    reason = event.message or "closed during the handshake"
+                    raise HandshakeError(f"handshake with {transport.peer} failed: {reason}", event.code, event.data)
+    conn.send_conn_error(ErrorCode.TIMEOUT, f"no handshake within {timeout:g} s")
+    with trio.move_on_after(FLUSH_TIMEOUT):
+        await transport.send([conn.data_to_send()])
+    raise HandshakeError(f"handshake with {transport.peer} timed out after {timeout:g} s", ErrorCode.TIMEOUT)
