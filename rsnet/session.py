@@ -40,6 +40,7 @@ from .protocol import (
     ConnectionClosed,
     Error,
     ErrorCode,
+    GoAway,
     Items,
     LocalProtocolError,
     Offer,
@@ -322,6 +323,9 @@ class Session:
         self._write_scheduled = False
         self._closed = trio.Event()
         self._writer_done = trio.Event()
+        self._eof = False  # the peer closed its side (or the transport broke)
+        self._linger = False  # we ended the connection: read until the peer closes too
+        self._peer_going_away = False
         self._closing_error: ConnectionLost | None = None
         self._nursery: trio.Nursery | None = None
         self.last_received = trio.current_time()
@@ -362,8 +366,22 @@ class Session:
         finally:
             self._end_all(self._closing_error or ConnectionLost("connection closed"))
             with trio.CancelScope(shield=True):
+                if self._linger and not self._eof:
+                    await self._drain_until_eof()
                 await self.transport.aclose()
             self._closed.set()
+
+    async def _drain_until_eof(self) -> None:
+        """Read and discard until the peer closes, briefly: closing a socket with unread data
+        makes the kernel send a reset, which can destroy our last frame (a CONN_ERROR) in
+        the peer's receive buffer before it was read."""
+        with trio.move_on_after(FLUSH_TIMEOUT):
+            try:
+                await self.transport.send_eof()  # so the peer closes its side promptly
+                while await self.transport.receive():
+                    pass
+            except TransportClosed:
+                pass
 
     async def wait_closed(self) -> None:
         await self._closed.wait()
@@ -502,9 +520,12 @@ class Session:
                 self.last_sent = trio.current_time()
             if self._write_scheduled:
                 continue
-            if conn.state is State.CLOSED or (conn.going_away and not conn.stream_count):
-                # Everything up to the CONN_ERROR, or the last frame of a drained
-                # connection, is out: the connection is over (SPEC 10.2, 10.3).
+            if conn.state is State.CLOSED or (self._peer_going_away and not conn.stream_count):
+                # Everything up to the CONN_ERROR is out, or the peer said GO_AWAY and our
+                # last stream ended: the connection is over (SPEC 10.2, 10.3). The side that
+                # sent GO_AWAY waits for this close, so an opening frame that crossed its
+                # GO_AWAY still gets its GOING_AWAY answer.
+                self._linger = True
                 self.nursery.cancel_scope.cancel()
                 return
 
@@ -521,6 +542,7 @@ class Session:
             try:
                 data = await transport.receive()
             except TransportClosed as error:
+                self._eof = True
                 self._lost(ConnectionLost(str(error)))
                 return
             self.last_received = trio.current_time()
@@ -528,6 +550,7 @@ class Session:
                 self.bytes_received += len(data)
                 conn.receive_data(data)
             else:
+                self._eof = True
                 conn.receive_eof()
             self._dispatch(conn.events_received())
             self.wake_writer()
@@ -580,7 +603,9 @@ class Session:
                 how = "" if event.code is None else f" with {StreamError(event.code).code_name}"
                 detail = f": {event.message}" if event.message else ""
                 self._lost(ConnectionLost(f"connection to {self.peer} ended{how}{detail}", event.code, event.data))
-            # Pong, GoAway: nothing to do beyond what the protocol and the writer already do
+            elif kind is GoAway:
+                self._peer_going_away = True  # the writer closes once no stream is left
+            # Pong: nothing to do (the protocol answers PINGs itself)
 
     def _on_error(self, event: Error) -> None:
         error = StreamError(event.code, event.message, event.data)

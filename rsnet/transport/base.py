@@ -34,6 +34,13 @@ class Transport(abc.ABC):
         """
 
     @abc.abstractmethod
+    async def send_eof(self) -> None:
+        """Tell the peer we will send nothing more, keeping the receiving side open.
+
+        Best effort: a no-op where the transport cannot half-close (TLS).
+        """
+
+    @abc.abstractmethod
     async def aclose(self) -> None:
         """Close the transport (after flushing what was sent). Idempotent."""
 

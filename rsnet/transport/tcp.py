@@ -37,6 +37,13 @@ class TcpTransport(Transport):
         except (trio.BrokenResourceError, trio.ClosedResourceError, ssl.SSLError, OSError) as error:
             raise TransportClosed(f"send to {self._peer} failed: {error!r}") from error
 
+    async def send_eof(self) -> None:
+        if isinstance(self._stream, trio.abc.HalfCloseableStream):
+            try:
+                await self._stream.send_eof()
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                pass
+
     async def aclose(self) -> None:
         await trio.aclose_forcefully(self._stream)
 

@@ -108,6 +108,14 @@ class WebSocketTransport(Transport):
             except (trio.BrokenResourceError, trio.ClosedResourceError, ssl.SSLError, OSError) as error:
                 raise TransportClosed(f"send to {self._peer} failed: {error!r}") from error
 
+    async def send_eof(self) -> None:
+        if self._protocol.state is State.OPEN:
+            self._protocol.send_close(1000)
+            try:
+                await self._flush_control()
+            except TransportClosed:
+                pass
+
     async def aclose(self) -> None:
         if self._protocol.state is State.OPEN:
             self._protocol.send_close(1000)

@@ -1,0 +1,39 @@
+"""A real rsnet server on 127.0.0.1 for tests, with TCP and WebSocket listeners."""
+
+from __future__ import annotations
+
+from contextlib import asynccontextmanager
+from typing import AsyncIterator
+
+import trio
+
+import rsnet
+
+
+@asynccontextmanager
+async def running(server: rsnet.Server) -> AsyncIterator[dict[str, str]]:
+    """Serve ``server`` on ephemeral loopback ports; yields {"tcp": url, "ws": url}."""
+    async with trio.open_nursery() as nursery:
+        tcp = await nursery.start(server.serve_tcp, "127.0.0.1", 0)
+        ws = await nursery.start(server.serve_websocket, "127.0.0.1", 0)
+        try:
+            yield {"tcp": f"tcp://127.0.0.1:{tcp}", "ws": f"ws://127.0.0.1:{ws}/"}
+        finally:
+            nursery.cancel_scope.cancel()
+
+
+def demo_server(**settings) -> rsnet.Server:
+    """A server with the publishers most tests use."""
+    server = rsnet.Server(**settings)
+
+    @server.publisher("range")
+    def range_(params, ctx):
+        return rsnet.range_(params.get("start", 0), params["count"])
+
+    @server.publisher("fail")
+    def fail(params, ctx):
+        return rsnet.ops.concat(
+            rsnet.range_(0, params.get("n", 0)), rsnet.error(lambda: RuntimeError("failed on purpose"))
+        )
+
+    return server

@@ -1,0 +1,320 @@
+"""Server and client over real loopback TCP and WebSocket connections."""
+
+from __future__ import annotations
+
+import pydantic
+import pytest
+import trio
+import trio.testing
+
+import rsnet
+from rsnet import ops
+from rsnet.protocol import ErrorCode
+from rsnet.session import HandshakeError
+
+from .support import demo_server, running
+
+TRANSPORTS = ["tcp", "ws"]
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_subscribe_receives_all_items_then_completes(transport):
+    async with running(demo_server()) as urls, rsnet.connect(urls[transport]) as conn:
+        assert [x async for x in conn.subscribe("range", start=5, count=1000, prefetch=64)] == list(
+            range(5, 1005)
+        )
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_remote_error_arrives_with_code_message_and_data_after_the_items(transport):
+    async with running(demo_server()) as urls, rsnet.connect(urls[transport]) as conn:
+        seen = []
+        with pytest.raises(rsnet.StreamError) as caught:
+            async for item in conn.subscribe("fail", n=3):
+                seen.append(item)
+        assert seen == [0, 1, 2]
+        assert caught.value.code == ErrorCode.APPLICATION_ERROR
+        assert "failed on purpose" in caught.value.message
+        assert caught.value.data == {"type": "RuntimeError"}
+
+
+async def test_application_error_codes_and_data_cross_unchanged():
+    server = rsnet.Server()
+
+    @server.publisher("custom")
+    def custom(params, ctx):
+        return rsnet.error(rsnet.StreamError(4711, "quota exceeded", {"limit": 10}))
+
+    async with running(server) as urls, rsnet.connect(urls["tcp"]) as conn:
+        with pytest.raises(rsnet.StreamError) as caught:
+            async for _ in conn.subscribe("custom"):
+                pass
+    assert (caught.value.code, caught.value.message, caught.value.data) == (4711, "quota exceeded", {"limit": 10})
+
+
+async def test_unknown_publisher_is_a_stream_error_and_the_connection_lives_on():
+    async with running(demo_server()) as urls, rsnet.connect(urls["tcp"]) as conn:
+        with pytest.raises(rsnet.StreamError) as caught:
+            async for _ in conn.subscribe("no-such-thing"):
+                pass
+        assert caught.value.code == ErrorCode.UNKNOWN_PUBLISHER
+        assert [x async for x in conn.subscribe("range", count=3)] == [0, 1, 2]
+
+
+class RangeParams(pydantic.BaseModel):
+    start: int = 0
+    count: pydantic.conint(ge=0, le=1000)
+
+
+async def test_parameters_are_validated_and_bad_ones_are_rejected_with_the_field_named():
+    server = rsnet.Server()
+
+    @server.publisher("range", params=RangeParams)
+    def range_(params: RangeParams, ctx):
+        return rsnet.range_(params.start, params.count)
+
+    async with running(server) as urls, rsnet.connect(urls["tcp"]) as conn:
+        assert [x async for x in conn.subscribe("range", start=1, count=2)] == [1, 2]
+        with pytest.raises(rsnet.StreamError) as caught:
+            async for _ in conn.subscribe("range", count=10_000):
+                pass
+        assert caught.value.code == ErrorCode.REJECTED
+        assert "count" in caught.value.message
+        assert caught.value.data[0]["field"] == "count"
+        assert [x async for x in conn.subscribe("range", count=1)] == [0]
+
+
+async def test_a_failing_factory_is_an_application_error_for_that_stream_only():
+    server = demo_server()
+
+    @server.publisher("broken")
+    def broken(params, ctx):
+        raise LookupError("factory bug")
+
+    async with running(server) as urls, rsnet.connect(urls["tcp"]) as conn:
+        with pytest.raises(rsnet.StreamError, match="factory bug"):
+            async for _ in conn.subscribe("broken"):
+                pass
+        assert [x async for x in conn.subscribe("range", count=2)] == [0, 1]
+
+
+async def test_wrong_or_missing_token_is_refused_with_unauthorized():
+    async with running(demo_server(token="s3cret")) as urls:
+        for token in (None, "wrong", b"s3cre"):
+            with pytest.raises(HandshakeError) as caught:
+                async with rsnet.connect(urls["tcp"], token=token):
+                    pass
+            assert caught.value.code == ErrorCode.UNAUTHORIZED
+        async with rsnet.connect(urls["ws"], token="s3cret") as conn:
+            assert [x async for x in conn.subscribe("range", count=2)] == [0, 1]
+
+
+async def test_remote_publisher_composes_with_operators():
+    async with running(demo_server()) as urls, rsnet.connect(urls["tcp"]) as conn:
+        remote = conn.publisher("range", count=100)
+        evens = remote.pipe(ops.filter(lambda x: x % 2 == 0), ops.map(lambda x: x * 10), ops.take(3))
+        assert [x async for x in rsnet.iterate(evens, prefetch=4)] == [0, 20, 40]
+
+
+async def test_cancel_travels_back_to_the_hosted_publisher():
+    cancelled = trio.Event()
+    server = rsnet.Server()
+
+    @server.publisher("endless")
+    def endless(params, ctx):
+        async def numbers():
+            try:
+                i = 0
+                while True:
+                    i += 1
+                    yield i
+            finally:
+                cancelled.set()
+
+        return rsnet.from_async_iterable(numbers, nursery=ctx.nursery)
+
+    async with running(server) as urls, rsnet.connect(urls["tcp"]) as conn:
+        async with conn.subscribe("endless", prefetch=8) as items:
+            async for item in items:
+                if item == 100:
+                    break
+        with trio.fail_after(1):
+            await cancelled.wait()
+
+
+async def test_a_slow_stream_does_not_delay_another_on_the_same_connection():
+    server = demo_server()
+
+    @server.publisher("slow")
+    def slow(params, ctx):
+        async def one_per_minute():
+            while True:
+                await trio.sleep(60)
+                yield "late"
+
+        return rsnet.from_async_iterable(one_per_minute, nursery=ctx.nursery)
+
+    async with running(server) as urls, rsnet.connect(urls["tcp"]) as conn:
+        async with conn.subscribe("slow") as stuck:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(stuck.__anext__)  # waits for an item that takes a minute
+                with trio.fail_after(5):
+                    assert len([x async for x in conn.subscribe("range", count=10_000)]) == 10_000
+                nursery.cancel_scope.cancel()
+
+
+async def test_offer_pushes_a_local_publisher_with_the_servers_demand_as_backpressure():
+    received = []
+    server = rsnet.Server()
+
+    class Sink(rsnet.Subscriber):
+        def on_subscribe(self, subscription):
+            self.subscription = subscription
+            subscription.request(2)
+
+        def on_next(self, item):
+            received.append(item)
+            if len(received) % 2 == 0:
+                self.subscription.request(2)
+
+        def on_error(self, error):
+            received.append(error)
+
+        def on_complete(self):
+            received.append("done")
+
+    server.add_sink("uploads", lambda params, ctx: Sink())
+    produced = []
+
+    async def source():
+        for i in range(50):
+            produced.append(i)
+            yield i
+
+    async with running(server) as urls, rsnet.connect(urls["tcp"]) as conn:
+        async with trio.open_nursery() as nursery:
+            await conn.offer("uploads", rsnet.from_async_iterable(source, nursery=nursery))
+    assert received == [*range(50), "done"]
+
+
+async def test_offer_to_an_unknown_name_is_rejected():
+    async with running(demo_server()) as urls, rsnet.connect(urls["tcp"]) as conn:
+        with pytest.raises(rsnet.StreamError) as caught:
+            await conn.offer("nowhere", rsnet.just(1))
+        assert caught.value.code == ErrorCode.UNKNOWN_PUBLISHER
+
+
+async def test_server_death_ends_every_subscription_with_connection_lost():
+    server = rsnet.Server()
+
+    @server.publisher("endless")
+    def endless(params, ctx):
+        async def numbers():
+            while True:
+                await trio.sleep(0.01)
+                yield 1
+
+        return rsnet.from_async_iterable(numbers, nursery=ctx.nursery)
+
+    async with trio.open_nursery() as outer:
+        server_scope = trio.CancelScope()
+
+        async def serve(task_status):
+            with server_scope:
+                await server.serve_tcp("127.0.0.1", 0, task_status=task_status)
+
+        port = await outer.start(serve)
+        async with rsnet.connect(f"tcp://127.0.0.1:{port}") as conn:
+            errors = []
+
+            async def consume():
+                try:
+                    async for _ in conn.subscribe("endless"):
+                        pass
+                except rsnet.ConnectionLost as lost:
+                    errors.append(lost)
+
+            async with trio.open_nursery() as consumers:
+                for _ in range(3):
+                    consumers.start_soon(consume)
+                await trio.sleep(0.1)
+                server_scope.cancel()  # the server dies: its sockets close under the client
+                with trio.fail_after(5):
+                    pass
+            assert len(errors) == 3
+            with pytest.raises(rsnet.ConnectionLost):
+                async for _ in conn.subscribe("endless"):
+                    pass
+
+
+async def test_graceful_shutdown_lets_open_streams_finish_and_refuses_new_ones():
+    server = demo_server()
+    release = trio.Event()
+
+    @server.publisher("gated")
+    def gated(params, ctx):
+        async def items():
+            await release.wait()
+            for i in range(3):
+                yield i
+
+        return rsnet.from_async_iterable(items, nursery=ctx.nursery)
+
+    async with running(server) as urls, rsnet.connect(urls["tcp"]) as conn:
+        results = []
+
+        async def consume():
+            results.extend([x async for x in conn.subscribe("gated")])
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(consume)
+            await until(lambda: sum(s.stream_count for s in server.sessions) == 1)
+            nursery.start_soon(server.shutdown, 10)
+            await trio.sleep(0.05)
+            with pytest.raises(rsnet.ConnectionLost, match="going away"):
+                async for _ in conn.subscribe("range", count=1):
+                    pass
+            release.set()
+        assert results == [0, 1, 2]  # the open stream drained before the connection closed
+        assert not server.sessions
+
+
+async def test_shutdown_deadline_cancels_streams_that_do_not_finish():
+    server = rsnet.Server()
+    cancelled = trio.Event()
+
+    @server.publisher("forever")
+    def forever(params, ctx):
+        async def items():
+            try:
+                await trio.sleep_forever()
+                yield 1
+            finally:
+                cancelled.set()
+
+        return rsnet.from_async_iterable(items, nursery=ctx.nursery)
+
+    async with running(server) as urls, rsnet.connect(urls["tcp"]) as conn:
+        errors = []
+
+        async def consume():
+            try:
+                async for _ in conn.subscribe("forever"):
+                    pass
+            except rsnet.ConnectionLost as lost:
+                errors.append(lost)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(consume)
+            await until(lambda: sum(s.stream_count for s in server.sessions) == 1)
+            nursery.start_soon(server.shutdown, 0.2)
+        assert "GOING_AWAY" in str(errors[0])
+        with trio.fail_after(1):
+            await cancelled.wait()
+
+
+async def until(condition, timeout=5.0):
+    """Poll ``condition`` (for state another process or socket changes), bounded in time."""
+    with trio.fail_after(timeout):
+        while not condition():
+            await trio.sleep(0.005)
