@@ -49,11 +49,14 @@ from .protocol import (
     Subscribe,
 )
 from .streams import Publisher, Subscriber, Subscription
-from .streams.rules import add_demand, check_signal_argument, check_subscriber, invalid_request
+from .streams.rules import MAX_DEMAND, add_demand, check_signal_argument, check_subscriber, invalid_request
 from .streams.subscriptions import deliver_safely, subscribe_failed
 from .transport import Transport, TransportClosed
 
 log = logging.getLogger("rsnet.session")
+
+DEFAULT_SEND_WINDOW = 1024
+"""Items a hosted publisher may have requested and not yet delivered, per stream."""
 
 FLUSH_TIMEOUT = 1.0
 """Seconds the writer gets to flush the last frames (a CONN_ERROR) once the connection ended."""
@@ -97,12 +100,20 @@ class NoHost:
 class _Outbound(Subscriber[Any]):
     """Subscribed to a local publisher; turns its signals into frames on one stream.
 
-    It never buffers: each item is encoded straight into the connection's output, and the
-    protocol refuses an item beyond the demand the peer granted, in which case the
-    publisher is cut off with FLOW_CONTROL (it broke rule 1.1) rather than buffered.
+    It never buffers: each item is encoded straight into the connection's output. Demand
+    the peer grants (``remote``) is passed to the local publisher in windows: at most
+    ``window`` items are requested locally and not yet delivered, and the window is refilled
+    after the writer has flushed. So the output buffer holds at most one window per stream
+    whatever the peer granted (2**63-1 included), a synchronous publisher gives the event
+    loop back after each window, and a slow socket holds the publisher back. A publisher
+    that emits beyond what was requested locally broke rule 1.1 and is cut off with
+    FLOW_CONTROL instead of buffered.
     """
 
-    __slots__ = ("_session", "stream_id", "subscription", "_initial", "_accept", "done", "on_end")
+    __slots__ = (
+        "_session", "stream_id", "subscription", "remote", "local", "_accept", "done", "on_end",
+        "_refill_queued",
+    )
 
     def __init__(
         self, session: Session, stream_id: int, initial: int, accept: bool,
@@ -111,10 +122,12 @@ class _Outbound(Subscriber[Any]):
         self._session = session
         self.stream_id = stream_id
         self.subscription: Subscription | None = None
-        self._initial = initial
+        self.remote = initial  # granted by the peer, not yet sent (MAX_DEMAND: unbounded)
+        self.local = 0  # requested from the local publisher, not yet delivered
         self._accept = accept
         self.done = False
         self.on_end = on_end
+        self._refill_queued = False
 
     def on_subscribe(self, subscription: Subscription) -> None:
         check_signal_argument(subscription, "on_subscribe")
@@ -125,23 +138,44 @@ class _Outbound(Subscriber[Any]):
         if self._accept:
             self._session.conn.send_accept(self.stream_id)  # the remote on_subscribe
             self._session.wake_writer()
-        if self._initial:
-            subscription.request(self._initial)
+        self.refill()
+
+    def refill(self) -> None:
+        """Top the local request up to the window (called on remote demand and after writes)."""
+        self._refill_queued = False
+        if self.done or self.subscription is None:
+            return
+        amount = min(self._session.send_window, self.remote) - self.local
+        if amount > 0:
+            self.local += amount
+            self.subscription.request(amount)
 
     def on_next(self, item: Any) -> None:
         check_signal_argument(item, "on_next")
         if self.done:
             return
         session = self._session
+        if not self.local:
+            self._cut_off(ErrorCode.FLOW_CONTROL, "rule 1.1: the publisher emitted more items than requested")
+            return
         try:
             session.conn.send_next(self.stream_id, item)
         except LocalProtocolError as refused:
-            # FLOW_CONTROL: the publisher ignored demand; FRAME_TOO_LARGE, APPLICATION_ERROR:
-            # the item cannot be sent. Either way the stream ends, the connection lives.
-            self.subscription.cancel()  # type: ignore[union-attr]
-            self._finish(refused.code, refused.message, None, StreamError(refused.code, refused.message))
+            # FRAME_TOO_LARGE, APPLICATION_ERROR: the item cannot be sent. The stream
+            # ends, the connection lives.
+            self._cut_off(refused.code, refused.message)
             return
+        self.local -= 1
+        if self.remote != MAX_DEMAND:
+            self.remote -= 1
+        if not self._refill_queued:
+            self._refill_queued = True
+            session.refill_after_write(self)
         session.wake_writer()
+
+    def _cut_off(self, code: int, message: str) -> None:
+        self.subscription.cancel()  # type: ignore[union-attr]
+        self._finish(code, message, None, StreamError(code, message))
 
     def on_error(self, error: BaseException) -> None:
         check_signal_argument(error, "on_error")
@@ -171,8 +205,8 @@ class _Outbound(Subscriber[Any]):
             self.on_end(error)
 
     def remote_request(self, n: int) -> None:
-        if self.subscription is not None and not self.done:
-            self.subscription.request(n)
+        self.remote = add_demand(self.remote, n)  # the protocol has checked n > 0
+        self.refill()
 
     def remote_cancel(self, reason: BaseException | None) -> None:
         """The peer cancelled (or failed the stream, or the connection ended)."""
@@ -309,8 +343,10 @@ class Session:
         *,
         host: Host | None = None,
         principal: Any = None,
+        send_window: int = DEFAULT_SEND_WINDOW,
     ) -> None:
         self.transport = transport
+        self.send_window = send_window
         self.conn = conn
         self.host: Host = host if host is not None else NoHost()
         self.principal = principal
@@ -319,6 +355,7 @@ class Session:
         self._inbound: dict[int, _Inbound] = {}
         self._offered: dict[int, Publisher[Any]] = {}  # OFFERed, waiting for the peer's ACCEPT
         self._demand_dirty: list[_Inbound] = []
+        self._refill: list[_Outbound] = []
         self._wakeup = trio.Event()
         self._write_scheduled = False
         self._closed = trio.Event()
@@ -471,6 +508,9 @@ class Session:
 
     # -- bookkeeping called by the stream objects ---------------------------------------------------
 
+    def refill_after_write(self, outbound: _Outbound) -> None:
+        self._refill.append(outbound)
+
     def demand_pending(self, inbound: _Inbound) -> None:
         self._demand_dirty.append(inbound)
         self.wake_writer()
@@ -518,6 +558,9 @@ class Session:
                     self.nursery.cancel_scope.cancel()
                     return
                 self.last_sent = trio.current_time()
+            refill, self._refill = self._refill, []
+            for outbound in refill:
+                outbound.refill()
             if self._write_scheduled:
                 continue
             if conn.state is State.CLOSED or (self._peer_going_away and not conn.stream_count):
