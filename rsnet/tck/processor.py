@@ -24,6 +24,9 @@ Factories are methods, settings are class attributes:
 ``max_supported_subscribers`` (``MAX_DEMAND``)
     How many subscribers the processor serves at once; below 2 the two multi-subscriber tests
     are skipped.
+``does_coordinated_emission`` (False)
+    True for a processor that emits to all subscribers in lockstep; the two multi-subscriber
+    tests then let every subscriber request first (Java's ``doesCoordinatedEmission``).
 ``max_elements_from_publisher``, ``bounded_depth_of_on_next_and_request_recursion``,
 ``skip_stochastic_tests``
     As for :class:`~rsnet.tck.PublisherVerification`.
@@ -34,7 +37,7 @@ inside the test's ``trio.run``, where ``self.nursery`` is available.
 
 from __future__ import annotations
 
-from typing import Any, Awaitable, Callable, ClassVar, TypeVar
+from typing import Awaitable, Callable, ClassVar, TypeVar
 
 import pytest
 
@@ -73,15 +76,25 @@ class _ProcessorStage(ManualPublisher[T]):
     async def send_next_from_upstream(self) -> T:
         element = await self.tees.request_next_element()
         if element in self._seen:
-            raise AssertionError(f"Helper publisher illegally produced the same element {element!r} twice")
+            raise AssertionError(
+                f"Helper publisher illegally produced the same element {element!r} twice"
+            )
         self._seen.append(element)
         self.send_next(element)
         return element
 
-    async def expect_next_element(self, sub: ManualSubscriber[T], expected: T) -> None:
-        element = await sub.next_element(f"timeout while awaiting {expected!r}")
+    async def expect_next_element(self, sub: ManualSubscriber[T], expected: T, hint: str = "") -> None:
+        element = await sub.next_element(f"timeout while awaiting {expected!r}{hint}")
         if element != expected:
-            raise AssertionError(f"Received `on_next({element!r})` on downstream but expected `on_next({expected!r})`")
+            raise AssertionError(
+                f"Received `on_next({element!r})` on downstream but expected `on_next({expected!r})`"
+            )
+
+
+_COORDINATION_HINT = (
+    ". If the processor coordinates emission across its subscribers (an element goes out only"
+    " when all of them have demand), set does_coordinated_emission = True on the verification"
+)
 
 
 class _ErrorCollectingSubscriber(ManualSubscriber[T]):
@@ -143,10 +156,16 @@ class IdentityProcessorVerification(PublisherVerification[T], SubscriberWhitebox
 
     processor_buffer_size: ClassVar[int] = TEST_BUFFER_SIZE
     max_supported_subscribers: ClassVar[int] = MAX_DEMAND
+    does_coordinated_emission: ClassVar[bool] = False
+    """True for a processor that emits to all its subscribers in lockstep (an element goes out
+    only when every subscriber has demand for it); the two multi-subscriber tests then have
+    every subscriber request before expecting elements (Java's ``doesCoordinatedEmission``)."""
 
     def create_identity_processor(self, buffer_size: int) -> Processor[T, T]:
         """A processor passing elements on unchanged, able to buffer ``buffer_size`` of them."""
-        raise NotImplementedError(f"{type(self).__name__} must implement create_identity_processor(buffer_size)")
+        raise NotImplementedError(
+            f"{type(self).__name__} must implement create_identity_processor(buffer_size)"
+        )
 
     def create_publisher(self, elements: int) -> Publisher[T]:
         """The processor under test, fed by a helper publisher of ``elements`` items."""
@@ -162,7 +181,9 @@ class IdentityProcessorVerification(PublisherVerification[T], SubscriberWhitebox
 
     # -- harness ------------------------------------------------------------------------------
 
-    def _processor_test(self, body: Callable[[_ProcessorStage[T]], Awaitable[None]], *, subscribers: int = 1) -> None:
+    def _processor_test(
+        self, body: Callable[[_ProcessorStage[T]], Awaitable[None]], *, subscribers: int = 1
+    ) -> None:
         """Run ``body(stage)`` with the processor under test subscribed to a manual publisher."""
         if subscribers > self.max_supported_subscribers:
             pytest.skip(
@@ -172,7 +193,9 @@ class IdentityProcessorVerification(PublisherVerification[T], SubscriberWhitebox
 
         async def run() -> None:
             stage: _ProcessorStage[T] = _ProcessorStage(self.env)
-            stage.tees = await self.env.new_manual_subscriber(self.create_helper_publisher(MAX_DEMAND))
+            stage.tees = await self.env.new_manual_subscriber(
+                self.create_helper_publisher(MAX_DEMAND)
+            )
             stage.processor = self.create_identity_processor(self.processor_buffer_size)
             stage.subscribe(stage.processor)
             await body(stage)
@@ -181,7 +204,9 @@ class IdentityProcessorVerification(PublisherVerification[T], SubscriberWhitebox
 
     # -- processor rules ----------------------------------------------------------------------
 
-    def test_required_spec104_must_call_on_error_on_all_its_subscribers_if_it_encounters_a_non_recoverable_error(self) -> None:
+    def test_required_spec104_must_call_on_error_on_all_its_subscribers_if_it_encounters_a_non_recoverable_error(
+        self,
+    ) -> None:
         """Rules 1.4, 4.1: an upstream on_error reaches both subscribers, whatever their demand."""
 
         async def body(stage: _ProcessorStage[T]) -> None:
@@ -191,13 +216,23 @@ class IdentityProcessorVerification(PublisherVerification[T], SubscriberWhitebox
             sub2: _ErrorCollectingSubscriber[T] = _ErrorCollectingSubscriber(env)
             await env.subscribe(stage.processor, sub2)
 
-            sub1.request(1)
-            await stage.expect_request()
-            x = await stage.send_next_from_upstream()
-            await stage.expect_next_element(sub1, x)
-            sub1.request(1)
+            if self.does_coordinated_emission:
+                sub1.request(1)
+                sub2.request(1)
+                await stage.expect_request()
+                x = await stage.send_next_from_upstream()
+                await stage.expect_next_element(sub1, x)
+                await stage.expect_next_element(sub2, x)
+                sub1.request(1)
+                sub2.request(1)
+            else:
+                sub1.request(1)
+                await stage.expect_request("Did not receive expected `request` call" + _COORDINATION_HINT)
+                x = await stage.send_next_from_upstream()
+                await stage.expect_next_element(sub1, x, _COORDINATION_HINT)
+                sub1.request(1)
+                # sub1 has received one element and has one demand pending; sub2 requested nothing.
 
-            # sub1 has received one element and has one demand pending; sub2 requested nothing.
             error = RuntimeError("Test exception")
             stage.send_error(error)
             await sub1.expect_error_instance(error)
@@ -206,7 +241,9 @@ class IdentityProcessorVerification(PublisherVerification[T], SubscriberWhitebox
 
         self._processor_test(body, subscribers=2)
 
-    def test_required_must_immediately_pass_on_on_error_events_received_from_its_upstream_to_its_downstream(self) -> None:
+    def test_required_must_immediately_pass_on_on_error_events_received_from_its_upstream_to_its_downstream(
+        self,
+    ) -> None:
         """Rule 4.2: an upstream on_error reaches the subscriber at once, without any request.
 
         The Java name has no status prefix; the Java TCK treats this test as required.
@@ -222,7 +259,9 @@ class IdentityProcessorVerification(PublisherVerification[T], SubscriberWhitebox
 
         self._processor_test(body)
 
-    def test_required_must_request_from_upstream_for_elements_that_have_been_requested_long_ago(self) -> None:
+    def test_required_must_request_from_upstream_for_elements_that_have_been_requested_long_ago(
+        self,
+    ) -> None:
         """Rule 4.1: the processor keeps requesting upstream for an old demand while a new subscriber joins."""
 
         async def body(stage: _ProcessorStage[T]) -> None:
@@ -243,12 +282,18 @@ class IdentityProcessorVerification(PublisherVerification[T], SubscriberWhitebox
 
             sub2 = await stage.new_subscriber()
             # sub1 now has 18 pending, sub2 has 0 pending.
-            z = await stage.send_next_from_upstream()
-            await stage.expect_next_element(sub1, z)
-            await sub2.expect_none("Subscriber 2 requested nothing yet, but got")
-
-            sub2.request(1)
-            await stage.expect_next_element(sub2, z)
+            if self.does_coordinated_emission:
+                await sub2.expect_none("Subscriber 2 requested nothing yet, but got")
+                sub2.request(1)
+                z = await stage.send_next_from_upstream()
+                await stage.expect_next_element(sub1, z)
+                await stage.expect_next_element(sub2, z)
+            else:
+                z = await stage.send_next_from_upstream()
+                await stage.expect_next_element(sub1, z, _COORDINATION_HINT)
+                await sub2.expect_none("Subscriber 2 requested nothing yet, but got")
+                sub2.request(1)
+                await stage.expect_next_element(sub2, z)
 
             if total_requests == 3:
                 await stage.expect_request()

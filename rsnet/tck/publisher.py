@@ -78,7 +78,9 @@ class PublisherVerification(Verification, Generic[T]):
 
     def create_publisher(self, elements: int) -> Publisher[T]:
         """A publisher of exactly ``elements`` items then ``on_complete`` (``MAX_DEMAND``: endless)."""
-        raise NotImplementedError(f"{type(self).__name__} must implement create_publisher(elements)")
+        raise NotImplementedError(
+            f"{type(self).__name__} must implement create_publisher(elements)"
+        )
 
     def create_failed_publisher(self) -> Publisher[T] | None:
         """A publisher that signals ``on_subscribe`` then ``on_error``, or ``None`` to skip those tests."""
@@ -101,7 +103,12 @@ class PublisherVerification(Verification, Generic[T]):
             )
 
     def _active_publisher_test(
-        self, elements: int, needs_completion: bool, body: PublisherTestBody, *, optional_rule: str | None = None
+        self,
+        elements: int,
+        needs_completion: bool,
+        body: PublisherTestBody,
+        *,
+        optional_rule: str | None = None,
     ) -> None:
         """Run ``body(create_publisher(elements))``; skip if the publisher cannot serve it."""
         self._check_can_run(elements, needs_completion)
@@ -136,7 +143,9 @@ class PublisherVerification(Verification, Generic[T]):
                 f"Timeout while waiting for next element from Publisher {pub!r}"
             )
             assert element is not None, f"Publisher {pub!r} produced no elements"
-            await sub.request_end_of_stream(f"Publisher {pub!r} did not complete after its 1 element")
+            await sub.request_end_of_stream(
+                f"Publisher {pub!r} did not complete after its 1 element"
+            )
 
         self._active_publisher_test(1, True, body)
 
@@ -149,14 +158,20 @@ class PublisherVerification(Verification, Generic[T]):
                 element = await sub.request_next_element_or_end_of_stream(
                     f"Timeout while waiting for next element from Publisher {pub!r}"
                 )
-                assert element is not None, f"Publisher {pub!r} produced only {produced} element(s), expected 3"
-            await sub.request_end_of_stream(f"Publisher {pub!r} did not complete after its 3 elements")
+                assert (
+                    element is not None
+                ), f"Publisher {pub!r} produced only {produced} element(s), expected 3"
+            await sub.request_end_of_stream(
+                f"Publisher {pub!r} did not complete after its 3 elements"
+            )
 
         self._active_publisher_test(3, True, body)
 
     def test_required_validate_max_elements_from_publisher(self) -> None:
         """The max_elements_from_publisher setting is >= 0."""
-        assert self.max_elements_from_publisher >= 0, "max_elements_from_publisher MUST be a number >= 0"
+        assert (
+            self.max_elements_from_publisher >= 0
+        ), "max_elements_from_publisher MUST be a number >= 0"
 
     def test_required_validate_bounded_depth_of_on_next_and_request_recursion(self) -> None:
         """The bounded_depth_of_on_next_and_request_recursion setting is >= 1."""
@@ -166,20 +181,27 @@ class PublisherVerification(Verification, Generic[T]):
 
     # -- spec rules, section 1 ----------------------------------------------------------------
 
-    def test_required_spec101_subscription_request_must_result_in_the_correct_number_of_produced_elements(self) -> None:
+    def test_required_spec101_subscription_request_must_result_in_the_correct_number_of_produced_elements(
+        self,
+    ) -> None:
         """Rule 1.1: nothing before request; request(1) gives 1, request(1)+request(2) give 3 more."""
 
         async def body(pub: Publisher[T]) -> None:
             sub = await self.env.new_manual_subscriber(pub)
             try:
-                await sub.expect_none(f"Publisher {pub!r} produced a signal before the first `request` (rule 1.1):")
+                await sub.expect_none(
+                    f"Publisher {pub!r} produced a signal before the first `request` (rule 1.1):"
+                )
                 sub.request(1)
-                await sub.next_element(f"Publisher {pub!r} produced no element after first `request`")
+                await sub.next_element(
+                    f"Publisher {pub!r} produced no element after first `request`"
+                )
                 await sub.expect_none(f"Publisher {pub!r} produced unrequested (rule 1.1):")
                 sub.request(1)
                 sub.request(2)
                 await sub.next_elements(
-                    3, f"Publisher {pub!r} produced less than 3 elements after two respective `request` calls"
+                    3,
+                    f"Publisher {pub!r} produced less than 3 elements after two respective `request` calls",
                 )
                 await sub.expect_none(f"Publisher {pub!r} produced unrequested (rule 1.1):")
             finally:
@@ -187,14 +209,18 @@ class PublisherVerification(Verification, Generic[T]):
 
         self._active_publisher_test(5, False, body)
 
-    def test_required_spec102_may_signal_less_than_requested_and_terminate_subscription(self) -> None:
+    def test_required_spec102_may_signal_less_than_requested_and_terminate_subscription(
+        self,
+    ) -> None:
         """Rule 1.2: pub(3) with request(10) signals 3 elements, then on_complete."""
 
         async def body(pub: Publisher[T]) -> None:
             sub = await self.env.new_manual_subscriber(pub)
             sub.request(10)
             await sub.next_elements(3)
-            await sub.expect_completion(f"Publisher {pub!r} did not complete after its 3 elements (rule 1.2)")
+            await sub.expect_completion(
+                f"Publisher {pub!r} did not complete after its 3 elements (rule 1.2)"
+            )
 
         self._active_publisher_test(3, True, body)
 
@@ -211,12 +237,16 @@ class PublisherVerification(Verification, Generic[T]):
 
         async def run() -> None:
             for iteration in range(1, iterations + 1):
-                await self._spec103_iteration(self.create_publisher(elements), iteration, iterations, elements)
+                await self._spec103_iteration(
+                    self.create_publisher(elements), iteration, iterations, elements
+                )
                 self.env.verify_no_async_errors_no_delay()
 
         self.run_test(run)
 
-    async def _spec103_iteration(self, pub: Publisher[T], iteration: int, iterations: int, elements: int) -> None:
+    async def _spec103_iteration(
+        self, pub: Publisher[T], iteration: int, iterations: int, elements: int
+    ) -> None:
         subscriber = _SequentialSignalsSubscriber(self.env, elements)
         pub.subscribe(subscriber)
         await subscriber.completion.expect_close(
@@ -245,7 +275,9 @@ class PublisherVerification(Verification, Generic[T]):
                     "via on_error (rules 1.4, 1.9)"
                 ) from error
             await on_subscribe_latch.expect_close("Should have received on_subscribe (rule 1.9)")
-            await on_error_latch.expect_close(f"Error-state Publisher {pub!r} did not call `on_error` on new Subscriber (rule 1.4)")
+            await on_error_latch.expect_close(
+                f"Error-state Publisher {pub!r} did not call `on_error` on new Subscriber (rule 1.4)"
+            )
             await env.verify_no_async_errors()
 
         self._failed_publisher_test(body)
@@ -257,7 +289,9 @@ class PublisherVerification(Verification, Generic[T]):
             sub = await self.env.new_manual_subscriber(pub)
             for _ in range(3):
                 await sub.request_next_element()
-            await sub.request_end_of_stream(f"Publisher {pub!r} did not signal on_complete after its 3 elements (rule 1.5)")
+            await sub.request_end_of_stream(
+                f"Publisher {pub!r} did not signal on_complete after its 3 elements (rule 1.5)"
+            )
             await sub.expect_none(f"Publisher {pub!r} signalled after on_complete (rule 1.7):")
 
         self._active_publisher_test(3, True, body)
@@ -273,26 +307,36 @@ class PublisherVerification(Verification, Generic[T]):
 
         self._active_publisher_test(0, True, body, optional_rule="1.5")
 
-    def test_untested_spec106_must_consider_subscription_cancelled_after_on_error_or_on_complete_has_been_called(self) -> None:
+    def test_untested_spec106_must_consider_subscription_cancelled_after_on_error_or_on_complete_has_been_called(
+        self,
+    ) -> None:
         skip_untested("1.6")
 
-    def test_required_spec107_must_not_emit_further_signals_once_on_complete_has_been_signalled(self) -> None:
+    def test_required_spec107_must_not_emit_further_signals_once_on_complete_has_been_signalled(
+        self,
+    ) -> None:
         """Rule 1.7: pub(1) gives 1 element and on_complete for request(10); a later request(10) nothing."""
 
         async def body(pub: Publisher[T]) -> None:
             sub = await self.env.new_manual_subscriber(pub)
             sub.request(10)
             await sub.next_element()
-            await sub.expect_completion(f"Publisher {pub!r} did not complete after its only element")
+            await sub.expect_completion(
+                f"Publisher {pub!r} did not complete after its only element"
+            )
             sub.request(10)
             await sub.expect_none(f"Publisher {pub!r} signalled after on_complete (rule 1.7):")
 
         self._active_publisher_test(1, True, body)
 
-    def test_untested_spec107_must_not_emit_further_signals_once_on_error_has_been_signalled(self) -> None:
+    def test_untested_spec107_must_not_emit_further_signals_once_on_error_has_been_signalled(
+        self,
+    ) -> None:
         skip_untested("1.7")
 
-    def test_untested_spec108_possibly_canceled_subscription_should_not_receive_on_error_or_on_complete_signals(self) -> None:
+    def test_untested_spec108_possibly_canceled_subscription_should_not_receive_on_error_or_on_complete_signals(
+        self,
+    ) -> None:
         skip_untested("1.8")
 
     def test_untested_spec109_subscribe_should_not_throw_non_fatal_throwable(self) -> None:
@@ -311,7 +355,9 @@ class PublisherVerification(Verification, Generic[T]):
                     f"Publisher {pub!r} raised {error!r} for subscribe(None), but rule 1.9 requires TypeError"
                 ) from error
             else:
-                raise AssertionError(f"Publisher {pub!r} did not raise TypeError for subscribe(None) (rule 1.9)")
+                raise AssertionError(
+                    f"Publisher {pub!r} did not raise TypeError for subscribe(None) (rule 1.9)"
+                )
 
         self._active_publisher_test(0, False, body)
 
@@ -323,7 +369,9 @@ class PublisherVerification(Verification, Generic[T]):
             subscriber = _OnSubscribeFirstSubscriber(env)
             try:
                 pub.subscribe(subscriber)
-                await subscriber.on_subscribe_latch.expect_close("Should have received on_subscribe (rule 1.9)")
+                await subscriber.on_subscribe_latch.expect_close(
+                    "Should have received on_subscribe (rule 1.9)"
+                )
                 env.verify_no_async_errors_no_delay()
             finally:
                 if subscriber.subscription is not None:
@@ -331,20 +379,26 @@ class PublisherVerification(Verification, Generic[T]):
 
         self._active_publisher_test(0, False, body)
 
-    def test_required_spec109_may_reject_calls_to_subscribe_if_publisher_is_unable_or_unwilling_to_serve_them_rejection_must_trigger_on_error_after_on_subscribe(self) -> None:
+    def test_required_spec109_may_reject_calls_to_subscribe_if_publisher_is_unable_or_unwilling_to_serve_them_rejection_must_trigger_on_error_after_on_subscribe(
+        self,
+    ) -> None:
         """Rule 1.9: the failed publisher signals on_subscribe once, then on_error once."""
 
         async def body(pub: Publisher[T]) -> None:
             env = self.env
             sub = _RejectionSubscriber(env)
             pub.subscribe(sub)
-            await sub.on_subscribe_latch.expect_close("Should have received on_subscribe (rule 1.9)")
+            await sub.on_subscribe_latch.expect_close(
+                "Should have received on_subscribe (rule 1.9)"
+            )
             await sub.on_error_latch.expect_close("Should have received on_error (rule 1.9)")
             env.verify_no_async_errors_no_delay()
 
         self._failed_publisher_test(body)
 
-    def test_untested_spec110_reject_a_subscription_request_if_the_same_subscriber_subscribes_twice(self) -> None:
+    def test_untested_spec110_reject_a_subscription_request_if_the_same_subscriber_subscribes_twice(
+        self,
+    ) -> None:
         skip_untested("1.10")
 
     def test_optional_spec111_may_support_multi_subscribe(self) -> None:
@@ -361,7 +415,9 @@ class PublisherVerification(Verification, Generic[T]):
 
         self._active_publisher_test(1, False, body, optional_rule="1.11")
 
-    def test_optional_spec111_registered_subscribers_must_receive_on_next_or_on_complete_signals(self) -> None:
+    def test_optional_spec111_registered_subscribers_must_receive_on_next_or_on_complete_signals(
+        self,
+    ) -> None:
         """Rule 1.11: two subscribers of pub(1) each get on_next or on_complete for request(1)."""
 
         async def body(pub: Publisher[T]) -> None:
@@ -378,7 +434,9 @@ class PublisherVerification(Verification, Generic[T]):
 
         self._active_publisher_test(1, False, body, optional_rule="1.11")
 
-    def test_optional_spec111_multicast_must_produce_the_same_elements_in_the_same_sequence_to_all_of_its_subscribers_when_requesting_one_by_one(self) -> None:
+    def test_optional_spec111_multicast_must_produce_the_same_elements_in_the_same_sequence_to_all_of_its_subscribers_when_requesting_one_by_one(
+        self,
+    ) -> None:
         """Rule 1.11: three subscribers of pub(5) requesting in different steps see one sequence."""
 
         async def body(pub: Publisher[T]) -> None:
@@ -415,15 +473,13 @@ class PublisherVerification(Verification, Generic[T]):
             x4 = await sub1.next_element(missing(1, "1st"))
             await sub1.request_end_of_stream(incomplete("1st"))
 
-            seen1 = [x1, x2, *x3, x4]
-            seen2 = [*y1, *y2]
-            seen3 = [*z1, z2, z3]
-            assert seen1 == seen2, f"Publisher {pub!r} did not produce the same element sequence for subscribers 1 and 2: {seen1} != {seen2}"
-            assert seen1 == seen3, f"Publisher {pub!r} did not produce the same element sequence for subscribers 1 and 3: {seen1} != {seen3}"
+            _expect_same_sequence(pub, {1: [x1, x2, *x3, x4], 2: [*y1, *y2], 3: [*z1, z2, z3]})
 
         self._active_publisher_test(5, True, body, optional_rule="1.11")
 
-    async def _three_subscribers_request_many_upfront(self, pub: Publisher[T], expect_completion: bool) -> None:
+    async def _three_subscribers_request_many_upfront(
+        self, pub: Publisher[T], expect_completion: bool
+    ) -> None:
         env = self.env
         subs = [await env.new_manual_subscriber(pub) for _ in range(3)]
         # A publisher may need to touch its source to notice it is drained, so ask for one more.
@@ -433,10 +489,11 @@ class PublisherVerification(Verification, Generic[T]):
         if expect_completion:
             for sub in subs:
                 await sub.expect_completion()
-        assert received[0] == received[1], f"Expected elements to be signalled in the same sequence to 1st and 2nd subscribers: {received[0]} != {received[1]}"
-        assert received[1] == received[2], f"Expected elements to be signalled in the same sequence to 2nd and 3rd subscribers: {received[1]} != {received[2]}"
+        _expect_same_sequence(pub, dict(enumerate(received, start=1)))
 
-    def test_optional_spec111_multicast_must_produce_the_same_elements_in_the_same_sequence_to_all_of_its_subscribers_when_requesting_many_upfront(self) -> None:
+    def test_optional_spec111_multicast_must_produce_the_same_elements_in_the_same_sequence_to_all_of_its_subscribers_when_requesting_many_upfront(
+        self,
+    ) -> None:
         """Rule 1.11: three subscribers of pub(3) each requesting 4 get the same 3 elements."""
 
         async def body(pub: Publisher[T]) -> None:
@@ -445,7 +502,9 @@ class PublisherVerification(Verification, Generic[T]):
 
         self._active_publisher_test(3, False, body, optional_rule="1.11")
 
-    def test_optional_spec111_multicast_must_produce_the_same_elements_in_the_same_sequence_to_all_of_its_subscribers_when_requesting_many_upfront_and_complete_as_expected(self) -> None:
+    def test_optional_spec111_multicast_must_produce_the_same_elements_in_the_same_sequence_to_all_of_its_subscribers_when_requesting_many_upfront_and_complete_as_expected(
+        self,
+    ) -> None:
         """Rule 1.11: as above, and all three subscribers get on_complete."""
 
         async def body(pub: Publisher[T]) -> None:
@@ -455,7 +514,9 @@ class PublisherVerification(Verification, Generic[T]):
 
     # -- spec rules, section 3 ----------------------------------------------------------------
 
-    def test_required_spec302_must_allow_synchronous_request_calls_from_on_next_and_on_subscribe(self) -> None:
+    def test_required_spec302_must_allow_synchronous_request_calls_from_on_next_and_on_subscribe(
+        self,
+    ) -> None:
         """Rule 3.2: request(1) x3 inside on_subscribe and request(1) inside every on_next work."""
 
         async def body(pub: Publisher[T]) -> None:
@@ -502,12 +563,16 @@ class PublisherVerification(Verification, Generic[T]):
             sub.request(1)
             sub.request(1)
             sub.request(1)
-            await sub.expect_none(f"Publisher {pub!r} signalled after cancel() and request() (rule 3.6):")
+            await sub.expect_none(
+                f"Publisher {pub!r} signalled after cancel() and request() (rule 3.6):"
+            )
             self.env.verify_no_async_errors_no_delay()
 
         self._active_publisher_test(3, False, body)
 
-    def test_required_spec307_after_subscription_is_cancelled_additional_cancelations_must_be_nops(self) -> None:
+    def test_required_spec307_after_subscription_is_cancelled_additional_cancelations_must_be_nops(
+        self,
+    ) -> None:
         """Rule 3.7: cancel() x3 returns normally and produces no signal."""
 
         async def body(pub: Publisher[T]) -> None:
@@ -521,7 +586,9 @@ class PublisherVerification(Verification, Generic[T]):
 
         self._active_publisher_test(1, False, body)
 
-    async def _expect_invalid_request_error(self, pub: Publisher[T], n: int, message_parts: list[str] | None) -> None:
+    async def _expect_invalid_request_error(
+        self, pub: Publisher[T], n: int, message_parts: list[str] | None
+    ) -> None:
         sub = await self.env.new_manual_subscriber(pub)
         try:
             sub.request(n)
@@ -530,7 +597,9 @@ class PublisherVerification(Verification, Generic[T]):
                 f"Publisher {pub!r}: request({n}) raised {error!r}; rule 3.9 requires signalling "
                 "on_error(ValueError) instead, and rule 3.16 requires request to return normally"
             ) from error
-        message = f"Publisher {pub!r} did not signal on_error(ValueError) after request({n}) (rule 3.9)"
+        message = (
+            f"Publisher {pub!r} did not signal on_error(ValueError) after request({n}) (rule 3.9)"
+        )
         if message_parts is None:
             await sub.expect_error(ValueError, message)
         else:
@@ -552,7 +621,9 @@ class PublisherVerification(Verification, Generic[T]):
 
         self._active_publisher_test(10, False, body)
 
-    def test_optional_spec309_request_negative_number_may_signal_illegal_argument_with_specific_message(self) -> None:
+    def test_optional_spec309_request_negative_number_may_signal_illegal_argument_with_specific_message(
+        self,
+    ) -> None:
         """Rule 3.9: the ValueError's message says "3.9" or "non-positive/negative subscription request"."""
 
         async def body(pub: Publisher[T]) -> None:
@@ -564,7 +635,9 @@ class PublisherVerification(Verification, Generic[T]):
 
         self._active_publisher_test(10, False, body, optional_rule="3.9")
 
-    def test_required_spec312_cancel_must_make_the_publisher_to_eventually_stop_signaling(self) -> None:
+    def test_required_spec312_cancel_must_make_the_publisher_to_eventually_stop_signaling(
+        self,
+    ) -> None:
         """Rule 3.12: after cancel, late elements are tolerated up to the demand (15), then they stop."""
         demand1, demand2 = 10, 5
         total_demand = demand1 + demand2
@@ -593,10 +666,14 @@ class PublisherVerification(Verification, Generic[T]):
 
         self._active_publisher_test(20, False, body)
 
-    def test_required_spec313_cancel_must_make_the_publisher_eventually_drop_all_references_to_the_subscriber(self) -> None:
+    def test_required_spec313_cancel_must_make_the_publisher_eventually_drop_all_references_to_the_subscriber(
+        self,
+    ) -> None:
         """Rule 3.13: gc_timeout_ms after cancel, gc.collect() frees the subscriber."""
 
-        async def subscribe_take_one_and_cancel(pub: Publisher[T]) -> weakref.ref[ManualSubscriber[T]]:
+        async def subscribe_take_one_and_cancel(
+            pub: Publisher[T],
+        ) -> weakref.ref[ManualSubscriber[T]]:
             # A separate coroutine, so that no frame of the test keeps the subscriber alive.
             sub = await self.env.new_manual_subscriber(pub)
             ref = weakref.ref(sub)
@@ -612,7 +689,9 @@ class PublisherVerification(Verification, Generic[T]):
             gc.collect()
             sub = ref()
             if sub is not None:
-                holders = ", ".join(sorted({type(r).__name__ for r in gc.get_referrers(sub)} - {"frame"}))
+                holders = ", ".join(
+                    sorted({type(r).__name__ for r in gc.get_referrers(sub)} - {"frame"})
+                )
                 del sub
                 raise AssertionError(
                     f"Publisher {pub!r} did not drop its reference to the test subscriber "
@@ -622,19 +701,25 @@ class PublisherVerification(Verification, Generic[T]):
 
         self._active_publisher_test(3, False, body)
 
-    def test_required_spec317_must_support_a_pending_element_count_up_to_long_max_value(self) -> None:
+    def test_required_spec317_must_support_a_pending_element_count_up_to_long_max_value(
+        self,
+    ) -> None:
         """Rule 3.17: request(MAX_DEMAND) on pub(3) gives 3 elements and on_complete."""
 
         async def body(pub: Publisher[T]) -> None:
             sub = await self.env.new_manual_subscriber(pub)
             sub.request(MAX_DEMAND)
             await sub.next_elements(3)
-            await sub.expect_completion(f"Publisher {pub!r} did not complete after request({MAX_DEMAND}) (rule 3.17)")
+            await sub.expect_completion(
+                f"Publisher {pub!r} did not complete after request({MAX_DEMAND}) (rule 3.17)"
+            )
             self.env.verify_no_async_errors_no_delay()
 
         self._active_publisher_test(3, True, body)
 
-    def test_required_spec317_must_support_a_cumulative_pending_element_count_up_to_long_max_value(self) -> None:
+    def test_required_spec317_must_support_a_cumulative_pending_element_count_up_to_long_max_value(
+        self,
+    ) -> None:
         """Rule 3.17: request(MAX//2) twice plus request(1) (= MAX_DEMAND) works on pub(3)."""
 
         async def body(pub: Publisher[T]) -> None:
@@ -643,16 +728,26 @@ class PublisherVerification(Verification, Generic[T]):
             sub.request(MAX_DEMAND // 2)  # pending: MAX_DEMAND - 1
             sub.request(1)  # pending: MAX_DEMAND
             try:
-                await sub.next_elements(3, f"Publisher {pub!r} did not deliver its 3 elements for a cumulative demand of MAX_DEMAND (rule 3.17)")
-                await sub.expect_completion(f"Publisher {pub!r} did not complete for a cumulative demand of MAX_DEMAND (rule 3.17)")
+                await sub.next_elements(
+                    3,
+                    f"Publisher {pub!r} did not deliver its 3 elements for a cumulative demand of MAX_DEMAND (rule 3.17)",
+                )
+                await sub.expect_completion(
+                    f"Publisher {pub!r} did not complete for a cumulative demand of MAX_DEMAND (rule 3.17)"
+                )
                 self.env.verify_no_async_errors_no_delay()
             finally:
                 sub.cancel()
 
         self._active_publisher_test(3, True, body)
 
-    def test_required_spec317_must_not_signal_on_error_when_pending_above_long_max_value(self) -> None:
-        """Rule 3.17: request(MAX_DEMAND - 1) from each of 10 on_next never errors; demand saturates."""
+    def test_required_spec317_must_not_signal_on_error_when_pending_above_long_max_value(
+        self,
+    ) -> None:
+        """Rule 3.17: request(MAX_DEMAND - 1) from each of 10 on_next never errors; demand saturates.
+
+        Unlike the Java TCK, this also checks that elements keep coming after the overflow.
+        """
 
         async def body(pub: Publisher[T]) -> None:
             sub = _OverflowingDemandSubscriber(self.env)
@@ -660,11 +755,28 @@ class PublisherVerification(Verification, Generic[T]):
             # The first on_next starts up to 10 request(MAX_DEMAND - 1): sure to exceed MAX_DEMAND.
             sub.request(1)
             try:
+                # Beyond the Java TCK: demand is now unbounded, so elements must keep coming until
+                # the subscriber cancels; a stall means the demand wrapped around or got lost.
+                await sub.cancelling.expect_close(
+                    f"Publisher {pub!r} stopped signalling after {sub.received_count} element(s) although the "
+                    "demand exceeded MAX_DEMAND, which must count as unbounded (rule 3.17)"
+                )
                 await self.env.verify_no_async_errors()
             finally:
                 sub.cancel()
 
         self._active_publisher_test(2**31 - 1, False, body)
+
+
+def _expect_same_sequence(pub: Publisher[Any], sequences: dict[int, list[Any]]) -> None:
+    """Rule 1.11 (multicast): every subscriber saw the same elements in the same order."""
+    first = sequences[1]
+    for number, sequence in sequences.items():
+        if sequence != first:
+            raise AssertionError(
+                f"Publisher {pub!r} did not produce the same element sequence for subscribers 1 "
+                f"and {number}: {first} != {sequence}"
+            )
 
 
 # -- the TCK's subscribers for these tests ------------------------------------------------------
@@ -741,7 +853,13 @@ class _SequentialSignalsSubscriber(Subscriber[Any]):
 class _SignalFloppingSubscriber(Subscriber[Any]):
     """Rule 1.4: expects exactly on_subscribe then on_error, nothing else."""
 
-    def __init__(self, env: TestEnvironment, on_subscribe_latch: Latch, on_error_latch: Latch, pub: Publisher[Any]) -> None:
+    def __init__(
+        self,
+        env: TestEnvironment,
+        on_subscribe_latch: Latch,
+        on_error_latch: Latch,
+        pub: Publisher[Any],
+    ) -> None:
         self._env = env
         self._on_subscribe_latch = on_subscribe_latch
         self._on_error_latch = on_error_latch
@@ -752,11 +870,17 @@ class _SignalFloppingSubscriber(Subscriber[Any]):
         self._on_subscribe_latch.close()
 
     def on_next(self, element: Any) -> None:
-        self._env.flop(f"Unexpected on_next({element!r}) from the failed publisher {self._pub!r} (nothing was requested)")
+        self._env.flop(
+            f"Unexpected on_next({element!r}) from the failed publisher {self._pub!r} (nothing was requested)"
+        )
 
     def on_error(self, error: BaseException) -> None:
-        self._on_subscribe_latch.assert_closed("on_subscribe should be called prior to on_error always (rule 1.9)")
-        self._on_error_latch.assert_open(f"Error-state Publisher {self._pub!r} called `on_error` twice on new Subscriber (rule 1.7)")
+        self._on_subscribe_latch.assert_closed(
+            "on_subscribe should be called prior to on_error always (rule 1.9)"
+        )
+        self._on_error_latch.assert_open(
+            f"Error-state Publisher {self._pub!r} called `on_error` twice on new Subscriber (rule 1.7)"
+        )
         self._on_error_latch.close()
 
     def on_complete(self) -> None:
@@ -776,13 +900,19 @@ class _OnSubscribeFirstSubscriber(Subscriber[Any]):
         self.on_subscribe_latch.close()
 
     def on_next(self, element: Any) -> None:
-        self.on_subscribe_latch.assert_closed("on_subscribe should be called prior to on_next always (rule 1.9)")
+        self.on_subscribe_latch.assert_closed(
+            "on_subscribe should be called prior to on_next always (rule 1.9)"
+        )
 
     def on_error(self, error: BaseException) -> None:
-        self.on_subscribe_latch.assert_closed("on_subscribe should be called prior to on_error always (rule 1.9)")
+        self.on_subscribe_latch.assert_closed(
+            "on_subscribe should be called prior to on_error always (rule 1.9)"
+        )
 
     def on_complete(self) -> None:
-        self.on_subscribe_latch.assert_closed("on_subscribe should be called prior to on_complete always (rule 1.9)")
+        self.on_subscribe_latch.assert_closed(
+            "on_subscribe should be called prior to on_complete always (rule 1.9)"
+        )
 
 
 class _RejectionSubscriber(ManualSubscriber[Any]):
@@ -798,7 +928,9 @@ class _RejectionSubscriber(ManualSubscriber[Any]):
         self.on_subscribe_latch.close()
 
     def on_error(self, error: BaseException) -> None:
-        self.on_subscribe_latch.assert_closed("on_subscribe should be called prior to on_error always (rule 1.9)")
+        self.on_subscribe_latch.assert_closed(
+            "on_subscribe should be called prior to on_error always (rule 1.9)"
+        )
         self.on_error_latch.assert_open("Only one on_error call expected (rule 1.7)")
         self.on_error_latch.close()
 
@@ -813,7 +945,8 @@ class _RequestingFromSignalsSubscriber(ManualSubscriber[Any]):
         subscription.request(1)
 
     def on_next(self, element: Any) -> None:
-        self.subscription.value.request(1)
+        if self._check_subscribed(f"on_next({element!r})"):
+            self.subscription.value.request(1)
 
 
 class _RecursionDepthSubscriber(ManualSubscriber[Any]):
@@ -829,6 +962,8 @@ class _RecursionDepthSubscriber(ManualSubscriber[Any]):
 
     def on_next(self, element: Any) -> None:
         # Elements are not kept: only stack depth matters, and the receptacle could overflow.
+        if not self._check_subscribed(f"on_next({element!r})"):
+            return
         self._signals_received += 1
         depth = getattr(self._depth, "value", 0) + 1
         self._depth.value = depth
@@ -863,12 +998,16 @@ class _OverflowingDemandSubscriber(BlackholeSubscriber[Any]):
     def __init__(self, env: TestEnvironment) -> None:
         super().__init__(env)
         self._calls_left = 10  # overflow happens after 2 calls already; 10 is plenty
+        self.received_count = 0
+        self.cancelling = Latch(env)
 
     def on_next(self, element: Any) -> None:
         if not self._check_subscribed(f"on_next({element!r})"):
             return
+        self.received_count += 1
         if self._calls_left > 0:
             self._calls_left -= 1
             self.subscription.value.request(MAX_DEMAND - 1)
         else:
             self.subscription.value.cancel()
+            self.cancelling.close()

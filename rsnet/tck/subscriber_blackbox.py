@@ -103,7 +103,9 @@ class SubscriberBlackboxVerification(Verification, _WithHelperPublisher[T]):
         async def run() -> None:
             stage: _BlackboxStage[T] = _BlackboxStage(self.env)
             if setup:
-                stage.tees = await self.env.new_manual_subscriber(self.create_helper_publisher(MAX_DEMAND))
+                stage.tees = await self.env.new_manual_subscriber(
+                    self.create_helper_publisher(MAX_DEMAND)
+                )
                 stage.proxy = _BlackboxSubscriberProxy(self.env, self.create_subscriber())
                 stage.subscribe(stage.proxy)
             await body(stage)
@@ -116,8 +118,12 @@ class SubscriberBlackboxVerification(Verification, _WithHelperPublisher[T]):
         except TypeError:
             return
         except Exception as error:
-            raise AssertionError(f"{signal}(None) raised {error!r}, but rule 2.13 requires TypeError") from error
-        raise AssertionError(f"{signal}(None) did not raise TypeError (rule 2.13; Java: NullPointerException)")
+            raise AssertionError(
+                f"{signal}(None) raised {error!r}, but rule 2.13 requires TypeError"
+            ) from error
+        raise AssertionError(
+            f"{signal}(None) did not raise TypeError (rule 2.13; Java: NullPointerException)"
+        )
 
     # -- spec rules, section 2 ----------------------------------------------------------------
 
@@ -143,7 +149,9 @@ class SubscriberBlackboxVerification(Verification, _WithHelperPublisher[T]):
     def test_untested_spec202_blackbox_should_asynchronously_dispatch(self) -> None:
         skip_untested("2.2")
 
-    def test_required_spec203_blackbox_must_not_call_methods_on_subscription_or_publisher_in_on_complete(self) -> None:
+    def test_required_spec203_blackbox_must_not_call_methods_on_subscription_or_publisher_in_on_complete(
+        self,
+    ) -> None:
         """Rule 2.3: on_complete calls neither request nor cancel."""
 
         async def body(stage: _BlackboxStage[T]) -> None:
@@ -154,7 +162,9 @@ class SubscriberBlackboxVerification(Verification, _WithHelperPublisher[T]):
 
         self._blackbox_test(body, setup=False)
 
-    def test_required_spec203_blackbox_must_not_call_methods_on_subscription_or_publisher_in_on_error(self) -> None:
+    def test_required_spec203_blackbox_must_not_call_methods_on_subscription_or_publisher_in_on_error(
+        self,
+    ) -> None:
         """Rule 2.3: on_error calls neither request nor cancel."""
 
         async def body(stage: _BlackboxStage[T]) -> None:
@@ -165,10 +175,14 @@ class SubscriberBlackboxVerification(Verification, _WithHelperPublisher[T]):
 
         self._blackbox_test(body, setup=False)
 
-    def test_untested_spec204_blackbox_must_consider_the_subscription_as_cancelled_in_after_recieving_on_complete_or_on_error(self) -> None:
+    def test_untested_spec204_blackbox_must_consider_the_subscription_as_cancelled_in_after_recieving_on_complete_or_on_error(
+        self,
+    ) -> None:
         skip_untested("2.4")
 
-    def test_required_spec205_blackbox_must_call_subscription_cancel_if_it_already_has_an_subscription_and_receives_another_on_subscribe_signal(self) -> None:
+    def test_required_spec205_blackbox_must_call_subscription_cancel_if_it_already_has_an_subscription_and_receives_another_on_subscribe_signal(
+        self,
+    ) -> None:
         """Rule 2.5: a second on_subscribe(s2) makes the subscriber cancel s2, and not request on it."""
 
         async def body(stage: _BlackboxStage[T]) -> None:
@@ -183,27 +197,39 @@ class SubscriberBlackboxVerification(Verification, _WithHelperPublisher[T]):
 
         self._blackbox_test(body)
 
-    def test_untested_spec206_blackbox_must_call_subscription_cancel_if_it_is_no_longer_valid(self) -> None:
+    def test_untested_spec206_blackbox_must_call_subscription_cancel_if_it_is_no_longer_valid(
+        self,
+    ) -> None:
         skip_untested("2.6")
 
-    def test_untested_spec207_blackbox_must_ensure_all_calls_on_its_subscription_take_place_from_the_same_thread_or_take_care_of_synchronization(self) -> None:
+    def test_untested_spec207_blackbox_must_ensure_all_calls_on_its_subscription_take_place_from_the_same_thread_or_take_care_of_synchronization(
+        self,
+    ) -> None:
         skip_untested("2.7")
 
-    def test_untested_spec208_blackbox_must_be_prepared_to_receive_on_next_signals_after_having_called_subscription_cancel(self) -> None:
+    def test_untested_spec208_blackbox_must_be_prepared_to_receive_on_next_signals_after_having_called_subscription_cancel(
+        self,
+    ) -> None:
         skip_untested("2.8")
 
-    def test_required_spec209_blackbox_must_be_prepared_to_receive_an_on_complete_signal_with_preceding_request_call(self) -> None:
+    def test_required_spec209_blackbox_must_be_prepared_to_receive_an_on_complete_signal_with_preceding_request_call(
+        self,
+    ) -> None:
         """Rule 2.9: on_complete after the subscriber's request is accepted."""
 
         async def body(stage: _BlackboxStage[T]) -> None:
             self.trigger_request(stage.proxy.sub)
-            await stage.expect_request(f"Subscriber {stage.proxy.sub!r} did not signal demand via request (rule 2.1)")
+            await stage.expect_request(
+                f"Subscriber {stage.proxy.sub!r} did not signal demand via request (rule 2.1)"
+            )
             stage.send_completion()
             await stage.proxy.expect_completion()
 
         self._blackbox_test(body)
 
-    def test_required_spec209_blackbox_must_be_prepared_to_receive_an_on_complete_signal_without_preceding_request_call(self) -> None:
+    def test_required_spec209_blackbox_must_be_prepared_to_receive_an_on_complete_signal_without_preceding_request_call(
+        self,
+    ) -> None:
         """Rule 2.9: on_complete right after on_subscribe is accepted."""
 
         async def body(stage: _BlackboxStage[T]) -> None:
@@ -212,18 +238,24 @@ class SubscriberBlackboxVerification(Verification, _WithHelperPublisher[T]):
 
         self._blackbox_test(body)
 
-    def test_required_spec210_blackbox_must_be_prepared_to_receive_an_on_error_signal_with_preceding_request_call(self) -> None:
+    def test_required_spec210_blackbox_must_be_prepared_to_receive_an_on_error_signal_with_preceding_request_call(
+        self,
+    ) -> None:
         """Rule 2.10: on_error after the subscriber's request is accepted."""
 
         async def body(stage: _BlackboxStage[T]) -> None:
             self.trigger_request(stage.proxy.sub)
-            await stage.expect_request(f"Subscriber {stage.proxy.sub!r} did not signal demand via request (rule 2.1)")
+            await stage.expect_request(
+                f"Subscriber {stage.proxy.sub!r} did not signal demand via request (rule 2.1)"
+            )
             stage.send_error(TestException())
             await stage.proxy.expect_error(BaseException)
 
         self._blackbox_test(body)
 
-    def test_required_spec210_blackbox_must_be_prepared_to_receive_an_on_error_signal_without_preceding_request_call(self) -> None:
+    def test_required_spec210_blackbox_must_be_prepared_to_receive_an_on_error_signal_without_preceding_request_call(
+        self,
+    ) -> None:
         """Rule 2.10: on_error right after on_subscribe is accepted."""
 
         async def body(stage: _BlackboxStage[T]) -> None:
@@ -232,16 +264,22 @@ class SubscriberBlackboxVerification(Verification, _WithHelperPublisher[T]):
 
         self._blackbox_test(body)
 
-    def test_untested_spec211_blackbox_must_make_sure_that_all_calls_on_its_methods_happen_before_the_processing_of_the_respective_events(self) -> None:
+    def test_untested_spec211_blackbox_must_make_sure_that_all_calls_on_its_methods_happen_before_the_processing_of_the_respective_events(
+        self,
+    ) -> None:
         skip_untested("2.11")
 
-    def test_untested_spec212_blackbox_must_not_call_on_subscribe_more_than_once_based_on_object_equality(self) -> None:
+    def test_untested_spec212_blackbox_must_not_call_on_subscribe_more_than_once_based_on_object_equality(
+        self,
+    ) -> None:
         skip_untested("2.12")
 
     def test_untested_spec213_blackbox_failing_on_signal_invocation(self) -> None:
         skip_untested("2.13")
 
-    def test_required_spec213_blackbox_on_subscribe_must_throw_null_pointer_when_parameters_are_null(self) -> None:
+    def test_required_spec213_blackbox_on_subscribe_must_throw_null_pointer_when_parameters_are_null(
+        self,
+    ) -> None:
         """Rule 2.13: on_subscribe(None) raises TypeError (Java: NullPointerException)."""
 
         async def body(stage: _BlackboxStage[T]) -> None:
@@ -251,7 +289,9 @@ class SubscriberBlackboxVerification(Verification, _WithHelperPublisher[T]):
 
         self._blackbox_test(body, setup=False)
 
-    def test_required_spec213_blackbox_on_next_must_throw_null_pointer_when_parameters_are_null(self) -> None:
+    def test_required_spec213_blackbox_on_next_must_throw_null_pointer_when_parameters_are_null(
+        self,
+    ) -> None:
         """Rule 2.13: on_next(None) after a valid on_subscribe raises TypeError."""
 
         async def body(stage: _BlackboxStage[T]) -> None:
@@ -262,7 +302,9 @@ class SubscriberBlackboxVerification(Verification, _WithHelperPublisher[T]):
 
         self._blackbox_test(body, setup=False)
 
-    def test_required_spec213_blackbox_on_error_must_throw_null_pointer_when_parameters_are_null(self) -> None:
+    def test_required_spec213_blackbox_on_error_must_throw_null_pointer_when_parameters_are_null(
+        self,
+    ) -> None:
         """Rule 2.13: on_error(None) after a valid on_subscribe raises TypeError."""
 
         async def body(stage: _BlackboxStage[T]) -> None:
@@ -278,22 +320,34 @@ class SubscriberBlackboxVerification(Verification, _WithHelperPublisher[T]):
     def test_untested_spec301_blackbox_must_not_be_called_outside_subscriber_context(self) -> None:
         skip_untested("3.1")
 
-    def test_untested_spec308_blackbox_request_must_register_given_number_elements_to_be_produced(self) -> None:
+    def test_untested_spec308_blackbox_request_must_register_given_number_elements_to_be_produced(
+        self,
+    ) -> None:
         skip_untested("3.8")
 
-    def test_untested_spec310_blackbox_request_may_synchronously_call_on_next_on_subscriber(self) -> None:
+    def test_untested_spec310_blackbox_request_may_synchronously_call_on_next_on_subscriber(
+        self,
+    ) -> None:
         skip_untested("3.10")
 
-    def test_untested_spec311_blackbox_request_may_synchronously_call_on_complete_or_on_error(self) -> None:
+    def test_untested_spec311_blackbox_request_may_synchronously_call_on_complete_or_on_error(
+        self,
+    ) -> None:
         skip_untested("3.11")
 
-    def test_untested_spec314_blackbox_cancel_may_cause_the_publisher_to_shutdown_if_no_other_subscription_exists(self) -> None:
+    def test_untested_spec314_blackbox_cancel_may_cause_the_publisher_to_shutdown_if_no_other_subscription_exists(
+        self,
+    ) -> None:
         skip_untested("3.14")
 
-    def test_untested_spec315_blackbox_cancel_must_not_throw_exception_and_must_signal_on_error(self) -> None:
+    def test_untested_spec315_blackbox_cancel_must_not_throw_exception_and_must_signal_on_error(
+        self,
+    ) -> None:
         skip_untested("3.15")
 
-    def test_untested_spec316_blackbox_request_must_not_throw_exception_and_must_on_error_the_subscriber(self) -> None:
+    def test_untested_spec316_blackbox_request_must_not_throw_exception_and_must_on_error_the_subscriber(
+        self,
+    ) -> None:
         skip_untested("3.16")
 
 
@@ -306,7 +360,9 @@ class _SecondSubscription(Subscription):
         self._cancelled = cancelled
 
     def request(self, n: int) -> None:
-        self._env.flop(f"Subscriber {self._subscriber!r} illegally called `subscription.request({n})` on a second subscription (rule 2.5)")
+        self._env.flop(
+            f"Subscriber {self._subscriber!r} illegally called `subscription.request({n})` on a second subscription (rule 2.5)"
+        )
 
     def cancel(self) -> None:
         self._cancelled.close()

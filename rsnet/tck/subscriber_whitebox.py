@@ -120,7 +120,9 @@ class SubscriberWhiteboxVerification(Verification, _WithHelperPublisher[T]):
         async def run() -> None:
             stage: _WhiteboxStage[T] = _WhiteboxStage(self.env)
             if setup:
-                stage.tees = await self.env.new_manual_subscriber(self.create_helper_publisher(MAX_DEMAND))
+                stage.tees = await self.env.new_manual_subscriber(
+                    self.create_helper_publisher(MAX_DEMAND)
+                )
                 stage.probe = WhiteboxSubscriberProbe(self.env, stage.subscriber)
                 stage.subscribe(self.create_subscriber(stage.probe))
                 await stage.probe.puppet.expect_completion(
@@ -136,8 +138,12 @@ class SubscriberWhiteboxVerification(Verification, _WithHelperPublisher[T]):
         except TypeError:
             return
         except Exception as error:
-            raise AssertionError(f"{signal}(None) raised {error!r}, but rule 2.13 requires TypeError") from error
-        raise AssertionError(f"{signal}(None) did not raise TypeError (rule 2.13; Java: NullPointerException)")
+            raise AssertionError(
+                f"{signal}(None) raised {error!r}, but rule 2.13 requires TypeError"
+            ) from error
+        raise AssertionError(
+            f"{signal}(None) did not raise TypeError (rule 2.13; Java: NullPointerException)"
+        )
 
     # -- test setup verification --------------------------------------------------------------
 
@@ -168,7 +174,9 @@ class SubscriberWhiteboxVerification(Verification, _WithHelperPublisher[T]):
 
         async def body(stage: _WhiteboxStage[T]) -> None:
             stage.puppet.trigger_request(1)
-            await stage.expect_request(f"Subscriber {stage.sub!r} did not request after trigger_request(1) (rule 2.1)")
+            await stage.expect_request(
+                f"Subscriber {stage.sub!r} did not request after trigger_request(1) (rule 2.1)"
+            )
             await stage.signal_next()
 
         self._subscriber_test(body)
@@ -176,14 +184,18 @@ class SubscriberWhiteboxVerification(Verification, _WithHelperPublisher[T]):
     def test_untested_spec202_should_asynchronously_dispatch(self) -> None:
         skip_untested("2.2")
 
-    async def _terminal_signal_test(self, stage: _WhiteboxStage[T], send: Callable[[_WhiteboxStage[T]], None]) -> None:
+    async def _terminal_signal_test(
+        self, stage: _WhiteboxStage[T], send: Callable[[_WhiteboxStage[T]], None]
+    ) -> None:
         stage.probe = WhiteboxSubscriberProbe(self.env, stage.subscriber)
         stage.subscribe(self.create_subscriber(stage.probe))
         # The stage records request/cancel called while on_complete/on_error runs (rule 2.3).
         send(stage)
         self.env.verify_no_async_errors_no_delay()
 
-    def test_required_spec203_must_not_call_methods_on_subscription_or_publisher_in_on_complete(self) -> None:
+    def test_required_spec203_must_not_call_methods_on_subscription_or_publisher_in_on_complete(
+        self,
+    ) -> None:
         """Rule 2.3: on_complete calls neither request nor cancel."""
 
         async def body(stage: _WhiteboxStage[T]) -> None:
@@ -191,7 +203,9 @@ class SubscriberWhiteboxVerification(Verification, _WithHelperPublisher[T]):
 
         self._subscriber_test(body, setup=False)
 
-    def test_required_spec203_must_not_call_methods_on_subscription_or_publisher_in_on_error(self) -> None:
+    def test_required_spec203_must_not_call_methods_on_subscription_or_publisher_in_on_error(
+        self,
+    ) -> None:
         """Rule 2.3: on_error calls neither request nor cancel."""
 
         async def body(stage: _WhiteboxStage[T]) -> None:
@@ -199,10 +213,14 @@ class SubscriberWhiteboxVerification(Verification, _WithHelperPublisher[T]):
 
         self._subscriber_test(body, setup=False)
 
-    def test_untested_spec204_must_consider_the_subscription_as_cancelled_in_after_recieving_on_complete_or_on_error(self) -> None:
+    def test_untested_spec204_must_consider_the_subscription_as_cancelled_in_after_recieving_on_complete_or_on_error(
+        self,
+    ) -> None:
         skip_untested("2.4")
 
-    def test_required_spec205_must_call_subscription_cancel_if_it_already_has_an_subscription_and_receives_another_on_subscribe_signal(self) -> None:
+    def test_required_spec205_must_call_subscription_cancel_if_it_already_has_an_subscription_and_receives_another_on_subscribe_signal(
+        self,
+    ) -> None:
         """Rule 2.5: a second on_subscribe(s2) makes the subscriber call s2.cancel()."""
 
         async def body(stage: _WhiteboxStage[T]) -> None:
@@ -219,10 +237,14 @@ class SubscriberWhiteboxVerification(Verification, _WithHelperPublisher[T]):
     def test_untested_spec206_must_call_subscription_cancel_if_it_is_no_longer_valid(self) -> None:
         skip_untested("2.6")
 
-    def test_untested_spec207_must_ensure_all_calls_on_its_subscription_take_place_from_the_same_thread_or_take_care_of_synchronization(self) -> None:
+    def test_untested_spec207_must_ensure_all_calls_on_its_subscription_take_place_from_the_same_thread_or_take_care_of_synchronization(
+        self,
+    ) -> None:
         skip_untested("2.7")
 
-    def test_required_spec208_must_be_prepared_to_receive_on_next_signals_after_having_called_subscription_cancel(self) -> None:
+    def test_required_spec208_must_be_prepared_to_receive_on_next_signals_after_having_called_subscription_cancel(
+        self,
+    ) -> None:
         """Rule 2.8: an on_next after cancel is harmless, and so are later trigger_request calls."""
 
         async def body(stage: _WhiteboxStage[T]) -> None:
@@ -235,7 +257,9 @@ class SubscriberWhiteboxVerification(Verification, _WithHelperPublisher[T]):
 
         self._subscriber_test(body)
 
-    def test_required_spec209_must_be_prepared_to_receive_an_on_complete_signal_with_preceding_request_call(self) -> None:
+    def test_required_spec209_must_be_prepared_to_receive_an_on_complete_signal_with_preceding_request_call(
+        self,
+    ) -> None:
         """Rule 2.9: on_complete after a request is accepted and registered."""
 
         async def body(stage: _WhiteboxStage[T]) -> None:
@@ -246,7 +270,9 @@ class SubscriberWhiteboxVerification(Verification, _WithHelperPublisher[T]):
 
         self._subscriber_test(body)
 
-    def test_required_spec209_must_be_prepared_to_receive_an_on_complete_signal_without_preceding_request_call(self) -> None:
+    def test_required_spec209_must_be_prepared_to_receive_an_on_complete_signal_without_preceding_request_call(
+        self,
+    ) -> None:
         """Rule 2.9: on_complete without any request is accepted and registered."""
 
         async def body(stage: _WhiteboxStage[T]) -> None:
@@ -256,7 +282,9 @@ class SubscriberWhiteboxVerification(Verification, _WithHelperPublisher[T]):
 
         self._subscriber_test(body)
 
-    def test_required_spec210_must_be_prepared_to_receive_an_on_error_signal_with_preceding_request_call(self) -> None:
+    def test_required_spec210_must_be_prepared_to_receive_an_on_error_signal_with_preceding_request_call(
+        self,
+    ) -> None:
         """Rule 2.10: on_error after a request is accepted; the very error is registered."""
 
         async def body(stage: _WhiteboxStage[T]) -> None:
@@ -269,7 +297,9 @@ class SubscriberWhiteboxVerification(Verification, _WithHelperPublisher[T]):
 
         self._subscriber_test(body)
 
-    def test_required_spec210_must_be_prepared_to_receive_an_on_error_signal_without_preceding_request_call(self) -> None:
+    def test_required_spec210_must_be_prepared_to_receive_an_on_error_signal_without_preceding_request_call(
+        self,
+    ) -> None:
         """Rule 2.10: on_error without any request is accepted; the very error is registered."""
 
         async def body(stage: _WhiteboxStage[T]) -> None:
@@ -280,16 +310,22 @@ class SubscriberWhiteboxVerification(Verification, _WithHelperPublisher[T]):
 
         self._subscriber_test(body)
 
-    def test_untested_spec211_must_make_sure_that_all_calls_on_its_methods_happen_before_the_processing_of_the_respective_events(self) -> None:
+    def test_untested_spec211_must_make_sure_that_all_calls_on_its_methods_happen_before_the_processing_of_the_respective_events(
+        self,
+    ) -> None:
         skip_untested("2.11")
 
-    def test_untested_spec212_must_not_call_on_subscribe_more_than_once_based_on_object_equality_spec_violation(self) -> None:
+    def test_untested_spec212_must_not_call_on_subscribe_more_than_once_based_on_object_equality_spec_violation(
+        self,
+    ) -> None:
         skip_untested("2.12")
 
     def test_untested_spec213_failing_on_signal_invocation(self) -> None:
         skip_untested("2.13")
 
-    def test_required_spec213_on_subscribe_must_throw_null_pointer_when_parameters_are_null(self) -> None:
+    def test_required_spec213_on_subscribe_must_throw_null_pointer_when_parameters_are_null(
+        self,
+    ) -> None:
         """Rule 2.13: on_subscribe(None) raises TypeError (Java: NullPointerException)."""
 
         async def body(stage: _WhiteboxStage[T]) -> None:
@@ -298,7 +334,9 @@ class SubscriberWhiteboxVerification(Verification, _WithHelperPublisher[T]):
 
         self._subscriber_test(body)
 
-    def test_required_spec213_on_next_must_throw_null_pointer_when_parameters_are_null(self) -> None:
+    def test_required_spec213_on_next_must_throw_null_pointer_when_parameters_are_null(
+        self,
+    ) -> None:
         """Rule 2.13: on_next(None) raises TypeError (Java: NullPointerException)."""
 
         async def body(stage: _WhiteboxStage[T]) -> None:
@@ -307,7 +345,9 @@ class SubscriberWhiteboxVerification(Verification, _WithHelperPublisher[T]):
 
         self._subscriber_test(body)
 
-    def test_required_spec213_on_error_must_throw_null_pointer_when_parameters_are_null(self) -> None:
+    def test_required_spec213_on_error_must_throw_null_pointer_when_parameters_are_null(
+        self,
+    ) -> None:
         """Rule 2.13: on_error(None) raises TypeError (Java: NullPointerException)."""
 
         async def body(stage: _WhiteboxStage[T]) -> None:
@@ -321,7 +361,9 @@ class SubscriberWhiteboxVerification(Verification, _WithHelperPublisher[T]):
     def test_untested_spec301_must_not_be_called_outside_subscriber_context(self) -> None:
         skip_untested("3.1")
 
-    def test_required_spec308_request_must_register_given_number_elements_to_be_produced(self) -> None:
+    def test_required_spec308_request_must_register_given_number_elements_to_be_produced(
+        self,
+    ) -> None:
         """Rule 3.8: after trigger_request(2), two elements are accepted; then silence."""
 
         async def body(stage: _WhiteboxStage[T]) -> None:
@@ -340,13 +382,19 @@ class SubscriberWhiteboxVerification(Verification, _WithHelperPublisher[T]):
     def test_untested_spec311_request_may_synchronously_call_on_complete_or_on_error(self) -> None:
         skip_untested("3.11")
 
-    def test_untested_spec314_cancel_may_cause_the_publisher_to_shutdown_if_no_other_subscription_exists(self) -> None:
+    def test_untested_spec314_cancel_may_cause_the_publisher_to_shutdown_if_no_other_subscription_exists(
+        self,
+    ) -> None:
         skip_untested("3.14")
 
-    def test_untested_spec315_cancel_must_not_throw_exception_and_must_signal_on_error(self) -> None:
+    def test_untested_spec315_cancel_must_not_throw_exception_and_must_signal_on_error(
+        self,
+    ) -> None:
         skip_untested("3.15")
 
-    def test_untested_spec316_request_must_not_throw_exception_and_must_on_error_the_subscriber(self) -> None:
+    def test_untested_spec316_request_must_not_throw_exception_and_must_on_error_the_subscriber(
+        self,
+    ) -> None:
         skip_untested("3.16")
 
 

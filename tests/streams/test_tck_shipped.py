@@ -441,6 +441,8 @@ class TestRetry(OperatorVerification):
 
 
 class TestMulticastProcessor(IdentityProcessorVerification):
+    does_coordinated_emission = True  # the slowest subscriber sets the pace
+
     def create_identity_processor(self, buffer_size):
         return rsnet.MulticastProcessor(buffer_size)
 

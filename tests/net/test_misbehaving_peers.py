@@ -1,0 +1,237 @@
+"""Bad input from raw sockets gets the documented errors; well-behaved clients keep streaming.
+
+These clients speak the wire protocol by hand (protocol/SPEC.md), so they can break it.
+"""
+
+from __future__ import annotations
+
+import msgpack
+import pytest
+import trio
+
+import rsnet
+from rsnet.protocol import (
+    MAX_INT,
+    Cancel,
+    ConnError,
+    Error,
+    ErrorCode,
+    FrameDecoder,
+    Hello,
+    Request,
+    Subscribe,
+    Welcome,
+    encode_frame,
+    parse_frame,
+)
+
+from .support import demo_server, running
+
+HELLO = encode_frame(Hello("rsnet", [1], {}))
+
+
+class RawClient:
+    """A TCP client that writes bytes and reads frames, with no rules of its own."""
+
+    def __init__(self, stream: trio.SocketStream) -> None:
+        self.stream = stream
+        self.decoder = FrameDecoder(1 << 24)
+        self.frames: list = []
+
+    @classmethod
+    async def connect(cls, url: str, *, handshake: bool = True) -> RawClient:
+        port = int(url.rsplit(":", 1)[1])
+        client = cls(await trio.open_tcp_stream("127.0.0.1", port))
+        if handshake:
+            await client.send(HELLO)
+            assert isinstance(await client.next_frame(), Welcome)
+        return client
+
+    async def send(self, data: bytes) -> None:
+        await self.stream.send_all(data)
+
+    async def next_frame(self, timeout: float = 5.0):
+        with trio.fail_after(timeout):
+            while not self.frames:
+                data = await self.stream.receive_some(65536)
+                if not data:
+                    return None  # the server closed the connection
+                self.frames.extend(parse_frame(fields) for fields in self.decoder.frames(data))
+        return self.frames.pop(0)
+
+    async def frame_of(self, kind, timeout: float = 5.0):
+        """The next frame of type ``kind``, skipping others (e.g. NEXT on other streams)."""
+        while True:
+            frame = await self.next_frame(timeout)
+            if frame is None or isinstance(frame, kind):
+                return frame
+
+    async def closed(self, timeout: float = 5.0) -> bool:
+        while True:
+            if await self.next_frame(timeout) is None:
+                return True
+
+
+async def well_behaved_traffic(url: str, stop: trio.Event, counts: list[int]) -> None:
+    async with rsnet.connect(url) as conn:
+        while not stop.is_set():
+            counts.append(len([x async for x in conn.subscribe("range", count=500)]))
+
+
+@pytest.fixture
+def server():
+    return demo_server(max_streams=8)
+
+
+async def with_bystander(server, attack):
+    """Run ``attack(url)`` while another client streams; the bystander must be unaffected."""
+    async with running(server) as urls:
+        stop, counts = trio.Event(), []
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(well_behaved_traffic, urls["tcp"], stop, counts)
+            await attack(urls["tcp"])
+            await trio.sleep(0.05)
+            before = len(counts)
+            await trio.sleep(0.1)
+            stop.set()
+        assert all(count == 500 for count in counts)
+        assert len(counts) > before  # still streaming after the attack
+        assert len(server.sessions) == 0
+
+
+async def test_garbage_bytes_get_protocol_error_and_close(server):
+    async def attack(url):
+        raw = await RawClient.connect(url, handshake=False)
+        await raw.send(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        frame = await raw.next_frame()
+        assert isinstance(frame, ConnError) and frame.code == ErrorCode.PROTOCOL_ERROR
+        assert await raw.closed()
+
+    await with_bystander(server, attack)
+
+
+async def test_an_oversized_frame_gets_frame_too_large(server):
+    async def attack(url):
+        raw = await RawClient.connect(url)
+        huge = msgpack.packb([21, 1, "x" * (2 << 20)])  # far over the 1 MiB default limit
+        try:
+            await raw.send(huge)
+        except trio.BrokenResourceError:
+            pass  # the server may close before it has read it all
+        frame = await raw.next_frame()
+        assert isinstance(frame, ConnError) and frame.code == ErrorCode.FRAME_TOO_LARGE
+
+    await with_bystander(server, attack)
+
+
+async def test_frames_for_a_stream_never_opened_are_a_protocol_error(server):
+    async def attack(url):
+        raw = await RawClient.connect(url)
+        await raw.send(encode_frame(Request(41, 5)))
+        frame = await raw.next_frame()
+        assert isinstance(frame, ConnError) and frame.code == ErrorCode.PROTOCOL_ERROR
+        assert await raw.closed()
+
+    await with_bystander(server, attack)
+
+
+async def test_stream_id_reuse_is_a_protocol_error(server):
+    async def attack(url):
+        raw = await RawClient.connect(url)
+        await raw.send(encode_frame(Subscribe(1, "range", {"count": 1}, 5, {})))
+        await raw.send(encode_frame(Subscribe(1, "range", {"count": 1}, 5, {})))
+        frame = await raw.frame_of(ConnError)
+        assert frame.code == ErrorCode.PROTOCOL_ERROR
+
+    await with_bystander(server, attack)
+
+
+async def test_request_zero_and_demand_overflow(server):
+    async def attack(url):
+        raw = await RawClient.connect(url)
+        await raw.send(encode_frame(Subscribe(1, "range", {"count": 10**9}, 0, {})))
+        await raw.send(encode_frame(Request(1, 0)))  # rule 3.9
+        frame = await raw.frame_of(Error)
+        assert (frame.stream_id, frame.code) == (1, ErrorCode.INVALID_REQUEST)
+        # demand saturates at 2**63-1 (rule 3.17): no error for MAX + MAX
+        await raw.send(encode_frame(Subscribe(3, "range", {"count": 5}, MAX_INT, {})))
+        await raw.send(encode_frame(Request(3, MAX_INT)))
+        frames = []
+        while not frames or type(frames[-1]).__name__ != "Complete":
+            frames.append(await raw.next_frame())
+        assert not any(isinstance(f, Error) for f in frames)
+        # a REQUEST beyond 2**63-1 is malformed: a connection error
+        await raw.send(msgpack.packb([19, 3, 2**64 - 1]))
+        frame = await raw.frame_of(ConnError)
+        assert frame.code == ErrorCode.PROTOCOL_ERROR
+
+    await with_bystander(server, attack)
+
+
+async def test_a_flood_of_subscribes_beyond_max_streams_is_refused_per_stream(server):
+    async def attack(url):
+        raw = await RawClient.connect(url)
+        # slow streams (no demand granted) pile up: only 8 may be open at once
+        await raw.send(b"".join(encode_frame(Subscribe(2 * i + 1, "range", {"count": 10}, 0, {})) for i in range(20)))
+        refused = []
+        while len(refused) < 12:
+            frame = await raw.frame_of(Error)
+            refused.append(frame)
+        assert {f.code for f in refused} == {ErrorCode.TOO_MANY_STREAMS}
+        # the connection lives on: cancel one and it serves again
+        await raw.send(encode_frame(Cancel(1)))
+        await raw.send(encode_frame(Subscribe(41, "range", {"count": 2}, 2, {})))
+        while True:
+            frame = await raw.next_frame()
+            if getattr(frame, "stream_id", None) == 41 and type(frame).__name__ == "Complete":
+                break
+
+    await with_bystander(server, attack)
+
+
+async def test_a_client_that_never_says_hello_is_timed_out():
+    server = demo_server(handshake_timeout=0.2)
+    async with running(server) as urls:
+        raw = await RawClient.connect(urls["tcp"], handshake=False)
+        frame = await raw.next_frame()
+        assert isinstance(frame, ConnError) and frame.code == ErrorCode.TIMEOUT
+
+
+async def test_wrong_magic_and_unsupported_version_are_refused():
+    async with running(demo_server()) as urls:
+        raw = await RawClient.connect(urls["tcp"], handshake=False)
+        await raw.send(encode_frame(Hello("rsnet", [7, 9], {})))
+        frame = await raw.next_frame()
+        assert frame.code == ErrorCode.UNSUPPORTED_VERSION and frame.data == {"versions": [1]}
+        raw = await RawClient.connect(urls["tcp"], handshake=False)
+        await raw.send(msgpack.packb([1, "rsocket", [1], {}]))
+        assert (await raw.next_frame()).code == ErrorCode.PROTOCOL_ERROR
+
+
+async def test_a_silent_client_is_dropped_by_keepalive_but_a_busy_one_is_not(autojump_clock=None):
+    server = demo_server(keepalive_interval_ms=100)
+
+    @server.publisher("trickle")
+    def trickle(params, ctx):
+        async def items():
+            for i in range(40):
+                await trio.sleep(0.02)
+                yield i
+
+        return rsnet.from_async_iterable(items, nursery=ctx.nursery)
+
+    async with running(server) as urls:
+        silent = await RawClient.connect(urls["tcp"])
+        # busy: a normal client whose stream takes ~8 keepalive intervals, and which
+        # answers PINGs (the protocol does it): it must not be dropped
+        async with rsnet.connect(urls["tcp"]) as conn:
+            assert [x async for x in conn.subscribe("trickle")] == list(range(40))
+        # silent: answers nothing, sends nothing: dropped after 3 intervals
+        frames = []
+        with trio.fail_after(2):
+            while True:
+                frame = await silent.next_frame()
+                if frame is None:
+                    break
+                frames.append(frame)
+        assert any(isinstance(f, ConnError) and f.code == ErrorCode.TIMEOUT for f in frames)
