@@ -1,62 +1,153 @@
 """The ``rsnet`` command line.
 
-``rsnet demo`` runs a small live demo of the streams core: a fast producer feeding a slow
-consumer through a bounded pipeline, showing that the producer only runs as far ahead as
-the consumer's demand allows.
+    rsnet demo                                   live demo: a server, a fast and a slow client
+    rsnet serve [--tcp H:P] [--ws H:P] [--demo] [module:attr ...]
+    rsnet sub URL NAME [-p key=value ...] [--count N] [--prefetch N]
+
+``serve`` hosts the publishers of each ``module:attr`` (an :class:`rsnet.Server`, or a
+mapping of names to factories ``f(params, ctx) -> Publisher``) and, with ``--demo``, the
+built-in ``range``, ``ticks`` and ``fail``. ``sub`` prints items as JSON lines; it exits 0
+when the stream completes (or ``--count`` items arrived) and 1 with the error on stderr.
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
+import importlib
+import json
+import logging
+import signal
 import sys
-from typing import Sequence
+from typing import Any, Sequence
 
 import trio
 
-from . import streams
-from .streams import ops
+from .client import connect
+from .demo import add_demo_publishers
+from .errors import RsnetError
+from .server import Server
+from .transport import TransportClosed
 
 
-async def _demo(items: int, prefetch: int) -> None:
-    produced = 0
+def _address(text: str) -> tuple[str, int]:
+    host, _, port = text.rpartition(":")
+    if not host or not port.isdigit():
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {text!r}")
+    return host, int(port)
 
-    async def sensor():  # a fast producer: it could run ahead forever, but is never asked to
-        nonlocal produced
-        for reading in range(items):
-            produced += 1
-            yield {"seq": reading, "value": (reading * 37) % 101}
-            await trio.lowlevel.checkpoint()
 
-    async with trio.open_nursery() as nursery:
-        readings = streams.from_async_iterable(sensor, nursery=nursery).pipe(
-            ops.filter(lambda r: r["value"] % 2 == 0),
-            ops.map(lambda r: r["value"]),
-            ops.buffer(4),
-            ops.map(lambda batch: sum(batch) / len(batch)),
-        )
-        consumed = 0
-        async with streams.iterate(readings, prefetch=prefetch) as averages:
-            async for average in averages:
-                consumed += 1
-                print(
-                    f"average of 4 even readings: {average:6.2f}   "
-                    f"produced so far: {produced:4d}   (ahead of the consumer by at most "
-                    f"the demand of {prefetch} batches)"
-                )
-                await trio.sleep(0.05)  # a slow consumer
-        print(f"done: {consumed} averages from {produced} readings")
+def _param(text: str) -> tuple[str, Any]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected key=value, got {text!r}")
+    try:
+        return key, json.loads(value)  # numbers, booleans, lists... as JSON
+    except json.JSONDecodeError:
+        return key, value  # anything else is a string
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, (bytes, bytearray)):
+        return {"$bytes": base64.b64encode(value).decode()}
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def _load_publishers(server: Server, spec: str) -> None:
+    module_name, _, attr = spec.partition(":")
+    if not attr:
+        raise SystemExit(f"rsnet serve: expected module:attr, got {spec!r}")
+    try:
+        target = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as error:
+        raise SystemExit(f"rsnet serve: cannot load {spec!r}: {error}") from None
+    if isinstance(target, Server):
+        server.include(target)
+    elif isinstance(target, dict):
+        for name, factory in target.items():
+            server.add_publisher(name, factory)
+    else:
+        raise SystemExit(f"rsnet serve: {spec!r} is neither an rsnet.Server nor a dict of factories")
+
+
+async def _serve(args: argparse.Namespace) -> None:
+    server = Server(token=args.token)
+    if args.demo:
+        add_demo_publishers(server)
+    for spec in args.publishers:
+        _load_publishers(server, spec)
+    if not server.publisher_names:
+        raise SystemExit("rsnet serve: nothing to serve (give module:attr or --demo)")
+    tcp = args.tcp or (None if args.ws else ("127.0.0.1", 7600))
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async with trio.open_nursery() as nursery:
+            if tcp:
+                port = await nursery.start(server.serve_tcp, *tcp)
+                print(f"rsnet: serving tcp://{tcp[0]}:{port}", file=sys.stderr, flush=True)
+            if args.ws:
+                port = await nursery.start(server.serve_websocket, *args.ws)
+                print(f"rsnet: serving ws://{args.ws[0]}:{port}/", file=sys.stderr, flush=True)
+            print(f"rsnet: publishers: {', '.join(server.publisher_names)}", file=sys.stderr, flush=True)
+            async for _ in signals:
+                print("rsnet: shutting down", file=sys.stderr, flush=True)
+                await server.shutdown(grace=args.grace)
+                nursery.cancel_scope.cancel()
+                return
+
+
+async def _sub(args: argparse.Namespace) -> int:
+    params = dict(args.param)
+    received = 0
+    try:
+        async with connect(args.url, token=args.token) as conn:
+            async with conn.subscribe(args.name, prefetch=args.prefetch, **params) as items:
+                async for item in items:
+                    sys.stdout.write(json.dumps(item, default=_json_default) + "\n")
+                    received += 1
+                    if received == args.count:
+                        break
+            sys.stdout.flush()
+    except (RsnetError, TransportClosed, ValueError) as error:
+        sys.stdout.flush()
+        print(f"rsnet sub: {error}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="rsnet", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="rsnet", description="Reactive Streams across the network.")
     commands = parser.add_subparsers(dest="command", required=True)
+
     demo = commands.add_parser("demo", help="run the live demo")
-    demo.add_argument("--items", type=int, default=200, help="readings the producer offers")
-    demo.add_argument("--prefetch", type=int, default=2, help="batches the consumer requests")
+    demo.add_argument("--seconds", type=float, default=6.0, help="how long to run")
+
+    serve = commands.add_parser("serve", help="host publishers over TCP and WebSocket")
+    serve.add_argument("--tcp", type=_address, help="HOST:PORT for TCP (default 127.0.0.1:7600)")
+    serve.add_argument("--ws", type=_address, help="HOST:PORT for WebSocket")
+    serve.add_argument("--demo", action="store_true", help="host the demo publishers range, ticks, fail")
+    serve.add_argument("--token", help="require this auth token from clients")
+    serve.add_argument("--grace", type=float, default=5.0, help="seconds to drain streams on shutdown")
+    serve.add_argument("publishers", nargs="*", metavar="module:attr")
+
+    sub = commands.add_parser("sub", help="subscribe and print items as JSON lines")
+    sub.add_argument("url", help="tcp://H:P, tls://H:P, ws://H:P/path or wss://H:P/path")
+    sub.add_argument("name", help="the publisher's name")
+    sub.add_argument("-p", "--param", type=_param, action="append", default=[], help="key=value (value as JSON if it parses)")
+    sub.add_argument("--count", type=int, default=None, help="stop after N items")
+    sub.add_argument("--prefetch", type=int, default=256, help="items in flight at most")
+    sub.add_argument("--token", help="auth token")
+
     args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     if args.command == "demo":
-        trio.run(_demo, args.items, args.prefetch)
-    return 0
+        from .live_demo import run_demo
+
+        trio.run(run_demo, args.seconds)
+        return 0
+    if args.command == "serve":
+        trio.run(_serve, args)
+        return 0
+    return trio.run(_sub, args)
 
 
 if __name__ == "__main__":

@@ -107,6 +107,11 @@ class Server:
         the Subscriber that consumes the offered publisher (its demand is the backpressure)."""
         self._sinks[name] = _Entry(factory, params)
 
+    def include(self, other: Server) -> None:
+        """Host everything ``other`` hosts as well (its publishers and sinks)."""
+        self._publishers.update(other._publishers)
+        self._sinks.update(other._sinks)
+
     @property
     def publisher_names(self) -> list[str]:
         return sorted(self._publishers)

@@ -587,6 +587,8 @@ class Session:
             except TransportClosed as error:
                 self._eof = True
                 self._lost(ConnectionLost(str(error)))
+                conn.receive_eof()  # the protocol is over too; its own report adds nothing
+                conn.events_received()
                 return
             self.last_received = trio.current_time()
             if data:
