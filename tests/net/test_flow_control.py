@@ -1,0 +1,61 @@
+"""End-to-end flow control: a fast infinite publisher, a slow client, bounded everything."""
+
+from __future__ import annotations
+
+import itertools
+import os
+
+import trio
+
+import rsnet
+from rsnet import ops
+
+from .support import running
+
+PREFETCH = 16
+ITEMS = 1_000_000
+
+
+def rss_bytes() -> int:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+async def test_the_server_never_runs_ahead_of_remote_demand_and_memory_stays_flat():
+    produced = 0
+    outstanding_seen = []
+    server = rsnet.Server()
+
+    def count(item):
+        nonlocal produced
+        produced += 1
+        return item
+
+    @server.publisher("firehose")
+    def firehose(params, ctx):  # synchronous and infinite: it would emit forever if asked
+        return rsnet.from_iterable(itertools.count()).pipe(ops.map(count))
+
+    async with running(server) as urls, rsnet.connect(urls["tcp"]) as conn:
+        (session,) = server.sessions
+        consumed = 0
+        worst_ahead = 0
+        rss_after_warmup = 0
+        async with conn.subscribe("firehose", prefetch=PREFETCH) as items:
+            async for item in items:
+                assert item == consumed  # in order, none lost
+                consumed += 1
+                # What the publisher emitted but the client has not consumed: in the
+                # client's buffer, in flight, or in the server's output buffer. All of it
+                # was requested by the client, so it can never exceed the prefetch.
+                worst_ahead = max(worst_ahead, produced - consumed)
+                if consumed % 4096 == 0:
+                    (stream_id,) = list(session._outbound)
+                    outstanding_seen.append(session.conn.outstanding_demand(stream_id))
+                if consumed == 100_000:
+                    rss_after_warmup = rss_bytes()
+                if consumed == ITEMS:
+                    break
+        growth = rss_bytes() - rss_after_warmup
+    assert worst_ahead <= PREFETCH
+    assert max(outstanding_seen) <= PREFETCH  # the server's view of the remote demand
+    assert growth < 8 * 1024 * 1024, f"memory grew by {growth / 1e6:.1f} MB over {ITEMS:,} items"
