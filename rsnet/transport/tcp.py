@@ -70,7 +70,9 @@ async def open_stream(
             await tls.do_handshake()
             stream = tls
     except (OSError, ssl.SSLError, trio.BrokenResourceError) as error:
-        raise TransportClosed(f"cannot connect to {host}:{port}: {error}") from error
+        # trio reports a failed TLS handshake as BrokenResourceError caused by the SSLError
+        reason = error.__cause__ if isinstance(error, trio.BrokenResourceError) and error.__cause__ else error
+        raise TransportClosed(f"cannot connect to {host}:{port}: {reason}") from error
     return stream
 
 
