@@ -1,13 +1,17 @@
 """The ``rsnet`` command line.
 
-    rsnet demo                                   live demo: a server, a fast and a slow client
+    rsnet demo                                   live demo on the embedded broker
     rsnet serve [--tcp H:P] [--ws H:P] [--demo] [module:attr ...]
-    rsnet sub URL NAME [-p key=value ...] [--count N] [--prefetch N]
+    rsnet sub URL NAME [-p key=value ...] [--from POSITION] [--count N] [--prefetch N]
+    rsnet broker [--config FILE] [--data-dir DIR] [--tcp H:P] [--ws H:P] [--fsync POLICY]
+    rsnet pub URL TOPIC [--producer ID] [--sequence N]   JSON lines from stdin
+    rsnet topics URL
 
 ``serve`` hosts the publishers of each ``module:attr`` (an :class:`rsnet.Server`, or a
 mapping of names to factories ``f(params, ctx) -> Publisher``) and, with ``--demo``, the
 built-in ``range``, ``ticks`` and ``fail``. ``sub`` prints items as JSON lines; it exits 0
 when the stream completes (or ``--count`` items arrived) and 1 with the error on stderr.
+``pub`` exits 0 only when the broker acknowledged every line it read.
 """
 
 from __future__ import annotations
@@ -95,8 +99,14 @@ async def _serve(args: argparse.Namespace) -> None:
                 return
 
 
+def _position(text: str) -> Any:
+    return int(text) if text.lstrip("-").isdigit() else text
+
+
 async def _sub(args: argparse.Namespace) -> int:
     params = dict(args.param)
+    if args.start is not None:
+        params["from"] = args.start
     received = 0
     try:
         async with connect(args.url, token=args.token) as conn:
@@ -111,6 +121,44 @@ async def _sub(args: argparse.Namespace) -> int:
         sys.stdout.flush()
         print(f"rsnet sub: {error}", file=sys.stderr)
         return 1
+    return 0
+
+
+async def _pub(args: argparse.Namespace) -> int:
+    from .broker.client import publish
+
+    records = []
+    for number, line in enumerate(sys.stdin, 1):
+        if line.strip():
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError as error:
+                print(f"rsnet pub: line {number} is not JSON: {error}", file=sys.stderr)
+                return 1
+    try:
+        async with connect(args.url, token=args.token) as conn:
+            count = await publish(conn, args.topic, records, producer=args.producer, first_sequence=args.sequence)
+    except (RsnetError, TransportClosed, ValueError) as error:
+        print(f"rsnet pub: not every record was acknowledged: {error}", file=sys.stderr)
+        return 1
+    print(f"rsnet pub: {count} records stored in {args.topic}", file=sys.stderr)
+    return 0
+
+
+async def _topics(args: argparse.Namespace) -> int:
+    try:
+        async with connect(args.url, token=args.token) as conn:
+            topics = [topic async for topic in conn.subscribe("$topics")]
+    except (RsnetError, TransportClosed, ValueError) as error:
+        print(f"rsnet topics: {error}", file=sys.stderr)
+        return 1
+    print(f"{'topic':<32} {'first':>10} {'next':>10} {'policy':>12} {'subs':>5} {'max lag':>8} {'dropped':>8}")
+    for topic in topics:
+        lags = [s["lag"] for s in topic["subscribers"]]
+        print(
+            f"{topic['topic']:<32} {topic['first_offset']:>10} {topic['next_offset']:>10} {topic['policy']:>12} "
+            f"{len(lags):>5} {max(lags, default=0):>8} {topic['dropped']:>8}"
+        )
     return 0
 
 
@@ -135,7 +183,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub.add_argument("-p", "--param", type=_param, action="append", default=[], help="key=value (value as JSON if it parses)")
     sub.add_argument("--count", type=int, default=None, help="stop after N items")
     sub.add_argument("--prefetch", type=int, default=256, help="items in flight at most")
+    sub.add_argument("--from", dest="start", type=_position, default=None,
+                     help="broker topics: earliest, latest (default) or an offset")
     sub.add_argument("--token", help="auth token")
+
+    pub = commands.add_parser("pub", help="publish JSON lines from stdin to a broker topic")
+    pub.add_argument("url")
+    pub.add_argument("topic")
+    pub.add_argument("--producer", help="producer id: republishing with the same id and sequences is idempotent")
+    pub.add_argument("--sequence", type=int, default=0, help="sequence number of the first line")
+    pub.add_argument("--token", help="auth token")
+
+    topics = commands.add_parser("topics", help="list a broker's topics with offsets and lag")
+    topics.add_argument("url")
+    topics.add_argument("--token", help="auth token")
+
+    broker = commands.add_parser("broker", help="run the stream broker")
+    broker.add_argument("--config", help="TOML configuration file")
+    broker.add_argument("--data-dir", help="directory for durable topics (default: in memory)")
+    broker.add_argument("--tcp", type=_address, help="HOST:PORT for TCP")
+    broker.add_argument("--ws", type=_address, help="HOST:PORT for WebSocket")
+    broker.add_argument("--fsync", choices=["always", "interval", "never"], help="fsync policy of durable topics")
 
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
@@ -147,7 +215,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "serve":
         trio.run(_serve, args)
         return 0
-    return trio.run(_sub, args)
+    if args.command == "broker":
+        from .broker.daemon import run_broker
+
+        return trio.run(run_broker, args)
+    return trio.run({"sub": _sub, "pub": _pub, "topics": _topics}[args.command], args)
 
 
 if __name__ == "__main__":

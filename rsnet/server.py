@@ -33,7 +33,7 @@ import trio
 from .errors import StreamError
 from .protocol import DEFAULT_HANDSHAKE_TIMEOUT, DEFAULT_KEEPALIVE_INTERVAL, DEFAULT_MAX_FRAME_SIZE
 from .protocol import DEFAULT_MAX_STREAMS, Connection, ErrorCode, Hello, Role
-from .session import HandshakeError, Session, StreamContext, complete_handshake
+from .session import HandshakeError, Host, Session, StreamContext, complete_handshake
 from .streams import Publisher, Subscriber
 from .transport import TcpTransport, Transport, TransportClosed, accept_websocket
 from .transport.tcp import describe_peer
@@ -54,7 +54,10 @@ class Server:
     """Hosts publishers (and sinks for offered streams) under names; serves TCP and WebSocket.
 
     ``token``: when set, a client must present it in its HELLO (``auth_token``) or the
-    connection is refused with UNAUTHORIZED. Limits and keepalive are this side's protocol
+    connection is refused with UNAUTHORIZED. ``authenticate(auth_token)`` instead maps the
+    presented token to a principal (any object; ``None`` refuses the connection), which the
+    host sees as ``StreamContext.principal``. ``host`` replaces the server's own registry of
+    publishers and sinks (the broker is one). Limits and keepalive are this side's protocol
     settings (SPEC 6.3); ``handshake_timeout`` is in seconds.
     """
 
@@ -62,12 +65,16 @@ class Server:
         self,
         *,
         token: str | None = None,
+        authenticate: Callable[[Any], Any] | None = None,
+        host: Host | None = None,
         max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
         max_streams: int = DEFAULT_MAX_STREAMS,
         keepalive_interval_ms: int = DEFAULT_KEEPALIVE_INTERVAL,
         handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT,
     ) -> None:
         self._token = token
+        self._authenticate = authenticate
+        self._host = host
         self._settings = dict(
             max_frame_size=max_frame_size,
             max_streams=max_streams,
@@ -248,7 +255,14 @@ class Server:
         except HandshakeError as failure:
             log.info("%s", failure)
             return
-        if self._token is not None and not _token_matches(hello.settings.get("auth_token"), self._token):
+        offered = hello.settings.get("auth_token")
+        principal = None
+        if self._authenticate is not None:
+            principal = self._authenticate(offered)
+            allowed = principal is not None
+        else:
+            allowed = self._token is None or _token_matches(offered, self._token)
+        if not allowed:
             conn.send_conn_error(ErrorCode.UNAUTHORIZED, "missing or wrong auth_token")
             await transport.send([conn.data_to_send()])
             log.info("refused %s: bad token", transport.peer)
@@ -258,7 +272,7 @@ class Server:
             await transport.send([conn.data_to_send()])
             return
         conn.send_welcome()
-        session = Session(transport, conn, host=self)
+        session = Session(transport, conn, host=self._host or self, principal=principal)
         self.sessions.add(session)
         try:
             await session.run(events=events)
