@@ -1,0 +1,218 @@
+"""The scenarios of issue 6, as rows: one row is one thing measured on every system.
+
+A row has a client ``kind`` (what the client process does, see :mod:`benchmarks.systems`),
+a transport, its parameters (full and ``--quick`` sizes), and how its raw result becomes
+metrics. Item counts may differ per system so that each run takes a second or a few: rates
+are per second, and the count is printed next to each number.
+
+Kinds and their parameters:
+
+- ``stream``: one stream of ``count`` items of ``size`` bytes, ``prefetch`` demand window
+  (the ceiling grants everything up front); ``pace`` > 0 makes a slow consumer (items/s).
+- ``stop_and_wait``: one stream, request(1) per item.
+- ``first_item``: ``iterations`` times: open a stream of one item, time to its item.
+- ``many_streams``: ``streams`` concurrent streams of ``items`` items on one connection.
+- ``many_connections``: ``connections`` concurrent connections, one stream of ``items`` each.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from typing import Any
+
+from .systems import SYSTEMS
+
+PREFETCH = 4096
+"""The "realistic prefetch" of issue 6: demand granted 4096 up front, then 3072 at a time."""
+
+
+@dataclass(frozen=True)
+class Metric:
+    key: str
+    label: str
+    unit: str
+    higher_is_better: bool = True
+
+
+ITEMS_S = Metric("items_per_s", "items/s", "items/s")
+MB_S = Metric("mb_per_s", "MB/s", "MB/s")
+US_ITEM = Metric("us_per_item", "µs per item", "µs", higher_is_better=False)
+P50 = Metric("p50_us", "p50", "µs", higher_is_better=False)
+P99 = Metric("p99_us", "p99", "µs", higher_is_better=False)
+SECONDS = Metric("seconds", "total", "s", higher_is_better=False)
+CPU_SERVER = Metric("server_cpu_us", "server CPU per item", "µs", higher_is_better=False)
+CPU_CLIENT = Metric("client_cpu_us", "client CPU per item", "µs", higher_is_better=False)
+SERVER_PEAK = Metric("server_peak_mib", "server peak RSS", "MiB", higher_is_better=False)
+SERVER_STEADY = Metric("server_steady_mib", "server steady RSS", "MiB", higher_is_better=False)
+SERVER_DRIFT = Metric("server_drift_mib", "server drift", "MiB", higher_is_better=False)
+CLIENT_PEAK = Metric("client_peak_mib", "client peak RSS", "MiB", higher_is_better=False)
+CLIENT_STEADY = Metric("client_steady_mib", "client steady RSS", "MiB", higher_is_better=False)
+CLIENT_DRIFT = Metric("client_drift_mib", "client drift", "MiB", higher_is_better=False)
+
+
+@dataclass(frozen=True)
+class Row:
+    """One measured thing, on every system of ``systems``."""
+
+    id: str
+    scenario: int
+    title: str
+    kind: str
+    transport: str
+    params: dict[str, Any]
+    metrics: tuple[Metric, ...]
+    per_system: dict[str, dict[str, Any]] = field(default_factory=dict)  # parameter overrides
+    server_params: dict[str, Any] = field(default_factory=dict)  # keyword arguments of serve()
+    timeout: float = 120.0
+    max_runs: int | None = None  # memory rows: one long run is enough
+    chart: bool = True  # plotted as throughput (items/s)
+    systems: tuple[str, ...] = SYSTEMS
+
+    @property
+    def primary(self) -> Metric:
+        return self.metrics[0]
+
+    def params_for(self, system: str) -> dict[str, Any]:
+        return {**self.params, **self.per_system.get(system, {})}
+
+    def expected_items(self, params: dict[str, Any]) -> int | None:
+        if self.kind in ("stream", "stop_and_wait"):
+            return params["count"]
+        if self.kind == "many_streams":
+            return params["streams"] * params["items"]
+        if self.kind == "many_connections":
+            return params["connections"] * params["items"]
+        return None
+
+
+TRANSPORTS = {"tcp": "TCP", "ws": "WebSocket"}
+
+
+def build(quick: bool) -> list[Row]:
+    """The rows of scenarios 1-4 (scenario 5, the broker, is in :func:`broker_rows`)."""
+    q = quick
+    rows: list[Row] = []
+    for transport, name in TRANSPORTS.items():
+        for size, label, fast_count, peer_count in (
+            (16, "16 B", 1_000_000, 50_000),
+            (1024, "1 KiB", 300_000, 50_000),
+        ):
+            rows.append(Row(
+                id=f"s1-{size}-{transport}", scenario=1,
+                title=f"one stream, {label} items, {name}",
+                kind="stream", transport=transport,
+                params={"count": 20_000 if q else fast_count, "size": size, "prefetch": PREFETCH},
+                per_system={"rsocket-py": {"count": 2_000 if q else peer_count}},
+                metrics=(ITEMS_S, MB_S, CPU_SERVER, CPU_CLIENT),
+            ))
+    rows.append(Row(
+        id="s1-16-tcp-p256", scenario=1, title="one stream, 16 B items, TCP, prefetch 256 (rsnet's default)",
+        kind="stream", transport="tcp",
+        params={"count": 20_000 if q else 1_000_000, "size": 16, "prefetch": 256},
+        per_system={"rsocket-py": {"count": 2_000 if q else 50_000}},
+        metrics=(ITEMS_S, MB_S, CPU_SERVER, CPU_CLIENT),
+        systems=("rsnet", "rsocket-py"),  # the ceiling has no demand window to vary
+    ))
+    for transport, name in TRANSPORTS.items():
+        rows.append(Row(
+            id=f"s2-saw-{transport}", scenario=2, title=f"stop-and-wait request(1), {name}",
+            kind="stop_and_wait", transport=transport,
+            params={"count": 300 if q else 5_000, "size": 16},
+            metrics=(ITEMS_S, US_ITEM),
+        ))
+    for transport, name in TRANSPORTS.items():
+        rows.append(Row(
+            id=f"s2-rtt-{transport}", scenario=2, title=f"round trip: subscribe to first item, {name}",
+            kind="first_item", transport=transport,
+            params={"iterations": 50 if q else 2_000, "size": 16},
+            metrics=(P50, P99), chart=False,
+        ))
+    for transport, name in TRANSPORTS.items():
+        rows.append(Row(
+            id=f"s3-streams-{transport}", scenario=3,
+            title=f"{'100' if q else '1,000'} streams x 100 items, one connection, {name}",
+            kind="many_streams", transport=transport,
+            params={"streams": 100 if q else 1_000, "items": 100, "size": 16, "prefetch": PREFETCH},
+            metrics=(SECONDS, ITEMS_S, CPU_SERVER, CPU_CLIENT),
+        ))
+    for transport, name in TRANSPORTS.items():
+        rows.append(Row(
+            id=f"s3-conns-{transport}", scenario=3,
+            title=f"{'50' if q else '1,000'} connections x 1 stream of 100 items, {name}",
+            kind="many_connections", transport=transport,
+            params={"connections": 50 if q else 1_000, "items": 100, "size": 16, "prefetch": PREFETCH},
+            metrics=(SECONDS, ITEMS_S, CPU_SERVER, CPU_CLIENT),
+        ))
+    rows.append(Row(
+        id="s4-slow-tcp", scenario=4,
+        title=f"slow consumer, {'20,000' if q else '1,000,000'} items of 16 B paced at 100k items/s, TCP",
+        kind="stream", transport="tcp",
+        params={"count": 20_000 if q else 1_000_000, "size": 16, "prefetch": PREFETCH, "pace": 100_000},
+        # rsocket-py moves 15-30k items/s: 100k/s would not be slow for it, and 1,000,000 items
+        # would take a minute. It gets a pace below its own speed, and fewer items.
+        per_system={"rsocket-py": {"count": 2_000 if q else 50_000, "pace": 5_000}},
+        metrics=(SERVER_PEAK, SERVER_STEADY, SERVER_DRIFT, CLIENT_PEAK, CLIENT_STEADY, CLIENT_DRIFT, ITEMS_S),
+        timeout=180.0, max_runs=1, chart=False,
+    ))
+    if quick:
+        rows = [Row(**{**row.__dict__, "timeout": 30.0}) for row in rows]
+    return rows
+
+
+# -- metrics from one run's raw numbers ---------------------------------------------------------------
+
+
+def _memory(samples: list[tuple[float, float]], prefix: str) -> dict[str, float]:
+    """Peak, steady (median of the second half of the run) and drift (last tenth minus the
+    tenth at mid-run: how much it still grew while streaming) of an RSS series."""
+    if not samples:
+        return {}
+    values = [mib for _, mib in samples]
+    n = len(values)
+    tenth = max(1, n // 10)
+    mid = values[n // 2 - tenth // 2: n // 2 - tenth // 2 + tenth] or values[-tenth:]
+    return {
+        f"{prefix}_peak_mib": max(values),
+        f"{prefix}_steady_mib": statistics.median(values[n // 2:]),
+        f"{prefix}_drift_mib": statistics.mean(values[-tenth:]) - statistics.mean(mid),
+    }
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def metrics_of(row: Row, result: dict[str, Any], rss: dict[str, list[tuple[float, float]]],
+               params: dict[str, Any], server_cpu_s: float) -> dict[str, float]:
+    """Turn a client's raw result (the RSS series, the server's CPU time while the client
+    ran) into this row's metrics."""
+    out: dict[str, float] = {}
+    if result.get("items"):
+        out["server_cpu_us"] = server_cpu_s / result["items"] * 1e6
+        if "cpu_s" in result:
+            out["client_cpu_us"] = result["cpu_s"] / result["items"] * 1e6
+    if "latencies_us" in result:
+        latencies = result["latencies_us"]
+        out["p50_us"] = statistics.median(latencies)
+        out["p99_us"] = percentile(latencies, 0.99)
+    if "items" in result and result.get("seconds"):
+        seconds = result["seconds"]
+        out["items_per_s"] = result["items"] / seconds
+        out["mb_per_s"] = result["items"] * params["size"] / seconds / 1e6
+        out["us_per_item"] = seconds / result["items"] * 1e6 if result["items"] else float("nan")
+        out["seconds"] = seconds
+    out.update(_memory(rss.get("server", []), "server"))
+    out.update(_memory(rss.get("client", []), "client"))
+    return out
+
+
+def check(row: Row, result: dict[str, Any], params: dict[str, Any]) -> str | None:
+    """What is wrong with a client's result, if anything (e.g. items lost)."""
+    expected = row.expected_items(params)
+    if expected is not None and result.get("items") != expected:
+        return f"received {result.get('items')} items, expected {expected}"
+    if row.kind == "first_item" and len(result.get("latencies_us", [])) != params["iterations"]:
+        return "missing latency samples"
+    return None

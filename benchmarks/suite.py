@@ -1,0 +1,161 @@
+"""Runs the rows of every scenario on every system, round-robin, and aggregates the runs.
+
+Run ``r`` of every row and system is measured before run ``r + 1`` of any, so a burst of noise
+on this shared machine hits all systems alike; ratios between systems are taken run by run
+(run ``r`` of rsnet against run ``r`` of the peer) and then summarised, besides the medians.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from typing import Any, Callable
+
+from . import scenarios
+from .report import number
+from .runner import MeasurementError, measure
+from .scenarios import Row
+from .systems import broker
+
+Progress = Callable[[str], None]
+
+
+def rsnet_unavailable() -> str | None:
+    """Why rsnet's server/client cannot be measured, or None."""
+    try:
+        import rsnet
+
+        rsnet.Server, rsnet.connect  # noqa: B018 (lazy exports: touching them imports them)
+    except Exception as error:  # any import failure means "not there yet"
+        return f"rsnet's server/client are not importable: {type(error).__name__}: {error}"
+    return None
+
+
+def rsocket_unavailable(transport: str) -> str | None:
+    """Why rsocket-py cannot be measured on ``transport``, or None."""
+    import importlib.util
+
+    needs = ["rsocket"] + (["aiohttp"] if transport == "ws" else [])
+    missing = [name for name in needs if importlib.util.find_spec(name) is None]
+    if missing:
+        return f"{', '.join(missing)} not installed (pip install -e '.[bench]')"
+    return None
+
+
+def summarise(values: list[float]) -> dict[str, float]:
+    return {
+        "median": statistics.median(values),
+        "min": min(values),
+        "max": max(values),
+        "n": len(values),
+    }
+
+
+def advantage(row: Row, mine: float, other: float) -> float | None:
+    """How many times better ``mine`` is than ``other`` on the row's primary metric (>1: better)."""
+    if not mine or not other:
+        return None
+    return mine / other if row.primary.higher_is_better else other / mine
+
+
+def run_suite(
+    rows: list[Row], runs: int, systems: tuple[str, ...], progress: Progress = lambda line: None
+) -> dict[str, Any]:
+    unavailable = {
+        ("rsnet", transport): rsnet_unavailable() for transport in ("tcp", "ws")
+    } | {("rsocket-py", transport): rsocket_unavailable(transport) for transport in ("tcp", "ws")}
+    table: list[dict[str, Any]] = []
+    for row in rows:
+        entry: dict[str, Any] = {
+            "id": row.id, "scenario": row.scenario, "title": row.title, "kind": row.kind,
+            "transport": row.transport, "chart": row.chart,
+            "metrics": [m.__dict__ for m in row.metrics], "systems": {},
+        }
+        for system in row.systems:
+            if system not in systems:
+                continue
+            reason = unavailable.get((system, row.transport))
+            entry["systems"][system] = {
+                "params": row.params_for(system),
+                "status": "not available" if reason else "ok",
+                "reason": reason,
+                "runs": [],
+            }
+        table.append(entry)
+
+    started = time.monotonic()
+    for run in range(runs):
+        for row, entry in zip(rows, table, strict=True):
+            if row.max_runs is not None and run >= row.max_runs:
+                continue
+            for system, record in entry["systems"].items():
+                if record["status"] == "not available":
+                    continue
+                params = record["params"]
+                try:
+                    m = measure(system, row.transport, row.kind, params, row.timeout, row.server_params)
+                    problem = scenarios.check(row, m.result, params)
+                    if problem:
+                        raise MeasurementError(f"{system}: {problem}")
+                    metrics = scenarios.metrics_of(row, m.result, m.rss, params, m.server_cpu_s)
+                    run_record: dict[str, Any] = {
+                        "run": run, "metrics": metrics, "server_cpu_s": round(m.server_cpu_s, 3),
+                        "raw": {k: v for k, v in m.result.items() if k != "latencies_us"},
+                    }
+                    if row.scenario == 4:
+                        run_record["rss"] = m.rss
+                    record["runs"].append(run_record)
+                    shown = ", ".join(
+                        f"{metric.label} {number(metrics[metric.key], metric.unit)} {metric.unit}"
+                        for metric in row.metrics[:2] if metric.key in metrics
+                    )
+                    progress(f"[run {run + 1}/{runs}] {row.id:15s} {system:10s} {shown}  ({m.wall_s:.1f} s)")
+                except MeasurementError as error:
+                    record["runs"].append({"run": run, "error": str(error)})
+                    record["status"] = "failed"
+                    progress(f"[run {run + 1}/{runs}] {row.id:15s} {system:10s} FAILED: {error}")
+
+    for row, entry in zip(rows, table, strict=True):
+        for record in entry["systems"].values():
+            ok = [r for r in record["runs"] if "metrics" in r]
+            if record["status"] == "failed" and ok:
+                record["status"] = "partly failed"
+            record["summary"] = {
+                m.key: summarise([r["metrics"][m.key] for r in ok if m.key in r["metrics"]])
+                for m in row.metrics
+                if any(m.key in r["metrics"] for r in ok)
+            }
+        entry["ratios"] = ratios(row, entry)
+
+    return {
+        "rows": table,
+        "broker": {"reason": broker.unavailable(), "planned": broker.planned_rows()},
+        "elapsed_s": round(time.monotonic() - started, 1),
+    }
+
+
+def ratios(row: Row, entry: dict[str, Any]) -> dict[str, Any]:
+    """rsnet's advantage over each other system on the primary metric, run by run."""
+    key = row.primary.key
+    mine = entry["systems"].get("rsnet")
+    if not mine:
+        return {}
+    by_run = {r["run"]: r["metrics"].get(key) for r in mine["runs"] if "metrics" in r}
+    out = {}
+    for system, record in entry["systems"].items():
+        if system == "rsnet":
+            continue
+        values = [
+            advantage(row, by_run[r["run"]], r["metrics"].get(key))
+            for r in record["runs"]
+            if "metrics" in r and by_run.get(r["run"]) is not None
+        ]
+        values = [v for v in values if v is not None]
+        if values:
+            out[system] = summarise(values)
+    return out
+
+
+def print_progress(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)

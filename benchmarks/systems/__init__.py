@@ -1,0 +1,25 @@
+"""The systems under test. Each module has the same two entry points, run in their own process
+by :mod:`benchmarks.worker`:
+
+- ``serve(transport, ready)``: listen on 127.0.0.1 (an ephemeral port), call ``ready(port)``,
+  then serve until the process is killed;
+- ``run_client(kind, transport, port, params, deadline) -> dict``: run one client measurement
+  (see :mod:`benchmarks.scenarios` for the kinds and their parameters) and return its raw
+  numbers.
+
+Every server publishes the same thing: a stream named ``items`` of ``count`` copies of a
+``size``-byte binary payload, parameters sent by the subscriber.
+
+- :mod:`.ceiling`: pre-framed msgpack over a trio socket with batched writes (no rsnet code);
+- :mod:`.rsocket_peer`: rsocket-py on asyncio (TCP: its asyncio transport; WebSocket: aiohttp);
+- :mod:`.rsnet_system`: rsnet's ``Server`` and ``connect``;
+- :mod:`.broker`: scenario 5, reported "not available" until ``rsnet.broker`` exists.
+"""
+
+SYSTEMS = ("rsnet", "rsocket-py", "ceiling")
+
+MODULES = {
+    "rsnet": "benchmarks.systems.rsnet_system",
+    "rsocket-py": "benchmarks.systems.rsocket_peer",
+    "ceiling": "benchmarks.systems.ceiling",
+}

@@ -1,0 +1,147 @@
+"""rsnet, used as its README shows: ``rsnet.Server`` hosting ``items`` (``from_iterable`` over
+repeated payloads), ``rsnet.connect`` and ``conn.subscribe(..., prefetch=P)`` on the client.
+
+Stop-and-wait uses a true Reactive Streams subscriber on ``conn.publisher(...)`` that requests 1
+in ``on_subscribe`` and 1 per ``on_next``; the round trip is ``subscribe(count=1)`` up to its
+first item (rsnet has no separate request-response interaction). Slow consumers sleep inside
+``async for``, so demand is replenished only as fast as they consume.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from typing import Any
+
+import trio
+
+import rsnet
+
+from .common import Clock, PACE_BATCH, Pacer, payload, raise_fd_limit
+
+
+def make_server() -> rsnet.Server:
+    server = rsnet.Server()
+
+    @server.publisher("items")
+    def items(params: dict[str, Any], ctx: Any) -> Any:
+        return rsnet.from_iterable(itertools.repeat(payload(params["size"]), params["count"]))
+
+    return server
+
+
+def serve(transport: str, ready: Any) -> None:
+    async def main() -> None:
+        raise_fd_limit()
+        server = make_server()
+        async with trio.open_nursery() as nursery:
+            serve_on = server.serve_tcp if transport == "tcp" else server.serve_websocket
+            ready(await nursery.start(serve_on, "127.0.0.1", 0))
+
+    trio.run(main)
+
+
+def url(transport: str, port: int) -> str:
+    return f"tcp://127.0.0.1:{port}" if transport == "tcp" else f"ws://127.0.0.1:{port}/"
+
+
+class StopAndWait(rsnet.Subscriber):
+    """request(1) in ``on_subscribe`` and after every item."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.done = trio.Event()
+        self.error: BaseException | None = None
+
+    def on_subscribe(self, subscription: Any) -> None:
+        self.subscription = subscription
+        subscription.request(1)
+
+    def on_next(self, item: Any) -> None:
+        self.count += 1
+        self.subscription.request(1)
+
+    def on_error(self, error: BaseException) -> None:
+        self.error = error
+        self.done.set()
+
+    def on_complete(self) -> None:
+        self.done.set()
+
+
+async def consume(conn: Any, count: int, size: int, prefetch: int, pace: float = 0) -> int:
+    received = 0
+    if pace:
+        pacer = Pacer(pace)
+        async for _ in conn.subscribe("items", prefetch=prefetch, count=count, size=size):
+            received += 1
+            if received % PACE_BATCH == 0:
+                await trio.sleep(pacer.delay(received))
+    else:
+        async for _ in conn.subscribe("items", prefetch=prefetch, count=count, size=size):
+            received += 1
+    return received
+
+
+async def client(kind: str, transport: str, port: int, params: dict[str, Any]) -> dict[str, Any]:
+    size, address = params["size"], url(transport, port)
+    if kind == "many_connections":
+        received = 0
+
+        async def one() -> None:
+            nonlocal received
+            async with rsnet.connect(address) as conn:
+                count = await consume(conn, params["items"], size, params["prefetch"])
+                received += count
+
+        clock = Clock()
+        async with trio.open_nursery() as nursery:
+            for _ in range(params["connections"]):
+                nursery.start_soon(one)
+        return {"streams": params["connections"], "items": received, **clock.elapsed()}
+    async with rsnet.connect(address) as conn:
+        if kind == "stream":
+            clock = Clock()
+            received = await consume(conn, params["count"], size, params["prefetch"], params.get("pace", 0))
+            return {"items": received, **clock.elapsed()}
+        if kind == "stop_and_wait":
+            subscriber = StopAndWait()
+            clock = Clock()
+            conn.publisher("items", count=params["count"], size=size).subscribe(subscriber)
+            await subscriber.done.wait()
+            if subscriber.error is not None:
+                raise subscriber.error
+            return {"items": subscriber.count, **clock.elapsed()}
+        if kind == "first_item":
+            latencies = []
+            for _ in range(params["iterations"]):
+                start = time.perf_counter()
+                first = None
+                async for _ in conn.subscribe("items", prefetch=1, count=1, size=size):
+                    if first is None:
+                        first = time.perf_counter()
+                latencies.append((first - start) * 1e6)
+            return {"latencies_us": latencies}
+        if kind == "many_streams":
+            streams, received = params["streams"], 0
+
+            async def one() -> None:
+                nonlocal received
+                count = await consume(conn, params["items"], size, params["prefetch"])
+                received += count
+
+            clock = Clock()
+            async with trio.open_nursery() as nursery:
+                for _ in range(streams):
+                    nursery.start_soon(one)
+            return {"streams": streams, "items": received, **clock.elapsed()}
+    raise ValueError(f"unknown kind {kind!r}")
+
+
+def run_client(kind: str, transport: str, port: int, params: dict[str, Any], deadline: float) -> dict[str, Any]:
+    async def main() -> dict[str, Any]:
+        raise_fd_limit()
+        with trio.fail_after(deadline):
+            return await client(kind, transport, port, params)
+
+    return trio.run(main)
