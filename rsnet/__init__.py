@@ -21,6 +21,8 @@ _EXPORTS = {
     "RemotePublisher": "rsnet.session",
     "ConnectionLost": "rsnet.errors",
     "StreamError": "rsnet.errors",
+    "HandshakeError": "rsnet.errors",
+    "TransportClosed": "rsnet.errors",
 }
 
 

@@ -25,7 +25,7 @@ from typing import Any, AsyncIterator
 
 import trio
 
-from .errors import ConnectionLost
+from .errors import ConnectionLost, HandshakeError
 from .protocol import DEFAULT_HANDSHAKE_TIMEOUT, DEFAULT_KEEPALIVE_INTERVAL, DEFAULT_MAX_FRAME_SIZE
 from .protocol import DEFAULT_MAX_STREAMS, Connection, ErrorCode, Role, Welcome
 from .session import Host, RemotePublisher, Session, complete_handshake
@@ -93,7 +93,7 @@ async def connect(
     max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
     max_streams: int = DEFAULT_MAX_STREAMS,
     keepalive_interval_ms: int = DEFAULT_KEEPALIVE_INTERVAL,
-    handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT,
+    handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT / 1000,  # the protocol's default is in ms
     metadata: dict[str, Any] | None = None,
 ) -> AsyncIterator[Client]:
     """Connect and handshake; the connection lives for the ``async with`` block.
@@ -103,7 +103,11 @@ async def connect(
     :class:`~rsnet.transport.TransportClosed` if it cannot be reached. ``host`` serves
     publishers the server may subscribe to.
     """
-    transport = await open_transport(url, ssl_context=ssl_context, max_frame_size=max_frame_size)
+    transport = None
+    with trio.move_on_after(handshake_timeout):
+        transport = await open_transport(url, ssl_context=ssl_context, max_frame_size=max_frame_size)
+    if transport is None:
+        raise HandshakeError(f"connecting to {url} timed out after {handshake_timeout:g} s", ErrorCode.TIMEOUT)
     conn = Connection(
         Role.CLIENT,
         max_frame_size=max_frame_size,
@@ -118,14 +122,21 @@ async def connect(
         await trio.aclose_forcefully(transport)  # type: ignore[arg-type]
         raise
     session = Session(transport, conn, host=host)
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(lambda: session.run(events=events))
-        client = Client(session)
-        try:
-            yield client
-        finally:
-            with trio.CancelScope(shield=True):
-                await client.aclose()
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(lambda: session.run(events=events))
+            client = Client(session)
+            try:
+                yield client
+            finally:
+                with trio.CancelScope(shield=True):
+                    await client.aclose()
+    except BaseExceptionGroup as group:
+        # The nursery wraps what the caller's block raised; give it back unwrapped so that
+        # ``except ConnectionLost`` around ``async with connect(...)`` works.
+        if len(group.exceptions) == 1:
+            raise group.exceptions[0] from None
+        raise
 
 
 __all__ = ["Client", "ConnectionLost", "connect"]

@@ -3,7 +3,8 @@
 A remote ``on_error`` arrives as a :class:`StreamError` carrying the protocol's error code
 (``protocol/SPEC.md`` section 11), message and structured data, whatever the code: unknown
 codes are delivered unchanged, never dropped. A broken or closed connection ends every stream
-on it with :class:`ConnectionLost`.
+on it with :class:`ConnectionLost`. These classes import no I/O library, so the async and the
+blocking clients raise the same types.
 
 To choose the code a local publisher's failure is sent with, fail it with a
 :class:`StreamError` (``code`` >= 4096 for application codes); any other exception is sent as
@@ -52,6 +53,15 @@ class ConnectionLost(RsnetError):
         super().__init__(message)
         self.code = code
         self.data = data
+
+
+class HandshakeError(ConnectionLost):
+    """The handshake failed: refused by the peer (``code`` says why), timed out, or cut off."""
+
+
+class TransportClosed(ConnectionError):
+    """The transport failed or was closed under us (reset, TLS failure, WebSocket close), or
+    could not be opened at all."""
 
 
 def error_frame_fields(error: BaseException) -> tuple[int, str, Any]:

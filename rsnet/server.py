@@ -30,10 +30,10 @@ from typing import Any, Callable
 import pydantic
 import trio
 
-from .errors import StreamError
 from .protocol import DEFAULT_HANDSHAKE_TIMEOUT, DEFAULT_KEEPALIVE_INTERVAL, DEFAULT_MAX_FRAME_SIZE
 from .protocol import DEFAULT_MAX_STREAMS, Connection, ErrorCode, Hello, Role
-from .session import HandshakeError, Host, Session, StreamContext, complete_handshake
+from .errors import HandshakeError, StreamError
+from .session import Host, Session, StreamContext, complete_handshake
 from .streams import Publisher, Subscriber
 from .transport import TcpTransport, Transport, TransportClosed, accept_websocket
 from .transport.tcp import describe_peer
@@ -70,7 +70,7 @@ class Server:
         max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
         max_streams: int = DEFAULT_MAX_STREAMS,
         keepalive_interval_ms: int = DEFAULT_KEEPALIVE_INTERVAL,
-        handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT,
+        handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT / 1000,  # the protocol's default is in ms
     ) -> None:
         self._token = token
         self._authenticate = authenticate

@@ -31,7 +31,7 @@ from typing import Any, Callable, Protocol
 
 import trio
 
-from .errors import ConnectionLost, StreamError, error_frame_fields
+from .errors import ConnectionLost, HandshakeError, StreamError, error_frame_fields
 from .protocol import (
     Accept,
     Cancel,
@@ -403,7 +403,7 @@ class Session:
         finally:
             self._end_all(self._closing_error or ConnectionLost("connection closed"))
             with trio.CancelScope(shield=True):
-                if self._linger and not self._eof:
+                if self._linger and not self._eof and self.transport.half_closable:
                     await self._drain_until_eof()
                 await self.transport.aclose()
             self._closed.set()
@@ -601,17 +601,20 @@ class Session:
             self.wake_writer()
 
     async def _keepalive(self) -> None:
-        """SPEC 10.1: PING after an interval of silence; give up after three without a byte."""
+        """SPEC 10.1: PING after an interval without sending; give up after three intervals
+        without receiving a byte. Any traffic counts, so a busy connection never times out."""
         interval = self.conn.keepalive_interval / 1000
         while self.conn.state is State.OPEN:
-            await trio.sleep_until(min(self.last_sent, self.last_received) + interval)
+            ping_at = self.last_sent + interval
+            dead_at = self.last_received + 3 * interval
+            await trio.sleep_until(min(ping_at, dead_at))
             now = trio.current_time()
-            if now - self.last_received >= 3 * interval:
+            if now >= self.last_received + 3 * interval:
                 self.close(ErrorCode.TIMEOUT, f"nothing received for {3 * interval:g} s")
                 return
-            if now - self.last_sent >= interval or now - self.last_received >= interval:
+            if now >= self.last_sent + interval:
                 self.conn.send_ping()
-                self.last_sent = now  # counts as sent once the writer runs
+                self.last_sent = now  # the writer is about to send it
                 self.wake_writer()
 
     # -- dispatch of received events ------------------------------------------------------------------
@@ -711,10 +714,6 @@ class Session:
             stream.terminate(error)
         for stream in outbound.values():
             stream.remote_cancel(error)
-
-
-class HandshakeError(ConnectionLost):
-    """The handshake failed: refused by the peer (``code`` says why), timed out, or cut off."""
 
 
 async def complete_handshake(

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import abc
 
+from ..errors import TransportClosed
 
-class TransportClosed(ConnectionError):
-    """The transport failed or was closed under us (reset, TLS failure, WebSocket close)."""
+__all__ = ["Transport", "TransportClosed"]
 
 
 class Transport(abc.ABC):
@@ -18,6 +18,8 @@ class Transport(abc.ABC):
     """
 
     message_based: bool = False
+    half_closable: bool = True
+    """Whether :meth:`send_eof` really half-closes (so lingering for the peer's close is quick)."""
 
     @abc.abstractmethod
     async def receive(self) -> bytes:

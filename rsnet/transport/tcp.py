@@ -19,6 +19,7 @@ class TcpTransport(Transport):
     def __init__(self, stream: trio.abc.Stream, peer: str = "?") -> None:
         self._stream = stream
         self._peer = peer
+        self.half_closable = isinstance(stream, trio.abc.HalfCloseableStream)  # not TLS
 
     @property
     def peer(self) -> str:

@@ -10,7 +10,7 @@ import trio.testing
 import rsnet
 from rsnet import ops
 from rsnet.protocol import ErrorCode
-from rsnet.session import HandshakeError
+from rsnet.errors import HandshakeError
 
 from .support import demo_server, running
 

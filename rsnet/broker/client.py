@@ -1,0 +1,122 @@
+"""Client helpers for the broker: publish with acknowledgements, follow a topic across reconnects.
+
+    async with rsnet.connect(url) as conn:
+        await publish(conn, "sensors.kitchen", readings, producer="kitchen-1")
+
+    async with contextlib.aclosing(follow(url, "sensors.kitchen", start="earliest")) as records:
+        async for record in records:
+            ...   # {"topic", "offset", "timestamp", "value"}; reconnects and resumes by itself
+
+``follow`` holds a connection while it yields, so close it deterministically with
+``contextlib.aclosing`` (an async generator left to the garbage collector would close its
+connection from the wrong task).
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any, AsyncIterable, AsyncIterator, Iterable
+
+import trio
+
+from ..client import Client, connect
+from ..errors import ConnectionLost
+from ..protocol import ErrorCode
+from ..errors import HandshakeError
+from ..streams import Publisher, from_async_iterable, from_iterable, ops
+from ..transport import TransportClosed
+
+
+async def publish(
+    conn: Client,
+    topic: str,
+    records: Iterable[Any] | AsyncIterable[Any],
+    *,
+    producer: str | None = None,
+    first_sequence: int = 0,
+) -> int:
+    """Publish ``records`` to ``topic`` and wait until the broker has stored every one.
+
+    The broker pulls the records with its own demand (backpressure); acknowledgements arrive
+    on the ``$acks`` stream. Returns how many records were published. Raises
+    :class:`StreamError` if the broker refuses, :class:`ConnectionLost` if the connection
+    ends first: records not acknowledged then may or may not be stored, and publishing them
+    again with the same ``producer`` and sequences is safe (the broker drops duplicates).
+    """
+    producer = producer or f"producer-{uuid.uuid4()}"
+    last_acked = trio.Event()
+    state = {"acked": first_sequence - 1, "wanted": None}
+    sent = 0
+
+    def count(record: Any) -> Any:
+        nonlocal sent
+        sent += 1
+        return record
+
+    async def watch_acks(task_status: trio.TaskStatus[None]) -> None:
+        acks = conn.subscribe("$acks", prefetch=16, producer=producer, topic=topic)
+        async with acks:
+            task_status.started()
+            async for ack in acks:
+                state["acked"] = max(state["acked"], ack["sequence"])
+                if state["wanted"] is not None and state["acked"] >= state["wanted"]:
+                    last_acked.set()
+                    return
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(watch_acks)
+        source: Publisher[Any]
+        if isinstance(records, AsyncIterable):
+            source = from_async_iterable(records, nursery=nursery)
+        else:
+            source = from_iterable(records)
+        await conn.offer(topic, source.pipe(ops.map(count)), producer=producer, sequence=first_sequence)
+        state["wanted"] = first_sequence + sent - 1
+        if sent == 0 or state["acked"] >= state["wanted"]:
+            last_acked.set()
+        await last_acked.wait()
+        nursery.cancel_scope.cancel()
+    return sent
+
+
+async def commit(conn: Client, topic: str, cursor: str, offset: int) -> None:
+    """Commit ``cursor`` on ``topic`` at ``offset``: the next record the group wants."""
+    async for _ in conn.subscribe("$commit", topic=topic, cursor=cursor, offset=offset):
+        pass
+
+
+async def follow(
+    url: str,
+    topic: str,
+    *,
+    start: Any = "latest",
+    prefetch: int = 256,
+    token: str | None = None,
+    retry_delay: float = 0.5,
+    max_retry_delay: float = 5.0,
+) -> AsyncIterator[dict[str, Any]]:
+    """Yield a topic's records, reconnecting after connection failures.
+
+    After a reconnect it subscribes from the offset after the last record it yielded, so the
+    records continue with no gap and no duplicate. Stream errors (e.g. the offset was
+    trimmed by retention) and refused credentials are raised, not retried.
+    """
+    position: Any = start
+    delay = retry_delay
+    while True:
+        try:
+            async with connect(url, token=token) as conn:
+                async with conn.subscribe(topic, prefetch=prefetch, **{"from": position}) as records:
+                    delay = retry_delay
+                    async for record in records:
+                        position = record["offset"] + 1
+                        yield record
+            return
+        except HandshakeError as refused:
+            if refused.code in (ErrorCode.UNAUTHORIZED, ErrorCode.UNSUPPORTED_VERSION):
+                raise  # retrying cannot help
+            await trio.sleep(delay)
+            delay = min(delay * 2, max_retry_delay)
+        except (ConnectionLost, TransportClosed):
+            await trio.sleep(delay)
+            delay = min(delay * 2, max_retry_delay)

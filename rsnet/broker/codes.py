@@ -1,0 +1,20 @@
+"""The broker's error codes: application codes in the protocol's sense (SPEC 11.2, >= 4096).
+
+They travel in ERROR frames with a message and structured ``data``; clients receive them as
+:class:`rsnet.StreamError` with ``code`` set to one of these. Where the protocol has a code for
+the case it is used instead: ``UNAUTHORIZED`` (not allowed), ``UNKNOWN_PUBLISHER`` (no such
+topic), ``REJECTED`` (invalid parameters).
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class BrokerCode(enum.IntEnum):
+    OFFSET_TRIMMED = 4100
+    """The requested offset was removed by retention; ``data.first_available`` says where the log starts."""
+    OFFSET_OUT_OF_RANGE = 4101
+    """The requested offset is beyond the end of the topic."""
+    SLOW_SUBSCRIBER = 4102
+    """The subscriber fell more than ``max_lag`` records behind on a ``disconnect`` topic."""

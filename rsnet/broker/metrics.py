@@ -1,0 +1,413 @@
+"""The broker's Prometheus metrics and its HTTP endpoint (``GET /metrics``, ``GET /health``).
+
+    metrics = BrokerMetrics()                     # its own registry, not prometheus_client's global one
+    metrics.connection_opened()
+    metrics.records_in("sensors.kitchen", 3)
+    metrics.set_lag("sensors.kitchen", "conn-7/stream-3", 120)
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(serve_http, metrics, "127.0.0.1", 9100, broker_health)
+
+Metrics (all prefixed ``rsnet_broker_``):
+
+==========================================  =======  ====================  =========================================
+name                                        type     labels                meaning
+==========================================  =======  ====================  =========================================
+``connections``                             gauge                          open client connections
+``connections_opened_total``                counter                        connections accepted since start
+``streams``                                 gauge    kind                  open streams, ``publish`` or ``subscribe``
+``records_in_total``                        counter  topic                 records stored (acknowledged to producers)
+``records_out_total``                       counter  topic                 records delivered to subscribers
+``records_dropped_total``                   counter  topic                 records lagging subscribers skipped (``drop``)
+``slow_subscriber_disconnects_total``       counter  topic                 subscribers ended for lag (``disconnect``)
+``subscriber_lag``                          gauge    topic, subscriber     records between a subscriber and the head
+``subscriber_demand``                       gauge    subscriber            requested, not yet delivered
+``producer_demand``                         gauge    topic, producer       requested from a producer, not yet received
+``storage_bytes``                           gauge    topic                 bytes the topic's log holds
+``storage_records``                         gauge    topic                 records the topic's log holds
+``auth_denials_total``                      counter  reason                ``unauthenticated`` or ``forbidden``
+==========================================  =======  ====================  =========================================
+
+Per-subscriber and per-producer series are removed with :meth:`BrokerMetrics.remove_subscriber`
+and :meth:`~BrokerMetrics.remove_producer`, a topic's with :meth:`~BrokerMetrics.remove_topic`, so
+label sets do not pile up. Gauges that are cheaper to read than to track (lag, storage) can be
+set at scrape time by a refresher (:meth:`~BrokerMetrics.add_refresher`).
+
+:func:`serve_http` is a trio task in the broker's nursery (no threads): HTTP/1.1 parsed by h11,
+keep-alive, ``GET``/``HEAD`` on ``/metrics`` (Prometheus text format, or OpenMetrics when the
+scraper asks for it) and ``/health`` (JSON; 200 when the ``health()`` callback says
+``"healthy": true``, else 503); 404 for other paths, 405 for other methods, 400 (or what h11
+suggests: 413, 431...) for malformed requests, which are then closed. A request must arrive
+whole within ``request_timeout`` seconds (an idle keep-alive connection is closed after as
+long), bodies are capped, and at most ``max_connections``
+are served at once (beyond that: 503 and close).
+
+This module imports trio, h11 and prometheus_client; nothing from the rest of the broker.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import defaultdict
+from typing import Any, Callable, Literal
+
+import h11
+import trio
+from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client.exposition import choose_encoder
+
+log = logging.getLogger("rsnet.broker.metrics")
+
+StreamKind = Literal["publish", "subscribe"]
+DenialReason = Literal["unauthenticated", "forbidden"]
+
+MAX_REQUEST_HEAD = 8192
+"""Largest request line plus headers, in bytes (431 beyond)."""
+MAX_REQUEST_BODY = 8192
+"""Largest request body read (and discarded), in bytes (413 beyond)."""
+RECEIVE_SIZE = 4096
+LINGER = 1.0
+"""Seconds to drain a connection being closed after an error response."""
+
+
+class BrokerMetrics:
+    """The broker's metrics in a registry of their own (``registry``); see the module docstring.
+
+    Methods are cheap, synchronous, and never raise for a label they have not seen before.
+    """
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        r = self.registry
+        self._connections = Gauge("rsnet_broker_connections", "Open client connections.", registry=r)
+        self._connections_opened = Counter(
+            "rsnet_broker_connections_opened", "Client connections accepted since start.", registry=r
+        )
+        self._streams = Gauge("rsnet_broker_streams", "Open streams by kind.", ["kind"], registry=r)
+        self._records_in = Counter("rsnet_broker_records_in", "Records stored, per topic.", ["topic"], registry=r)
+        self._records_out = Counter(
+            "rsnet_broker_records_out", "Records delivered to subscribers, per topic.", ["topic"], registry=r
+        )
+        self._dropped = Counter(
+            "rsnet_broker_records_dropped",
+            "Records lagging subscribers skipped under the drop policy, per topic.",
+            ["topic"],
+            registry=r,
+        )
+        self._slow_disconnects = Counter(
+            "rsnet_broker_slow_subscriber_disconnects",
+            "Subscribers ended for lagging under the disconnect policy, per topic.",
+            ["topic"],
+            registry=r,
+        )
+        self._lag = Gauge(
+            "rsnet_broker_subscriber_lag", "Records between a subscriber and the topic's head.", ["topic", "subscriber"], registry=r
+        )
+        self._demand = Gauge(
+            "rsnet_broker_subscriber_demand", "Records a subscriber requested and has not received.", ["subscriber"], registry=r
+        )
+        self._producer_demand = Gauge(
+            "rsnet_broker_producer_demand",
+            "Records the broker requested from a producer and has not received.",
+            ["topic", "producer"],
+            registry=r,
+        )
+        self._storage_bytes = Gauge("rsnet_broker_storage_bytes", "Bytes held by a topic's log.", ["topic"], registry=r)
+        self._storage_records = Gauge("rsnet_broker_storage_records", "Records held by a topic's log.", ["topic"], registry=r)
+        self._auth_denials = Counter(
+            "rsnet_broker_auth_denials", "Refused connections and requests, by reason.", ["reason"], registry=r
+        )
+        for kind in ("publish", "subscribe"):
+            self._streams.labels(kind)
+        for reason in ("unauthenticated", "forbidden"):
+            self._auth_denials.labels(reason)
+        self._lag_topics: defaultdict[str, set[str]] = defaultdict(set)  # subscriber -> topics with a lag series
+        self._producers: defaultdict[str, set[str]] = defaultdict(set)  # topic -> producers with a series
+        self._refreshers: list[Callable[[BrokerMetrics], None]] = []
+
+    # -- connections and streams -------------------------------------------------------------
+
+    def connection_opened(self) -> None:
+        self._connections.inc()
+        self._connections_opened.inc()
+
+    def connection_closed(self) -> None:
+        self._connections.dec()
+
+    def stream_opened(self, kind: StreamKind) -> None:
+        self._streams.labels(_check(kind, ("publish", "subscribe"))).inc()
+
+    def stream_closed(self, kind: StreamKind) -> None:
+        self._streams.labels(_check(kind, ("publish", "subscribe"))).dec()
+
+    def auth_denied(self, reason: DenialReason) -> None:
+        self._auth_denials.labels(_check(reason, ("unauthenticated", "forbidden"))).inc()
+
+    # -- topics --------------------------------------------------------------------------------
+
+    def records_in(self, topic: str, n: int = 1) -> None:
+        self._records_in.labels(topic).inc(n)
+
+    def records_out(self, topic: str, n: int = 1) -> None:
+        self._records_out.labels(topic).inc(n)
+
+    def records_dropped(self, topic: str, n: int) -> None:
+        self._dropped.labels(topic).inc(n)
+
+    def slow_subscriber_disconnected(self, topic: str) -> None:
+        self._slow_disconnects.labels(topic).inc()
+
+    def set_storage(self, topic: str, nbytes: int, records: int | None = None) -> None:
+        self._storage_bytes.labels(topic).set(nbytes)
+        if records is not None:
+            self._storage_records.labels(topic).set(records)
+
+    def remove_topic(self, topic: str) -> None:
+        """Forget every series of a deleted topic, including its subscribers' lag and producers."""
+        for metric in (self._records_in, self._records_out, self._dropped, self._slow_disconnects,
+                       self._storage_bytes, self._storage_records):
+            _remove(metric, topic)
+        for subscriber, topics in list(self._lag_topics.items()):
+            if topic in topics:
+                topics.discard(topic)
+                _remove(self._lag, topic, subscriber)
+        for producer in self._producers.pop(topic, set()):
+            _remove(self._producer_demand, topic, producer)
+
+    # -- subscribers and producers -------------------------------------------------------------
+
+    def set_lag(self, topic: str, subscriber: str, lag: int) -> None:
+        self._lag.labels(topic, subscriber).set(lag)
+        self._lag_topics[subscriber].add(topic)
+
+    def set_demand(self, subscriber: str, demand: int) -> None:
+        self._demand.labels(subscriber).set(demand)
+
+    def remove_subscriber(self, subscriber: str) -> None:
+        """Forget a subscriber's lag (on every topic) and demand series."""
+        for topic in self._lag_topics.pop(subscriber, set()):
+            _remove(self._lag, topic, subscriber)
+        _remove(self._demand, subscriber)
+
+    def set_producer_demand(self, topic: str, producer: str, demand: int) -> None:
+        self._producer_demand.labels(topic, producer).set(demand)
+        self._producers[topic].add(producer)
+
+    def remove_producer(self, topic: str, producer: str) -> None:
+        self._producers[topic].discard(producer)
+        _remove(self._producer_demand, topic, producer)
+
+    # -- exposition ----------------------------------------------------------------------------
+
+    def add_refresher(self, refresh: Callable[[BrokerMetrics], None]) -> None:
+        """Call ``refresh(self)`` before every scrape, to set gauges from the broker's state."""
+        self._refreshers.append(refresh)
+
+    def render(self, accept: str = "") -> tuple[bytes, str]:
+        """The registry in the format ``accept`` asks for: ``(body, content_type)``.
+
+        Runs the refreshers first; one that raises is logged and skipped.
+        """
+        for refresh in self._refreshers:
+            try:
+                refresh(self)
+            except Exception:
+                log.exception("a metrics refresher failed")
+        encoder, content_type = choose_encoder(accept)
+        return encoder(self.registry), content_type
+
+
+def _check(value: str, allowed: tuple[str, ...]) -> str:
+    if value not in allowed:
+        raise ValueError(f"expected one of {allowed}, got {value!r}")
+    return value
+
+
+def _remove(metric: Any, *labels: str) -> None:
+    try:
+        metric.remove(*labels)
+    except KeyError:
+        pass
+
+
+# -- the HTTP endpoint -------------------------------------------------------------------------
+
+
+async def serve_http(
+    metrics: BrokerMetrics,
+    host: str,
+    port: int,
+    health: Callable[[], dict[str, Any]],
+    *,
+    request_timeout: float = 10.0,
+    max_connections: int = 64,
+    task_status: trio.TaskStatus[list[trio.SocketListener]] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve ``/metrics`` and ``/health`` on ``host:port`` until cancelled (see the module docstring).
+
+    ``health()`` returns a JSON-able dict; the response is 200 when its ``"healthy"`` is true,
+    503 otherwise or when it raises. Reports the listeners to ``nursery.start`` (port 0 picks a
+    free port: ``listeners[0].socket.getsockname()[1]``).
+    """
+    busy = 0
+
+    async def handle(stream: trio.SocketStream) -> None:
+        nonlocal busy
+        if busy >= max_connections:
+            with trio.move_on_after(request_timeout):
+                await _reject(stream, 503, "too many connections")
+            await _linger(stream)
+            await trio.aclose_forcefully(stream)
+            return
+        busy += 1
+        try:
+            await _serve_connection(stream, metrics, health, request_timeout)
+        finally:
+            busy -= 1
+
+    await trio.serve_tcp(handle, port, host=host, task_status=task_status)
+
+
+async def _serve_connection(
+    stream: trio.SocketStream,
+    metrics: BrokerMetrics,
+    health: Callable[[], dict[str, Any]],
+    request_timeout: float,
+) -> None:
+    conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_REQUEST_HEAD)
+    try:
+        while True:
+            request = None
+            with trio.move_on_after(request_timeout):  # whole request, or idle keep-alive
+                request = await _receive_request(stream, conn)
+            if request is None:
+                return  # closed by the client, or too slow
+            status, headers, body = _respond(request, metrics, health)
+            with trio.move_on_after(request_timeout) as sending:  # a client that does not read
+                await _send(stream, conn, status, headers, body, head=request.method == b"HEAD")
+            if sending.cancelled_caught or conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
+                return
+            conn.start_next_cycle()
+    except h11.RemoteProtocolError as error:
+        log.debug("bad HTTP request: %s", error)
+        if conn.our_state in (h11.IDLE, h11.SEND_RESPONSE):
+            status = error.error_status_hint
+            with trio.move_on_after(request_timeout):
+                await _send_quietly(stream, conn, status, _text_headers(close=True), f"{status} {_reason(status)}\n".encode())
+            await _linger(stream)
+    except (trio.BrokenResourceError, trio.ClosedResourceError) as error:
+        log.debug("metrics connection ended: %r", error)
+    except Exception:  # a bug here must not take the broker's nursery down with it
+        log.exception("the metrics endpoint failed on a connection")
+    finally:
+        await trio.aclose_forcefully(stream)
+
+
+async def _linger(stream: trio.SocketStream) -> None:
+    """Half-close, then read and discard briefly: closing with unread input makes the kernel
+    send a reset, which can destroy the error response before the client reads it."""
+    with trio.move_on_after(LINGER):
+        try:
+            await stream.send_eof()
+            while await stream.receive_some(RECEIVE_SIZE):
+                pass
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+
+
+async def _send_quietly(stream: trio.SocketStream, conn: h11.Connection, *response: Any) -> None:
+    try:
+        await _send(stream, conn, *response)
+    except (trio.BrokenResourceError, trio.ClosedResourceError, h11.LocalProtocolError):
+        pass
+
+
+async def _receive_request(stream: trio.SocketStream, conn: h11.Connection) -> h11.Request | None:
+    """The next request, its body read and discarded; None when the client closed cleanly."""
+    request: h11.Request | None = None
+    body = 0
+    while True:
+        event = conn.next_event()
+        if event is h11.NEED_DATA:
+            conn.receive_data(await stream.receive_some(RECEIVE_SIZE))
+        elif isinstance(event, h11.Request):
+            request = event
+        elif isinstance(event, h11.Data):
+            body += len(event.data)
+            if body > MAX_REQUEST_BODY:
+                raise h11.RemoteProtocolError("request body too large", error_status_hint=413)
+        elif isinstance(event, h11.EndOfMessage):
+            return request
+        elif isinstance(event, h11.ConnectionClosed):
+            return None
+
+
+def _respond(
+    request: h11.Request, metrics: BrokerMetrics, health: Callable[[], dict[str, Any]]
+) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+    path = request.target.split(b"?", 1)[0]
+    if path not in (b"/metrics", b"/health"):
+        return 404, _text_headers(), b"404 Not Found: try /metrics or /health\n"
+    if request.method not in (b"GET", b"HEAD"):
+        return 405, [*_text_headers(), (b"allow", b"GET, HEAD")], b"405 Method Not Allowed\n"
+    if path == b"/metrics":
+        accept = dict(request.headers).get(b"accept", b"").decode("latin-1")
+        body, content_type = metrics.render(accept)
+        return 200, [(b"content-type", content_type.encode())], body
+    try:
+        report = dict(health())
+        healthy = report.get("healthy") is True
+    except Exception:
+        log.exception("the health check failed")
+        report, healthy = {"healthy": False, "error": "the health check failed"}, False
+    body = json.dumps(report, default=str).encode() + b"\n"
+    return (200 if healthy else 503), [(b"content-type", b"application/json"), (b"cache-control", b"no-store")], body
+
+
+async def _send(
+    stream: trio.SocketStream,
+    conn: h11.Connection,
+    status: int,
+    headers: list[tuple[bytes, bytes]],
+    body: bytes,
+    head: bool = False,
+) -> None:
+    headers = [*headers, (b"content-length", str(len(body)).encode())]
+    data = conn.send(h11.Response(status_code=status, headers=headers, reason=_reason(status).encode()))
+    if body and not head:  # a response to HEAD has the headers of the GET, and no body
+        data += conn.send(h11.Data(data=body))
+    data += conn.send(h11.EndOfMessage())
+    await stream.send_all(data)
+
+
+async def _reject(stream: trio.SocketStream, status: int, message: str) -> None:
+    try:
+        await stream.send_all(
+            b"HTTP/1.1 %d %s\r\nconnection: close\r\ncontent-type: text/plain\r\ncontent-length: %d\r\n\r\n%s"
+            % (status, _reason(status).encode(), len(message) + 1, message.encode() + b"\n")
+        )
+    except (trio.BrokenResourceError, trio.ClosedResourceError):
+        pass
+
+
+def _text_headers(close: bool = False) -> list[tuple[bytes, bytes]]:
+    headers = [(b"content-type", b"text/plain; charset=utf-8")]
+    return [*headers, (b"connection", b"close")] if close else headers
+
+
+_REASONS = {
+    200: "OK",
+    400: "Bad Request",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    408: "Request Timeout",
+    413: "Content Too Large",
+    414: "URI Too Long",
+    431: "Request Header Fields Too Large",
+    503: "Service Unavailable",
+    505: "HTTP Version Not Supported",
+}
+
+
+def _reason(status: int) -> str:
+    return _REASONS.get(status, "Error")

@@ -1,0 +1,125 @@
+"""Named consumer cursors (committed offsets) in one small file that survives restarts.
+
+The file is ``b"rsnetcur"`` | version (u32, big-endian, = 1) | one frame (records.py) whose
+body is the msgpack map ``{name: offset}``. A commit rewrites the whole file the safe way:
+write ``PATH.tmp``, fsync it, rename it over ``PATH``, fsync the directory. A crash at any
+point leaves either the old file or the new one, never a mix, so a file that fails its check
+was damaged after it was written (disk, hand edit). Opening such a file raises
+:class:`CorruptData` rather than guessing: silently losing cursors would send consumers back
+to the start, or past records they never saw. To start every cursor afresh, delete the file.
+
+This module imports msgpack and the standard library only.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+
+import msgpack
+
+from .log import CorruptData
+from .records import BadRecord, check_frame, frame, unpack
+from .files import datasync, sync_directory, write_all
+
+MAGIC = b"rsnetcur"
+FORMAT_VERSION = 1
+PREAMBLE = struct.Struct(">8sI")
+
+
+class CursorStore:
+    """Committed offsets by cursor name, durable on every :meth:`commit`.
+
+    One store per file: two stores (or processes) committing to the same file would each
+    overwrite the other's cursors. Not thread-safe.
+    """
+
+    def __init__(self, path: str, cursors: dict[str, int]) -> None:
+        """Use :meth:`open`."""
+        self.path = path
+        self._cursors = cursors
+
+    @classmethod
+    def open(cls, path: str | os.PathLike[str]) -> CursorStore:
+        """Load the cursors in ``path`` (none if it does not exist; its directory is created).
+
+        Raises :class:`CorruptData` naming the file, the byte and the problem if the file
+        is damaged; the file is left as it is.
+        """
+        path = os.path.abspath(os.fspath(path))
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        try:
+            with open(path, "rb") as file:
+                data = file.read()
+        except FileNotFoundError:
+            cursors: dict[str, int] = {}
+        else:
+            cursors = _parse(path, data)
+        try:
+            os.unlink(path + ".tmp")  # a commit interrupted before its rename
+        except FileNotFoundError:
+            pass
+        return cls(path, cursors)
+
+    def get(self, name: str) -> int | None:
+        """The committed offset of ``name``: the next offset its consumer should read."""
+        return self._cursors.get(name)
+
+    def all(self) -> dict[str, int]:
+        """Every cursor, as a new dict."""
+        return dict(self._cursors)
+
+    def commit(self, name: str, offset: int) -> None:
+        """Set ``name`` to ``offset``; durable when this returns (two fsyncs and a rename)."""
+        if type(name) is not str or not name:
+            raise ValueError(f"a cursor name is a non-empty str, not {name!r}")
+        if type(offset) is not int or offset < 0:
+            raise ValueError(f"a cursor offset is an int >= 0, not {offset!r}")
+        cursors = dict(self._cursors)
+        cursors[name] = offset
+        self._write(cursors)
+
+    def delete(self, name: str) -> bool:
+        """Forget ``name``, durably; False if there was no such cursor."""
+        if name not in self._cursors:
+            return False
+        cursors = dict(self._cursors)
+        del cursors[name]
+        self._write(cursors)
+        return True
+
+    def _write(self, cursors: dict[str, int]) -> None:
+        data = PREAMBLE.pack(MAGIC, FORMAT_VERSION) + frame(msgpack.packb(cursors, use_bin_type=True))
+        temporary = self.path + ".tmp"
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        try:
+            write_all(fd, data)
+            datasync(fd)
+        finally:
+            os.close(fd)
+        os.replace(temporary, self.path)
+        sync_directory(os.path.dirname(self.path))
+        self._cursors = cursors  # only once it is durable
+
+
+def _parse(path: str, data: bytes) -> dict[str, int]:
+    if len(data) < PREAMBLE.size or not data.startswith(MAGIC):
+        raise CorruptData(path, 0, "not a cursor file (wrong magic bytes or cut off)")
+    _, version = PREAMBLE.unpack_from(data)
+    if version != FORMAT_VERSION:
+        raise CorruptData(path, 8, f"cursor file format version {version}; this rsnet reads {FORMAT_VERSION}")
+    try:
+        body = check_frame(data, PREAMBLE.size)
+    except BadRecord as exc:
+        raise CorruptData(path, PREAMBLE.size, str(exc)) from None
+    if PREAMBLE.size + 8 + len(body) != len(data):
+        raise CorruptData(path, PREAMBLE.size + 8 + len(body), "extra bytes after the cursors")
+    try:
+        cursors = unpack(body)
+    except Exception as exc:  # any decoder failure: the checked bytes are still not cursors
+        raise CorruptData(path, PREAMBLE.size + 8, f"not msgpack: {exc}") from None
+    if not isinstance(cursors, dict) or not all(
+        type(name) is str and type(offset) is int and offset >= 0 for name, offset in cursors.items()
+    ):
+        raise CorruptData(path, PREAMBLE.size + 8, "not a map of cursor names to offsets")
+    return cursors

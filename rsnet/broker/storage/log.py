@@ -1,0 +1,279 @@
+"""What every topic log is: the :class:`TopicLog` contract, its settings and its errors.
+
+The rules shared by both kinds of log live here, in :class:`TopicLog`: argument checks,
+idempotent-producer deduplication, encoding, and the bounds of ``read``. A subclass only
+stores frames and finds them again (``_store``, ``_read``, ``_offset_for_timestamp``).
+
+This module imports msgpack and the standard library only.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import enum
+from typing import Any, Sequence
+
+from .records import MAX_INT64, MIN_INT64, Record, encode_record, new_packer
+
+
+class OffsetTrimmed(LookupError):
+    """The requested offset was removed by retention: records start at ``first_available``."""
+
+    def __init__(self, requested: int, first_available: int) -> None:
+        super().__init__(
+            f"offset {requested} was removed by retention; the earliest retained is {first_available}"
+        )
+        self.requested = requested
+        self.first_available = first_available
+
+
+class OffsetBeyondEnd(LookupError):
+    """The requested offset is past ``next_offset``: no record has it yet."""
+
+    def __init__(self, requested: int, next_offset: int) -> None:
+        super().__init__(f"offset {requested} does not exist yet; the next record gets {next_offset}")
+        self.requested = requested
+        self.next_offset = next_offset
+
+
+class StorageError(Exception):
+    """The storage cannot do what was asked; the message says which file and why."""
+
+
+class CorruptData(StorageError):
+    """Stored bytes failed their check: ``path``, at byte ``position``, ``problem``."""
+
+    def __init__(self, path: str, position: int, problem: str) -> None:
+        super().__init__(f"{path}: corrupt data at byte {position}: {problem}")
+        self.path = path
+        self.position = position
+        self.problem = problem
+
+
+class LogFailed(StorageError):
+    """An earlier write or fsync failed, so what is on disk is unknown: reopen the log.
+
+    After a failed fsync the kernel may have dropped the unwritten pages and report success
+    to the next fsync, so the log refuses every further call rather than claim durability.
+    Reopening scans the files and keeps what is really there.
+    """
+
+
+class FsyncPolicy(enum.Enum):
+    """When a durable log forces its writes to the disk (see the package docstring for the risks).
+
+    ALWAYS: ``append`` fsyncs before it returns; ``durable_offset`` is then ``next_offset``.
+    INTERVAL: ``append`` writes to the OS only; the caller calls ``sync()`` every interval,
+    which fsyncs and moves ``durable_offset`` up to ``next_offset``.
+    NEVER: never fsyncs by itself; ``durable_offset`` is ``next_offset`` as soon as the OS has
+    the bytes. An explicit ``sync()`` still fsyncs.
+    """
+
+    ALWAYS = "always"
+    INTERVAL = "interval"
+    NEVER = "never"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Retention:
+    """How much of a topic to keep; None means no limit of that kind.
+
+    ``enforce_retention(now_ms)`` drops the oldest record while it has expired: when
+    ``max_records`` newer records exist, when the newer records alone take ``max_bytes`` or
+    more, or when its timestamp is older than ``max_age_ms`` (``timestamp_ms < now_ms -
+    max_age_ms``). Count and bytes are therefore floors, as in Kafka: what remains still meets
+    the limit, so they never empty a topic; age can. A :class:`SegmentLog` drops the oldest
+    segment while all of its records have expired (its bytes counted with its header).
+    """
+
+    max_records: int | None = None
+    max_bytes: int | None = None
+    max_age_ms: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("max_records", "max_bytes", "max_age_ms"):
+            limit = getattr(self, name)
+            if limit is not None and (type(limit) is not int or limit <= 0):
+                raise ValueError(f"Retention.{name} must be a positive int or None, not {limit!r}")
+
+
+class TopicLog(abc.ABC):
+    """One topic's log: records with contiguous offsets, appended, read, trimmed by retention.
+
+    Not thread-safe: calls on one log must not overlap (one thread or task at a time).
+    """
+
+    def __init__(self, retention: Retention) -> None:
+        if not isinstance(retention, Retention):
+            raise TypeError(f"retention must be a Retention, not {type(retention).__name__}")
+        self.retention = retention
+        self._first_offset = 0
+        self._next_offset = 0
+        self._durable_offset = 0
+        self._size_bytes = 0
+        self._producers: dict[str, int] = {}  # producer id -> highest sequence stored
+        self._packer = new_packer()
+        self._closed = False
+
+    # -- state --------------------------------------------------------------------------------
+
+    @property
+    def first_offset(self) -> int:
+        """The earliest retained offset (equal to ``next_offset`` when the log is empty)."""
+        return self._first_offset
+
+    @property
+    def next_offset(self) -> int:
+        """The offset the next appended record gets."""
+        return self._next_offset
+
+    @property
+    def durable_offset(self) -> int:
+        """Every offset below this is stored as the fsync policy promises: acknowledge up to here."""
+        return self._durable_offset
+
+    @property
+    def size_bytes(self) -> int:
+        """Bytes the retained records take (on disk: the segment files, headers included)."""
+        return self._size_bytes
+
+    def last_sequence(self, producer: str) -> int | None:
+        """The highest sequence stored for ``producer``, or None if it has stored none."""
+        return self._producers.get(producer)
+
+    # -- operations ---------------------------------------------------------------------------
+
+    def append(
+        self,
+        values: Sequence[Any],
+        *,
+        timestamp_ms: int,
+        producer: str | None = None,
+        first_sequence: int | None = None,
+    ) -> list[int | None]:
+        """Append ``values`` in order; return each one's offset, or None for a duplicate.
+
+        With ``producer`` and ``first_sequence``, value ``i`` has sequence ``first_sequence + i``
+        and is a duplicate (dropped, None) when that sequence is at or below the highest one
+        already stored for ``producer``: a producer's retry is stored once. Gaps in a
+        producer's sequences are allowed. The whole batch is checked and encoded before
+        anything is written: a value that cannot be stored (None, not msgpack) raises
+        ValueError or TypeError and nothing is appended.
+
+        A duplicate's original has an offset below the ``next_offset`` seen when this returns;
+        under ``FsyncPolicy.INTERVAL`` acknowledge the duplicate only once ``durable_offset``
+        has reached that, since the original may not be durable yet.
+
+        On disk a batch is not atomic: if the process dies inside ``append``, a prefix of the
+        batch may be kept. Nothing of it was acknowledged, and a retry with the same
+        sequences stores only the rest.
+        """
+        self._check_usable()
+        if type(timestamp_ms) is not int or not MIN_INT64 <= timestamp_ms <= MAX_INT64:
+            raise TypeError(f"timestamp_ms must be an int64, not {timestamp_ms!r}")
+        if producer is not None and type(producer) is not str:
+            raise TypeError(f"producer must be a str or None, not {type(producer).__name__}")
+        duplicates = 0
+        if first_sequence is not None:
+            if producer is None:
+                raise ValueError("first_sequence needs a producer")
+            if type(first_sequence) is not int or first_sequence < 0 or first_sequence + len(values) > MAX_INT64:
+                raise ValueError(f"first_sequence must be an int from 0 to 2**63-1-len(values), not {first_sequence!r}")
+            highest = self._producers.get(producer, -1)
+            duplicates = min(len(values), max(0, highest - first_sequence + 1))
+        offset = self._next_offset
+        frames = []
+        for index in range(duplicates, len(values)):
+            sequence = None if first_sequence is None else first_sequence + index
+            try:
+                frames.append(encode_record(self._packer, offset, timestamp_ms, values[index], producer, sequence))
+            except (TypeError, ValueError) as exc:
+                raise type(exc)(f"values[{index}]: {exc}") from exc
+            offset += 1
+        first = self._next_offset
+        if frames:
+            self._store(frames, timestamp_ms, producer, None if first_sequence is None else first_sequence + duplicates)
+        return [None] * duplicates + list(range(first, first + len(frames)))
+
+    def read(self, offset: int, max_count: int) -> list[Record]:
+        """Up to ``max_count`` records from ``offset`` on, in order.
+
+        Raises :class:`OffsetTrimmed` below ``first_offset`` and :class:`OffsetBeyondEnd`
+        above ``next_offset``; returns [] at ``next_offset``. Records not yet durable are
+        included: cap reads at ``durable_offset`` to show only acknowledged records.
+        """
+        self._check_open()
+        if type(offset) is not int or offset < 0:
+            raise ValueError(f"offset must be an int >= 0, not {offset!r}")
+        if type(max_count) is not int or max_count < 0:
+            raise ValueError(f"max_count must be an int >= 0, not {max_count!r}")
+        if offset < self._first_offset:
+            raise OffsetTrimmed(offset, self._first_offset)
+        if offset > self._next_offset:
+            raise OffsetBeyondEnd(offset, self._next_offset)
+        count = min(max_count, self._next_offset - offset)
+        return self._read(offset, count) if count else []
+
+    def offset_for_timestamp(self, timestamp_ms: int) -> int:
+        """The first retained offset whose record has ``timestamp_ms >= t``; ``next_offset`` if none.
+
+        Exact even if the clock went backwards between appends: the answer is the first
+        record at or after ``t``, never one after it.
+        """
+        self._check_open()
+        if type(timestamp_ms) is not int:
+            raise TypeError(f"timestamp_ms must be an int, not {timestamp_ms!r}")
+        if self._first_offset == self._next_offset:
+            return self._next_offset
+        return self._offset_for_timestamp(timestamp_ms)
+
+    @abc.abstractmethod
+    def sync(self) -> None:
+        """Force what is written to the disk; ``durable_offset`` becomes ``next_offset``."""
+
+    @abc.abstractmethod
+    def enforce_retention(self, now_ms: int) -> int:
+        """Drop what ``retention`` no longer keeps at ``now_ms``; return how many records went."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Release the log (a durable log syncs first unless its policy is NEVER). Idempotent."""
+
+    def __enter__(self) -> TopicLog:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # -- for subclasses -----------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def _store(self, frames: list[bytes], timestamp_ms: int, producer: str | None, first_sequence: int | None) -> None:
+        """Store framed records numbered from ``next_offset``.
+
+        Advances ``next_offset`` (and the producer's sequence, see ``_stored``) as records
+        are stored, so after an exception the log still describes exactly what it holds.
+        """
+
+    @abc.abstractmethod
+    def _read(self, offset: int, count: int) -> list[Record]:
+        """Exactly ``count`` records from ``offset``, all of which exist."""
+
+    @abc.abstractmethod
+    def _offset_for_timestamp(self, timestamp_ms: int) -> int:
+        """``offset_for_timestamp`` on a log that is not empty."""
+
+    def _stored(self, count: int, producer: str | None, last_sequence: int | None) -> None:
+        """``count`` more records are stored, the last with ``last_sequence`` (if any)."""
+        self._next_offset += count
+        if last_sequence is not None:
+            assert producer is not None
+            self._producers[producer] = last_sequence
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StorageError("the log is closed")
+
+    def _check_usable(self) -> None:
+        self._check_open()

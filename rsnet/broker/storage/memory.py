@@ -1,0 +1,107 @@
+"""A topic log held in memory: same rules and encoding as on disk, gone when the process ends.
+
+Records are kept as their encoded frames, so a value reads back exactly as from a
+:class:`~rsnet.broker.storage.SegmentLog` (a tuple comes back as a list), readers never share
+a mutable value, and ``size_bytes`` counts what a durable log would write for the records.
+``durable_offset`` is always ``next_offset``: in memory, stored is all there is.
+
+This module imports the standard library and this package only.
+"""
+
+from __future__ import annotations
+
+import bisect
+
+from .log import Retention, TopicLog
+from .records import FRAME_HEAD, Record, decode_record
+
+COMPACT_AFTER = 4096
+"""Dropped records kept as list slack until there are this many and they are half the list."""
+
+
+class MemoryLog(TopicLog):
+    """A :class:`TopicLog` in memory; retention drops exactly the expired records."""
+
+    def __init__(self, retention: Retention | None = None) -> None:
+        super().__init__(retention if retention is not None else Retention())
+        # Parallel lists; index i holds offset first_offset + i - head. Dropped records stay
+        # below head until compaction, so dropping one record costs O(1).
+        self._frames: list[bytes] = []
+        self._timestamps: list[int] = []
+        self._running_max: list[int] = []  # highest timestamp up to and including each record
+        self._head = 0
+
+    def sync(self) -> None:
+        self._check_open()
+
+    def close(self) -> None:
+        self._closed = True
+
+    def enforce_retention(self, now_ms: int) -> int:
+        self._check_open()
+        retention = self.retention
+        head, frames = self._head, self._frames
+        count = len(frames) - head
+        drop = 0  # records expired so far, oldest first
+        remaining = self._size_bytes  # bytes of the records from head + drop on
+        while True:
+            start = drop
+            if retention.max_records is not None:
+                drop = max(drop, count - retention.max_records)
+            if retention.max_age_ms is not None:  # up to the first record young enough
+                drop = max(drop, self._first_at_or_after(now_ms - retention.max_age_ms, head + drop) - head)
+            remaining -= sum(len(f) for f in frames[head + start : head + drop])
+            if retention.max_bytes is not None:
+                while drop < count and remaining - len(frames[head + drop]) >= retention.max_bytes:
+                    remaining -= len(frames[head + drop])
+                    drop += 1
+            if drop == start:  # the oldest record left has not expired
+                break
+        if drop:
+            self._drop(drop)
+        return drop
+
+    # -- storage --------------------------------------------------------------------------------
+
+    def _store(self, frames: list[bytes], timestamp_ms: int, producer: str | None, first_sequence: int | None) -> None:
+        running = max(timestamp_ms, self._running_max[-1]) if self._running_max else timestamp_ms
+        self._frames.extend(frames)
+        self._timestamps.extend([timestamp_ms] * len(frames))
+        self._running_max.extend([running] * len(frames))
+        self._size_bytes += sum(len(f) for f in frames)
+        last = None if first_sequence is None else first_sequence + len(frames) - 1
+        self._stored(len(frames), producer, last)
+        self._durable_offset = self._next_offset
+
+    def _read(self, offset: int, count: int) -> list[Record]:
+        start = self._head + offset - self._first_offset
+        return [decode_record(memoryview(f)[FRAME_HEAD.size :]) for f in self._frames[start : start + count]]
+
+    def _offset_for_timestamp(self, timestamp_ms: int) -> int:
+        return self._first_offset + self._first_at_or_after(timestamp_ms, self._head) - self._head
+
+    def _first_at_or_after(self, timestamp_ms: int, start: int) -> int:
+        """List index of the first record from ``start`` on with a timestamp >= t (the end if none).
+
+        Before it, the running maximum is below t, so bisect finds it."""
+        index = bisect.bisect_left(self._running_max, timestamp_ms, start)
+        if index == start and index < len(self._timestamps) and self._timestamps[index] < timestamp_ms:
+            # The running maximum counts records before start: one of them had a later
+            # timestamp than the record at start, so the clock went back. Rare: search plainly.
+            index = next(
+                (i for i in range(index, len(self._timestamps)) if self._timestamps[i] >= timestamp_ms),
+                len(self._timestamps),
+            )
+        return index
+
+    def _drop(self, count: int) -> None:
+        end = self._head + count
+        self._size_bytes -= sum(len(f) for f in self._frames[self._head : end])
+        self._frames[self._head : end] = [b""] * count  # free the memory now, the slots later
+        self._first_offset += count
+        self._head = end
+        if self._head >= COMPACT_AFTER and self._head * 2 >= len(self._frames):
+            del self._frames[: self._head]
+            del self._timestamps[: self._head]
+            del self._running_max[: self._head]
+            self._head = 0

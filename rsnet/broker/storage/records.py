@@ -1,0 +1,140 @@
+"""The bytes of one stored record, and the frame every stored thing is written in.
+
+A frame is ``length`` (u32, big-endian) | ``crc`` (u32, big-endian) | ``body`` (``length``
+bytes), where ``crc`` is CRC-32 (``zlib.crc32``) of the four length bytes followed by the body:
+a flipped bit in the length is caught like one in the body. A record's body is the msgpack
+array ``[offset, timestamp_ms, value, producer, sequence]``. Carrying the offset in every
+record lets recovery prove the log contiguous instead of trusting positions.
+
+Values are what the wire protocol carries (``rsnet.protocol.codec``): any msgpack value
+except nil, with map keys that are strings or binary. Each value is decoded again right after
+encoding, so what ``append`` accepts is exactly what ``read`` can give back, and a value a
+subscriber's decoder would refuse is refused here, at the producer.
+
+This module imports msgpack and the standard library only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import struct
+import zlib
+from typing import Any
+
+import msgpack
+
+FRAME_HEAD = struct.Struct(">II")
+"""``length`` and ``crc`` of a frame."""
+
+MAX_BODY_BYTES = 64 << 20
+"""Largest body a frame may hold: a larger length field is damage, not a record."""
+
+MAX_INT64 = 2**63 - 1
+MIN_INT64 = -(2**63)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Record:
+    """One record of a topic's log, as ``read`` returns it."""
+
+    offset: int
+    """Position in the topic: contiguous from 0."""
+    timestamp_ms: int
+    """Broker time when the record was appended."""
+    value: Any
+    """Any msgpack value except None."""
+    producer: str | None
+    """Producer id, half of the idempotency key; None if the producer gave none."""
+    sequence: int | None
+    """The producer's own sequence number, the other half; None if not given."""
+
+
+class BadRecord(ValueError):
+    """Bytes that are not a well-formed frame or record body; the message says what is wrong."""
+
+
+def new_packer() -> msgpack.Packer:
+    """The packer records are encoded with (str as str, bytes as bin), as the wire protocol's."""
+    return msgpack.Packer(use_bin_type=True)
+
+
+def unpack(body: bytes | memoryview) -> Any:
+    """Decode one msgpack value as the wire protocol does (``raw=False``, ``strict_map_key``)."""
+    return msgpack.unpackb(body, raw=False, strict_map_key=True)
+
+
+def frame(body: bytes) -> bytes:
+    """``body`` framed: length, CRC, body."""
+    length = len(body).to_bytes(4, "big")
+    return length + zlib.crc32(body, zlib.crc32(length)).to_bytes(4, "big") + body
+
+
+def check_frame(data: bytes | memoryview | bytearray, position: int) -> memoryview:
+    """The body of the frame at ``position`` in ``data``, its length and CRC checked.
+
+    Raises :class:`BadRecord` saying what is wrong: cut off (``data`` ends inside the frame),
+    an impossible length, or a CRC mismatch.
+    """
+    available = len(data) - position
+    if available < FRAME_HEAD.size:
+        raise BadRecord(f"frame cut off: {available} of the {FRAME_HEAD.size} header bytes present")
+    length, crc = FRAME_HEAD.unpack_from(data, position)
+    if length == 0 or length > MAX_BODY_BYTES:
+        raise BadRecord(f"impossible frame length {length}")
+    if available - FRAME_HEAD.size < length:
+        raise BadRecord(
+            f"frame cut off: its length says {length} body bytes, {available - FRAME_HEAD.size} present"
+        )
+    view = memoryview(data)
+    start = position + FRAME_HEAD.size
+    body = view[start : start + length]
+    if zlib.crc32(body, zlib.crc32(view[position : position + 4])) != crc:
+        raise BadRecord(f"CRC mismatch (stored {crc:#010x}) over a frame of {length} body bytes")
+    return body
+
+
+def encode_record(
+    packer: msgpack.Packer, offset: int, timestamp_ms: int, value: Any, producer: str | None, sequence: int | None
+) -> bytes:
+    """The framed record; raises TypeError (not a msgpack type) or ValueError (anything else
+    that cannot be stored: None, a str that is not UTF-8, a map key that is not str or bytes,
+    an int beyond 64 bits, a value over MAX_BODY_BYTES)."""
+    if value is None:
+        raise ValueError("None cannot be stored: a record's value is any msgpack value except nil")
+    try:
+        body = packer.pack([offset, timestamp_ms, value, producer, sequence])
+        unpack(body)  # what cannot be read back must not be written
+    except (TypeError, ValueError, OverflowError) as exc:  # a type msgpack lacks; a bad str, key or int
+        raise (TypeError if isinstance(exc, TypeError) else ValueError)(
+            f"value cannot be stored as msgpack: {exc}"
+        ) from exc
+    if len(body) > MAX_BODY_BYTES:
+        raise ValueError(f"value too large: {len(body)} bytes encoded, at most {MAX_BODY_BYTES}")
+    return frame(body)
+
+
+def decode_record(body: bytes | memoryview) -> Record:
+    """The record a checked frame body holds; raises :class:`BadRecord` if it is not one."""
+    return Record(*decode_fields(body))
+
+
+def decode_fields(body: bytes | memoryview) -> list[Any]:
+    """``[offset, timestamp_ms, value, producer, sequence]``, checked as :func:`decode_record` does."""
+    try:
+        fields = unpack(body)
+    except Exception as exc:  # any decoder failure means the bytes are not a record
+        raise BadRecord(f"body is not msgpack: {exc}") from None
+    if type(fields) is not list or len(fields) != 5:
+        raise BadRecord("body is not a 5-element record array")
+    offset, timestamp_ms, value, producer, sequence = fields
+    if (
+        type(offset) is not int
+        or offset < 0
+        or type(timestamp_ms) is not int
+        or not MIN_INT64 <= timestamp_ms <= MAX_INT64
+        or value is None
+        or not (producer is None or type(producer) is str)
+        or not (sequence is None or (type(sequence) is int and sequence >= 0 and producer is not None))
+    ):
+        raise BadRecord("record fields have the wrong types")
+    return fields

@@ -1,0 +1,406 @@
+"""A topic: an append-only log, the producers feeding it, and the subscriptions reading it.
+
+Every record gets the next offset of its topic and a timestamp. A subscription reads the log
+from its own position at its own pace (its demand); what a subscriber receives is a map
+``{"topic", "offset", "timestamp", "value"}``, plus ``"skipped": n`` on the first record after
+the ``drop`` policy made it skip ``n`` records.
+
+Slow subscribers, per topic (``max_lag`` is in records):
+
+- ``backpressure``: producers are asked for no more than keeps the slowest subscriber within
+  ``max_lag`` records of the head, so nothing is skipped and producers slow down instead;
+- ``drop``: a subscriber more than ``max_lag`` behind skips ahead to half that lag and is told
+  how many records it missed;
+- ``disconnect``: a subscriber more than ``max_lag`` behind is ended with ``SLOW_SUBSCRIBER``.
+
+Everything here runs on the broker's trio thread; nothing awaits, except the topic's writer,
+which batches what producers sent into one ``append`` (one fsync) per turn of the event loop.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from typing import Any, Callable
+
+import trio
+
+from ..errors import StreamError
+from ..protocol import ErrorCode
+from ..streams import Subscriber, Subscription
+from ..streams.rules import MAX_DEMAND, add_demand, check_signal_argument, invalid_request
+from ..streams.subscriptions import deliver_safely
+from .codes import BrokerCode
+from .storage import TopicLog
+
+READ_BATCH = 256
+"""Records read from the log per step of a subscription's drain loop."""
+
+
+class SlowPolicy(str, enum.Enum):
+    BACKPRESSURE = "backpressure"
+    DROP = "drop"
+    DISCONNECT = "disconnect"
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class Topic:
+    """One topic's log and its live readers and writers (see the module docstring)."""
+
+    def __init__(
+        self,
+        name: str,
+        log: TopicLog,
+        *,
+        policy: SlowPolicy = SlowPolicy.BACKPRESSURE,
+        max_lag: int = 10_000,
+        on_stored: Callable[[Topic, list[tuple[str, int]]], None] | None = None,
+    ) -> None:
+        self.name = name
+        self.log = log
+        self.policy = policy
+        self.max_lag = max_lag
+        self.readers: set[TopicReader] = set()
+        self.sinks: set[TopicSink] = set()
+        self.records_in = 0
+        self.records_out = 0
+        self.dropped = 0
+        self._pending: list[TopicSink] = []  # sinks holding records for the writer
+        self._wakeup = trio.Event()
+        self._on_stored = on_stored  # (producer, last sequence) pairs that became durable
+
+    # -- producers ------------------------------------------------------------------------
+
+    def capacity(self) -> int:
+        """How many more records producers may send now without breaking the lag bound."""
+        if self.policy is not SlowPolicy.BACKPRESSURE:
+            return MAX_DEMAND
+        # Count what producers were granted and have not appended yet as if it were in:
+        # it may arrive at any moment.
+        head = self.log.next_offset + sum(sink.in_flight - len(sink.sent_offsets) for sink in self.sinks)
+        slowest = min((reader.positions[self] for reader in self.readers), default=head)
+        return max(0, self.max_lag - (head - slowest))
+
+    def submit(self, sink: TopicSink) -> None:
+        """The sink has records buffered: the writer appends them, one batch per sink."""
+        self._pending.append(sink)
+        self._wakeup.set()
+
+    async def run_writer(self, sync_interval: float | None) -> None:
+        """Append what producers sent, batched, then tell the sinks what is stored.
+
+        With ``sync_interval`` (the INTERVAL fsync policy) records count as stored once a
+        periodic ``sync`` has made them durable.
+        """
+        deadline = trio.current_time() + sync_interval if sync_interval else float("inf")
+        while True:
+            with trio.move_on_at(deadline):
+                await self._wakeup.wait()
+            self._wakeup = trio.Event()
+            if self._pending:
+                self._append_pending()
+            if sync_interval and trio.current_time() >= deadline:
+                self.log.sync()
+                deadline = trio.current_time() + sync_interval
+                for reader in list(self.readers):
+                    reader.appended(self)  # more is durable: readers may go on
+            self._settle()
+
+    def _append_pending(self) -> None:
+        pending, self._pending = self._pending, []
+        timestamp = now_ms()
+        for sink in pending:
+            values, sink.buffer = sink.buffer, []
+            if not values:
+                continue
+            offsets = self.log.append(
+                values, timestamp_ms=timestamp, producer=sink.producer,
+                first_sequence=sink.next_sequence if sink.producer is not None else None,
+            )
+            # A duplicate's original is somewhere below the head: count it stored once
+            # everything appended so far is durable (under INTERVAL that may be later).
+            head = self.log.next_offset - 1
+            sink.sent_offsets.extend(head if offset is None else offset for offset in offsets)
+            sink.next_sequence += len(values)
+            self.records_in += sum(offset is not None for offset in offsets)
+        for reader in list(self.readers):
+            reader.appended(self)
+
+    def _settle(self) -> None:
+        """Records below the log's durable offset are stored: acknowledge and refill."""
+        durable = self.log.durable_offset
+        acknowledged: list[tuple[str, int]] = []
+        for sink in list(self.sinks):
+            last = sink.settle(durable)
+            if last is not None and sink.producer is not None:
+                acknowledged.append((sink.producer, last))
+        if acknowledged and self._on_stored is not None:
+            self._on_stored(self, acknowledged)
+
+    def reader_moved(self) -> None:
+        """A reader advanced or left: under backpressure, producers may send more."""
+        if self.policy is SlowPolicy.BACKPRESSURE:
+            for sink in list(self.sinks):
+                sink.refill()
+
+
+class TopicSink(Subscriber[Any]):
+    """Subscribed to a producer's publisher; feeds a topic under the topic's capacity.
+
+    It grants the producer at most ``window`` records that are not yet stored, and never
+    more than the topic's capacity. ``producer`` and the running ``sequence`` make retries
+    idempotent: the log drops a (producer, sequence) it already stored.
+    """
+
+    def __init__(self, topic: Topic, *, window: int, producer: str | None, first_sequence: int = 0) -> None:
+        self.topic = topic
+        self.window = window
+        self.producer = producer
+        self.next_sequence = first_sequence  # sequence of the next record handed to the log
+        self.subscription: Subscription | None = None
+        self.in_flight = 0  # granted or received, not yet stored
+        self.sent_offsets: list[int] = []  # offsets of appended records not yet known durable
+        self.buffer: list[Any] = []  # received, waiting for the topic's writer
+        self.done = False
+        self.error: BaseException | None = None
+        self.finished = trio.Event()
+
+    def on_subscribe(self, subscription: Subscription) -> None:
+        check_signal_argument(subscription, "on_subscribe")
+        if self.subscription is not None:
+            subscription.cancel()  # rule 2.5
+            return
+        self.subscription = subscription
+        self.topic.sinks.add(self)
+        self.refill()
+
+    def on_next(self, item: Any) -> None:
+        check_signal_argument(item, "on_next")
+        if self.done:
+            return
+        if not self.buffer:
+            self.topic.submit(self)
+        self.buffer.append(item)
+
+    def on_error(self, error: BaseException) -> None:
+        self._end(error)
+
+    def on_complete(self) -> None:
+        self._end(None)
+
+    def _end(self, error: BaseException | None) -> None:
+        if not self.done:
+            self.done = True
+            self.error = error
+            self._leave_when_settled()
+
+    def _leave_when_settled(self) -> None:
+        # A finished producer stays until its last records are stored and acknowledged.
+        if self.done and not self.buffer and not self.sent_offsets:
+            self.topic.sinks.discard(self)
+            self.finished.set()
+
+    def refill(self) -> None:
+        if self.done or self.subscription is None:
+            return
+        amount = min(self.window - self.in_flight, self.topic.capacity())
+        if amount > 0:
+            self.in_flight += amount
+            self.subscription.request(amount)
+
+    def settle(self, durable_offset: int) -> int | None:
+        """Release the records now durable; returns the last stored sequence, if any."""
+        offsets = self.sent_offsets
+        settled = 0
+        while settled < len(offsets) and offsets[settled] < durable_offset:
+            settled += 1
+        if not settled:
+            return None
+        del offsets[:settled]
+        self.in_flight -= settled
+        self.refill()
+        self._leave_when_settled()
+        return self.next_sequence - len(offsets) - 1
+
+
+class TopicReader(Subscription):
+    """A subscription reading one or more topics (a wildcard) from its own positions."""
+
+    def __init__(self, subscriber: Subscriber[Any], *, on_end: Callable[[TopicReader], None] | None = None) -> None:
+        self.subscriber: Subscriber[Any] | None = subscriber
+        self.positions: dict[Topic, int] = {}
+        self.skipped: dict[Topic, int] = {}
+        self.requested = 0
+        self.cancelled = False
+        self.delivered = 0
+        self._draining = False
+        self._missed = False
+        self._failure: BaseException | None = None
+        self._next = 0  # round-robin start among topics
+        self._on_end = on_end
+
+    def add_topic(self, topic: Topic, position: int) -> None:
+        if self.cancelled:
+            return
+        self.positions[topic] = position
+        topic.readers.add(self)
+        self.drain()
+
+    def lag(self, topic: Topic) -> int:
+        return topic.log.next_offset - self.positions[topic]
+
+    # -- Subscription -------------------------------------------------------------------
+
+    def request(self, n: int) -> None:
+        if self.cancelled:
+            return
+        if n <= 0:
+            self._failure = invalid_request(n)  # rule 3.9, delivered by the drain loop
+        else:
+            self.requested = add_demand(self.requested, n)
+        self.drain()
+
+    def cancel(self) -> None:
+        if not self.cancelled:
+            self.cancelled = True
+            self.subscriber = None  # rule 3.13
+            self._leave()
+
+    def _leave(self) -> None:
+        topics = list(self.positions)
+        for topic in topics:
+            topic.readers.discard(self)
+        for topic in topics:
+            topic.reader_moved()
+        if self._on_end is not None:
+            self._on_end(self)
+
+    # -- called by topics ----------------------------------------------------------------
+
+    def appended(self, topic: Topic) -> None:
+        lag = self.lag(topic)
+        if lag > topic.max_lag and not self.requested:
+            if topic.policy is SlowPolicy.DROP:
+                self._skip(topic, lag - topic.max_lag // 2)
+            elif topic.policy is SlowPolicy.DISCONNECT:
+                self._failure = StreamError(
+                    BrokerCode.SLOW_SUBSCRIBER,
+                    f"more than {topic.max_lag} records behind on {topic.name!r}",
+                    {"topic": topic.name, "lag": lag},
+                )
+        self.drain()
+
+    def _skip(self, topic: Topic, count: int) -> None:
+        """Move ahead ``count`` records (drop policy); the next record delivered says so."""
+        self.positions[topic] += count
+        self.skipped[topic] = self.skipped.get(topic, 0) + count
+        topic.dropped += count
+
+    def fail(self, error: BaseException) -> None:
+        self._failure = error
+        self.drain()
+
+    # -- the drain loop ---------------------------------------------------------------------
+
+    def drain(self) -> None:
+        if self._draining:
+            self._missed = True
+            return
+        self._draining = True
+        try:
+            while not self.cancelled:
+                self._missed = False
+                if self._failure is not None:
+                    self._terminate(self._failure)
+                    return
+                emitted = self._emit()
+                if not emitted and not self._missed:
+                    return
+        finally:
+            self._draining = False
+
+    def _emit(self) -> int:
+        topics = list(self.positions)
+        emitted = 0
+        for index in range(len(topics)):
+            if not self.requested or self.cancelled or self._failure is not None:
+                break
+            topic = topics[(self._next + index) % len(topics)]
+            log = topic.log
+            position = self.positions[topic]
+            if position < log.first_offset:  # retention removed records not yet read
+                if topic.policy is not SlowPolicy.DROP:
+                    self._failure = offset_trimmed(topic.name, position, log.first_offset)
+                    break
+                self._skip(topic, log.first_offset - position)
+                position = log.first_offset
+            # Only durable records are shown: one that an OS crash could still take back
+            # (INTERVAL, before its sync) must never be seen, since its offset would be reused.
+            visible = log.durable_offset - position
+            if visible <= 0:
+                continue
+            records = log.read(position, min(self.requested, READ_BATCH, visible))
+            if not records:
+                continue
+            for record in records:
+                if self.cancelled or self._failure is not None:
+                    break
+                item = {"topic": topic.name, "offset": record.offset, "timestamp": record.timestamp_ms, "value": record.value}
+                skipped = self.skipped.pop(topic, 0)
+                if skipped:
+                    item["skipped"] = skipped
+                self.positions[topic] = record.offset + 1
+                if self.requested != MAX_DEMAND:
+                    self.requested -= 1
+                emitted += 1
+                topic.records_out += 1
+                if not deliver_safely(self.subscriber.on_next, item):  # type: ignore[union-attr]
+                    self.cancel()
+                    break
+            topic.reader_moved()
+        self._next += 1
+        self.delivered += emitted
+        return emitted
+
+    def _terminate(self, error: BaseException) -> None:
+        subscriber = self.subscriber
+        self.cancelled = True
+        self.subscriber = None
+        self._leave()
+        if subscriber is not None:
+            deliver_safely(subscriber.on_error, error)
+
+
+def offset_trimmed(topic: str, requested: int, first_available: int) -> StreamError:
+    return StreamError(
+        BrokerCode.OFFSET_TRIMMED,
+        f"offset {requested} of {topic!r} was removed by retention; the earliest retained is {first_available}",
+        {"topic": topic, "requested": requested, "first_available": first_available},
+    )
+
+
+def resolve_start(topic: Topic, start: Any) -> int:
+    """The offset a subscription starts at: ``"earliest"``, ``"latest"``, an offset, or
+    ``{"timestamp": ms}``. Raises StreamError for a trimmed or future offset."""
+    log = topic.log
+    if start in (None, "latest"):
+        return log.next_offset
+    if start == "earliest":
+        return log.first_offset
+    if isinstance(start, dict) and isinstance(start.get("timestamp"), int):
+        return log.offset_for_timestamp(start["timestamp"])
+    if isinstance(start, int) and not isinstance(start, bool):
+        if start < log.first_offset:
+            raise offset_trimmed(topic.name, start, log.first_offset)
+        if start > log.next_offset:
+            raise StreamError(
+                BrokerCode.OFFSET_OUT_OF_RANGE,
+                f"offset {start} of {topic.name!r} does not exist yet (next is {log.next_offset})",
+                {"topic": topic.name, "requested": start, "next": log.next_offset},
+            )
+        return start
+    raise StreamError(ErrorCode.REJECTED, f"invalid start position {start!r}: use 'earliest', 'latest', an offset or {{'timestamp': ms}}")
+

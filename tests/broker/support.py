@@ -1,0 +1,35 @@
+"""An embedded broker on 127.0.0.1 for tests."""
+
+from __future__ import annotations
+
+from contextlib import asynccontextmanager
+from typing import Any, AsyncIterator
+
+import trio
+
+import rsnet
+from rsnet.broker.broker import Broker
+
+
+@asynccontextmanager
+async def broker_running(broker: Broker, **server_settings: Any) -> AsyncIterator[str]:
+    """Run ``broker`` behind an rsnet server; yields its tcp:// URL."""
+    server = rsnet.Server(host=broker, **server_settings)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(broker.run)
+        port = await nursery.start(server.serve_tcp, "127.0.0.1", 0)
+        try:
+            yield f"tcp://127.0.0.1:{port}"
+        finally:
+            nursery.cancel_scope.cancel()
+
+
+async def take(conn, topic: str, count: int, **params: Any) -> list[dict]:
+    """The first ``count`` records of a subscription."""
+    records = []
+    async with conn.subscribe(topic, **params) as items:
+        async for record in items:
+            records.append(record)
+            if len(records) == count:
+                break
+    return records

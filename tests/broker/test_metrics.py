@@ -1,0 +1,382 @@
+"""Broker metrics, the /metrics and /health endpoint over real sockets, and structured logs."""
+
+from __future__ import annotations
+
+import functools
+import io
+import json
+import logging
+from types import SimpleNamespace
+
+import pytest
+import trio
+
+from rsnet.broker.logging import configure_logging
+from rsnet.broker.metrics import MAX_REQUEST_BODY, MAX_REQUEST_HEAD, BrokerMetrics, serve_http
+
+# -- the metrics ----------------------------------------------------------------------------
+
+
+def value(metrics: BrokerMetrics, name: str, **labels: str) -> float | None:
+    return metrics.registry.get_sample_value(name, labels)
+
+
+def test_each_broker_has_its_own_registry():
+    first, second = BrokerMetrics(), BrokerMetrics()  # the global registry would refuse the second
+    first.records_in("a", 5)
+    assert value(first, "rsnet_broker_records_in_total", topic="a") == 5
+    assert value(second, "rsnet_broker_records_in_total", topic="a") is None
+
+
+def test_connections_and_streams():
+    metrics = BrokerMetrics()
+    assert value(metrics, "rsnet_broker_streams", kind="publish") == 0  # present before first use
+    metrics.connection_opened()
+    metrics.connection_opened()
+    metrics.connection_closed()
+    metrics.stream_opened("subscribe")
+    metrics.stream_opened("subscribe")
+    metrics.stream_opened("publish")
+    metrics.stream_closed("subscribe")
+    assert value(metrics, "rsnet_broker_connections") == 1
+    assert value(metrics, "rsnet_broker_connections_opened_total") == 2
+    assert value(metrics, "rsnet_broker_streams", kind="subscribe") == 1
+    assert value(metrics, "rsnet_broker_streams", kind="publish") == 1
+    with pytest.raises(ValueError):
+        metrics.stream_opened("sideways")  # type: ignore[arg-type]
+
+
+def test_topic_counters_and_storage():
+    metrics = BrokerMetrics()
+    metrics.records_in("sensors.kitchen", 10)
+    metrics.records_in("sensors.kitchen")
+    metrics.records_out("sensors.kitchen", 7)
+    metrics.records_dropped("sensors.kitchen", 3)
+    metrics.slow_subscriber_disconnected("orders.new")
+    metrics.set_storage("sensors.kitchen", 4096, records=11)
+    metrics.auth_denied("unauthenticated")
+    metrics.auth_denied("forbidden")
+    metrics.auth_denied("forbidden")
+    assert value(metrics, "rsnet_broker_records_in_total", topic="sensors.kitchen") == 11
+    assert value(metrics, "rsnet_broker_records_out_total", topic="sensors.kitchen") == 7
+    assert value(metrics, "rsnet_broker_records_dropped_total", topic="sensors.kitchen") == 3
+    assert value(metrics, "rsnet_broker_slow_subscriber_disconnects_total", topic="orders.new") == 1
+    assert value(metrics, "rsnet_broker_storage_bytes", topic="sensors.kitchen") == 4096
+    assert value(metrics, "rsnet_broker_storage_records", topic="sensors.kitchen") == 11
+    assert value(metrics, "rsnet_broker_auth_denials_total", reason="forbidden") == 2
+    assert value(metrics, "rsnet_broker_auth_denials_total", reason="unauthenticated") == 1
+
+
+def test_subscriber_series_are_removed_with_the_subscriber():
+    metrics = BrokerMetrics()
+    metrics.set_lag("sensors.a", "sub-1", 120)
+    metrics.set_lag("sensors.b", "sub-1", 3)  # a wildcard subscriber lags per topic
+    metrics.set_lag("sensors.a", "sub-2", 0)
+    metrics.set_demand("sub-1", 16)
+    assert value(metrics, "rsnet_broker_subscriber_lag", topic="sensors.a", subscriber="sub-1") == 120
+    assert value(metrics, "rsnet_broker_subscriber_demand", subscriber="sub-1") == 16
+    metrics.remove_subscriber("sub-1")
+    metrics.remove_subscriber("never-seen")
+    assert value(metrics, "rsnet_broker_subscriber_lag", topic="sensors.a", subscriber="sub-1") is None
+    assert value(metrics, "rsnet_broker_subscriber_lag", topic="sensors.b", subscriber="sub-1") is None
+    assert value(metrics, "rsnet_broker_subscriber_demand", subscriber="sub-1") is None
+    assert value(metrics, "rsnet_broker_subscriber_lag", topic="sensors.a", subscriber="sub-2") == 0
+
+
+def test_producer_series_are_removed_with_the_producer():
+    metrics = BrokerMetrics()
+    metrics.set_producer_demand("orders", "p1", 64)
+    metrics.set_producer_demand("orders", "p2", 0)
+    assert value(metrics, "rsnet_broker_producer_demand", topic="orders", producer="p1") == 64
+    metrics.remove_producer("orders", "p1")
+    metrics.remove_producer("orders", "p1")
+    assert value(metrics, "rsnet_broker_producer_demand", topic="orders", producer="p1") is None
+    assert value(metrics, "rsnet_broker_producer_demand", topic="orders", producer="p2") == 0
+
+
+def test_a_removed_topic_leaves_no_series():
+    metrics = BrokerMetrics()
+    for topic in ("gone", "kept"):
+        metrics.records_in(topic, 1)
+        metrics.records_out(topic, 1)
+        metrics.records_dropped(topic, 1)
+        metrics.set_storage(topic, 10, 1)
+        metrics.set_lag(topic, "sub", 1)
+        metrics.set_producer_demand(topic, "p", 1)
+    metrics.remove_topic("gone")
+    metrics.remove_topic("never-seen")
+    assert 'topic="gone"' not in metrics.render()[0].decode()
+    assert value(metrics, "rsnet_broker_records_in_total", topic="kept") == 1
+    assert value(metrics, "rsnet_broker_subscriber_lag", topic="kept", subscriber="sub") == 1
+    assert value(metrics, "rsnet_broker_producer_demand", topic="kept", producer="p") == 1
+
+
+def test_render_runs_refreshers_first_and_survives_a_failing_one(caplog):
+    metrics = BrokerMetrics()
+
+    def broken(_: BrokerMetrics) -> None:
+        raise RuntimeError("bug")
+
+    metrics.add_refresher(broken)
+    metrics.add_refresher(lambda m: m.set_lag("t", "s", 42))
+    body, content_type = metrics.render()
+    assert content_type.startswith("text/plain")
+    assert 'rsnet_broker_subscriber_lag{subscriber="s",topic="t"} 42.0' in body.decode()
+    assert "a metrics refresher failed" in caplog.text
+
+
+def test_render_speaks_openmetrics_when_asked():
+    body, content_type = BrokerMetrics().render("application/openmetrics-text; version=1.0.0")
+    assert content_type.startswith("application/openmetrics-text")
+    assert body.endswith(b"# EOF\n")
+
+
+# -- the HTTP endpoint, over real sockets -----------------------------------------------------
+
+
+@pytest.fixture
+async def endpoint(nursery):
+    metrics = BrokerMetrics()
+    state: dict = {"healthy": True, "topics": 3}
+
+    def health() -> dict:
+        if state.get("raise"):
+            raise RuntimeError("the storage is on fire")
+        return dict(state)
+
+    serve = functools.partial(serve_http, metrics, "127.0.0.1", 0, health, request_timeout=0.5, max_connections=4)
+    listeners = await nursery.start(serve)
+    return SimpleNamespace(metrics=metrics, state=state, port=listeners[0].socket.getsockname()[1])
+
+
+async def exchange(port: int, data: bytes, *, close: bool = False) -> bytes:
+    """Send raw bytes, then read until the server closes."""
+    stream = await trio.open_tcp_stream("127.0.0.1", port)
+    async with stream:
+        await stream.send_all(data)
+        if close:
+            await stream.send_eof()
+        received = b""
+        with trio.fail_after(5):
+            while chunk := await stream.receive_some(65536):
+                received += chunk
+        return received
+
+
+def parse_responses(data: bytes) -> list[tuple[int, dict[str, str], bytes]]:
+    responses = []
+    while data:
+        head, _, data = data.partition(b"\r\n\r\n")
+        status_line, *header_lines = head.decode("latin-1").split("\r\n")
+        headers = {name.lower(): value.strip() for name, _, value in (line.partition(":") for line in header_lines)}
+        length = int(headers.get("content-length", "0"))
+        responses.append((int(status_line.split()[1]), headers, data[:length]))
+        data = data[length:]
+    return responses
+
+
+async def get(port: int, target: str, method: str = "GET", extra: str = "") -> tuple[int, dict[str, str], bytes]:
+    raw = await exchange(port, f"{method} {target} HTTP/1.1\r\nhost: test\r\nconnection: close\r\n{extra}\r\n".encode())
+    (response,) = parse_responses(raw)
+    return response
+
+
+async def test_get_metrics(endpoint):
+    endpoint.metrics.records_in("sensors.kitchen", 5)
+    status, headers, body = await get(endpoint.port, "/metrics")
+    assert status == 200
+    assert headers["content-type"].startswith("text/plain")
+    assert 'rsnet_broker_records_in_total{topic="sensors.kitchen"} 5.0' in body.decode()
+    status, _, _ = await get(endpoint.port, "/metrics?name[]=x")  # a query string is ignored
+    assert status == 200
+
+
+async def test_get_metrics_as_openmetrics(endpoint):
+    status, headers, body = await get(endpoint.port, "/metrics", extra="accept: application/openmetrics-text\r\n")
+    assert status == 200 and headers["content-type"].startswith("application/openmetrics-text")
+    assert body.endswith(b"# EOF\n")
+
+
+async def test_head_has_the_headers_and_no_body(endpoint):
+    raw = await exchange(endpoint.port, b"HEAD /metrics HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+    head, _, rest = raw.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200 ")
+    assert int(parse_responses(head + b"\r\n\r\n")[0][1]["content-length"]) > 0
+    assert rest == b""
+
+
+async def test_health_is_200_when_healthy_and_503_when_not(endpoint):
+    status, headers, body = await get(endpoint.port, "/health")
+    assert (status, headers["content-type"], json.loads(body)) == (200, "application/json", {"healthy": True, "topics": 3})
+    endpoint.state["healthy"] = False
+    status, _, body = await get(endpoint.port, "/health")
+    assert (status, json.loads(body)["healthy"]) == (503, False)
+    endpoint.state.pop("healthy")  # no verdict is no health
+    assert (await get(endpoint.port, "/health"))[0] == 503
+
+
+async def test_a_failing_health_check_is_503_and_logged(endpoint, caplog):
+    endpoint.state["raise"] = True
+    status, _, body = await get(endpoint.port, "/health")
+    assert status == 503
+    assert json.loads(body) == {"healthy": False, "error": "the health check failed"}
+    assert "the storage is on fire" in caplog.text  # the traceback goes to the log, not the client
+
+
+async def test_other_paths_are_404_and_other_methods_405(endpoint):
+    for target in ["/", "/metricsx", "/metrics/", "/health/../metrics", "*"]:
+        assert (await get(endpoint.port, target))[0] == 404
+    status, headers, _ = await get(endpoint.port, "/metrics", method="POST", extra="content-length: 0\r\n")
+    assert (status, headers["allow"]) == (405, "GET, HEAD")
+    assert (await get(endpoint.port, "/health", method="DELETE"))[0] == 405
+
+
+async def test_keep_alive_and_pipelining(endpoint):
+    raw = await exchange(
+        endpoint.port,
+        b"GET /health HTTP/1.1\r\nhost: x\r\n\r\n"
+        b"GET /nothing HTTP/1.1\r\nhost: x\r\n\r\n"
+        b"GET /metrics HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n",
+    )
+    assert [status for status, _, _ in parse_responses(raw)] == [200, 404, 200]
+
+
+async def test_http_1_0_is_answered_and_closed(endpoint):
+    (response,) = parse_responses(await exchange(endpoint.port, b"GET /health HTTP/1.0\r\n\r\n"))
+    assert response[0] == 200
+
+
+@pytest.mark.parametrize(
+    "request_bytes, status",
+    [
+        (b"GARBAGE\r\n\r\n", 400),
+        (b"GET\r\n\r\n", 400),
+        (b"GET /metrics\r\n\r\n", 400),  # HTTP/0.9
+        (b"GET /metrics HTTP/1.1\r\n\r\n", 400),  # HTTP/1.1 without host
+        (b"G(T /metrics HTTP/1.1\r\nhost: x\r\n\r\n", 400),
+        (b"GET /metrics HTTP/1.1\r\nhost: x\r\nbad header line\r\n\r\n", 400),
+        (b"GET /metrics HTTP/1.1\r\nhost: x\r\ncontent-length: nope\r\n\r\n", 400),
+        (b"GET /m\x00trics HTTP/1.1\r\nhost: x\r\n\r\n", 400),
+        (b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + bytes(range(256)) + b"\r\n\r\n", 400),  # a TLS hello
+        (b"GET /metrics HTTP/1.1\r\nhost: x\r\nx: " + b"a" * (MAX_REQUEST_HEAD * 2) + b"\r\n\r\n", 431),
+        (b"POST /metrics HTTP/1.1\r\nhost: x\r\ncontent-length: 100000\r\n\r\n" + b"x" * (MAX_REQUEST_BODY * 2), 413),
+    ],
+)
+async def test_bad_requests_get_an_error_and_the_server_lives_on(endpoint, request_bytes, status):
+    responses = parse_responses(await exchange(endpoint.port, request_bytes))
+    assert [response[0] for response in responses] == [status]
+    assert responses[0][1]["connection"] == "close"
+    assert (await get(endpoint.port, "/health"))[0] == 200
+
+
+async def test_a_client_that_hangs_up_mid_request_does_no_harm(endpoint):
+    (response,) = parse_responses(await exchange(endpoint.port, b"GET /metrics HTTP/1.1\r\nhost:", close=True))
+    assert response[0] == 400  # a half-closed request is incomplete
+    stream = await trio.open_tcp_stream("127.0.0.1", endpoint.port)
+    await stream.send_all(b"GET /metr")
+    await stream.aclose()
+    assert (await get(endpoint.port, "/metrics"))[0] == 200
+
+
+async def test_a_slow_request_is_cut_off(endpoint):
+    stream = await trio.open_tcp_stream("127.0.0.1", endpoint.port)
+    async with stream:
+        await stream.send_all(b"GET /metrics HTTP/1.1\r\n")  # and never the rest
+        with trio.fail_after(3):  # the endpoint's request_timeout is 0.5 s
+            assert await stream.receive_some(1024) == b""
+
+
+async def test_an_idle_keep_alive_connection_is_closed(endpoint):
+    stream = await trio.open_tcp_stream("127.0.0.1", endpoint.port)
+    async with stream:
+        await stream.send_all(b"GET /health HTTP/1.1\r\nhost: x\r\n\r\n")
+        received = b""
+        with trio.fail_after(3):
+            while chunk := await stream.receive_some(1024):
+                received += chunk
+        assert [status for status, _, _ in parse_responses(received)] == [200]
+
+
+async def test_connections_beyond_the_limit_get_503(endpoint):
+    idle = [await trio.open_tcp_stream("127.0.0.1", endpoint.port) for _ in range(4)]
+    try:
+        await trio.sleep(0.05)
+        (response,) = parse_responses(await exchange(endpoint.port, b"GET /health HTTP/1.1\r\nhost: x\r\n\r\n"))
+        assert response[0] == 503
+    finally:
+        for stream in idle:
+            await stream.aclose()
+    await trio.sleep(0.05)
+    assert (await get(endpoint.port, "/health"))[0] == 200
+
+
+async def test_the_endpoint_stops_when_cancelled():
+    with trio.CancelScope() as scope:
+        async with trio.open_nursery() as nursery:
+            listeners = await nursery.start(serve_http, BrokerMetrics(), "127.0.0.1", 0, lambda: {"healthy": True})
+            port = listeners[0].socket.getsockname()[1]
+            assert (await get(port, "/health"))[0] == 200
+            scope.cancel()
+    with pytest.raises(OSError):
+        await trio.open_tcp_stream("127.0.0.1", port)
+
+
+# -- structured logs ------------------------------------------------------------------------
+
+
+@pytest.fixture
+def root_logger():
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield root
+    root.handlers[:] = handlers
+    root.setLevel(level)
+
+
+def test_json_logs_are_one_object_per_line_with_extra_fields(root_logger):
+    out = io.StringIO()
+    configure_logging(json=True, level="debug", stream=out)
+    log = logging.getLogger("rsnet.broker.test")
+    log.info("topic %s created\nsecond line é", "sensors.kitchen", extra={"topic": "sensors.kitchen", "offset": 7})
+    log.debug("with an object", extra={"peer": ("127.0.0.1", 5000), "thing": object()})
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 2
+    first = json.loads(lines[0])
+    assert set(first) == {"time", "level", "logger", "message", "topic", "offset"}
+    assert first["time"].endswith("Z") and first["time"][10] == "T"
+    assert (first["level"], first["logger"]) == ("info", "rsnet.broker.test")
+    assert first["message"] == "topic sensors.kitchen created\nsecond line é"
+    assert (first["topic"], first["offset"]) == ("sensors.kitchen", 7)
+    assert lines[0].isascii()
+    second = json.loads(lines[1])
+    assert second["peer"] == ["127.0.0.1", 5000] and second["thing"].startswith("<object")
+
+
+def test_json_logs_carry_exceptions_and_redact_secret_fields(root_logger):
+    out = io.StringIO()
+    configure_logging(json=True, stream=out)
+    log = logging.getLogger("rsnet.broker.test")
+    try:
+        raise ValueError("boom")
+    except ValueError:
+        log.exception("failed", extra={"auth_token": "s3cret", "client_secret": "s3cret", "time": "mine"})
+    log.debug("below the level")
+    (line,) = out.getvalue().splitlines()
+    entry = json.loads(line)
+    assert entry["level"] == "error"
+    assert "ValueError: boom" in entry["exception"]
+    assert entry["auth_token"] == entry["client_secret"] == "[redacted]"
+    assert entry["extra_time"] == "mine"  # an extra field never overwrites a core one
+    assert "s3cret" not in out.getvalue()
+
+
+def test_configure_logging_replaces_its_own_handler_only(root_logger):
+    other = logging.NullHandler()
+    root_logger.addHandler(other)
+    first, second = io.StringIO(), io.StringIO()
+    configure_logging(json=True, stream=first)
+    configure_logging(json=False, stream=second)
+    logging.getLogger("rsnet.broker.test").warning("hello", extra={"topic": "a.b"})
+    assert first.getvalue() == ""
+    assert second.getvalue().rstrip().endswith("WARNING rsnet.broker.test: hello topic='a.b'")
+    assert other in root_logger.handlers

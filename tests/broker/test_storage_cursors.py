@@ -1,0 +1,98 @@
+"""CursorStore: committed offsets survive reopening; a damaged file is a clear error, never a silent reset."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+
+import pytest
+
+from rsnet.broker.storage import CorruptData, CursorStore
+
+
+def test_a_new_store_is_empty(tmp_path: pathlib.Path) -> None:
+    store = CursorStore.open(tmp_path / "cursors")
+    assert store.get("group") is None and store.all() == {}
+    assert not (tmp_path / "cursors").exists()  # nothing written until a commit
+
+
+def test_commits_survive_reopening(tmp_path: pathlib.Path) -> None:
+    store = CursorStore.open(tmp_path / "topic" / "cursors")
+    store.commit("billing", 10)
+    store.commit("audit", 0)
+    store.commit("billing", 42)
+    assert store.get("billing") == 42
+    reopened = CursorStore.open(tmp_path / "topic" / "cursors")
+    assert reopened.all() == {"billing": 42, "audit": 0}
+
+
+def test_a_cursor_can_be_deleted(tmp_path: pathlib.Path) -> None:
+    store = CursorStore.open(tmp_path / "cursors")
+    store.commit("a", 1)
+    store.commit("b", 2)
+    assert store.delete("a") is True and store.delete("a") is False
+    assert CursorStore.open(tmp_path / "cursors").all() == {"b": 2}
+
+
+def test_all_returns_a_copy(tmp_path: pathlib.Path) -> None:
+    store = CursorStore.open(tmp_path / "cursors")
+    store.commit("a", 1)
+    store.all()["a"] = 99
+    assert store.get("a") == 1
+
+
+def test_names_and_offsets_are_checked(tmp_path: pathlib.Path) -> None:
+    store = CursorStore.open(tmp_path / "cursors")
+    for name, offset in [("", 1), (3, 1), ("a", -1), ("a", 1.0), ("a", True)]:
+        with pytest.raises(ValueError):
+            store.commit(name, offset)  # type: ignore[arg-type]
+    assert store.all() == {}
+
+
+def test_a_commit_interrupted_before_its_rename_leaves_the_previous_cursors(tmp_path: pathlib.Path) -> None:
+    store = CursorStore.open(tmp_path / "cursors")
+    store.commit("a", 1)
+    (tmp_path / "cursors.tmp").write_bytes(b"half a new file")
+    reopened = CursorStore.open(tmp_path / "cursors")
+    assert reopened.all() == {"a": 1}
+    assert not (tmp_path / "cursors.tmp").exists()
+
+
+def committed(tmp_path: pathlib.Path) -> pathlib.Path:
+    store = CursorStore.open(tmp_path / "cursors")
+    store.commit("consumers", 1234)
+    store.commit("other", 5)
+    return tmp_path / "cursors"
+
+
+def test_a_flipped_byte_is_reported_with_file_and_position(tmp_path: pathlib.Path) -> None:
+    path = committed(tmp_path)
+    data = bytearray(path.read_bytes())
+    data[-3] ^= 0x01
+    path.write_bytes(data)
+    with pytest.raises(CorruptData, match=r"cursors: corrupt data at byte 12: CRC mismatch") as error:
+        CursorStore.open(path)
+    assert (error.value.path, error.value.position) == (str(path), 12)
+    assert path.read_bytes() == data  # left for the operator to look at
+
+
+def test_a_cut_off_file_is_reported(tmp_path: pathlib.Path) -> None:
+    path = committed(tmp_path)
+    os.truncate(path, os.path.getsize(path) - 4)
+    with pytest.raises(CorruptData, match="frame cut off"):
+        CursorStore.open(path)
+
+
+def test_a_file_that_is_not_a_cursor_file_is_reported(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "cursors"
+    path.write_text('{"consumers": 1234}')
+    with pytest.raises(CorruptData, match="at byte 0: not a cursor file"):
+        CursorStore.open(path)
+
+
+def test_bytes_after_the_cursors_are_reported(tmp_path: pathlib.Path) -> None:
+    path = committed(tmp_path)
+    with open(path, "ab") as file:
+        file.write(b"\x00")
+    with pytest.raises(CorruptData, match="extra bytes after the cursors"):
+        CursorStore.open(path)

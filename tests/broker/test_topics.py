@@ -1,0 +1,121 @@
+"""Topics on an embedded broker: offsets, start positions, idempotent producers, cursors."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+
+import rsnet
+from rsnet.broker.broker import Broker, TopicSettings
+from rsnet.broker.client import commit, publish
+from rsnet.broker.codes import BrokerCode
+from rsnet.broker.storage import Retention
+from rsnet.protocol import ErrorCode
+
+from .support import broker_running, take
+
+
+async def test_published_records_get_contiguous_offsets_and_timestamps():
+    async with broker_running(Broker()) as url, rsnet.connect(url) as conn:
+        assert await publish(conn, "orders", [{"id": i} for i in range(100)]) == 100
+        records = await take(conn, "orders", 100, **{"from": "earliest"})
+    assert [r["offset"] for r in records] == list(range(100))
+    assert [r["value"] for r in records] == [{"id": i} for i in range(100)]
+    assert all(r["topic"] == "orders" for r in records)
+    stamps = [r["timestamp"] for r in records]
+    assert stamps == sorted(stamps) and stamps[0] > 1_600_000_000_000
+
+
+async def test_start_positions_latest_offset_and_timestamp():
+    async with broker_running(Broker()) as url, rsnet.connect(url) as conn:
+        await publish(conn, "t", list(range(10)))
+        from_offset = await take(conn, "t", 3, **{"from": 7})
+        assert [r["value"] for r in from_offset] == [7, 8, 9]
+        stamp = from_offset[0]["timestamp"]
+        by_time = await take(conn, "t", 1, **{"from": {"timestamp": stamp}})
+        assert by_time[0]["offset"] <= 7
+
+        async with conn.subscribe("t") as latest:  # default: only records published from now on
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(publish, conn, "t", ["new"])
+                record = await latest.__anext__()
+        assert (record["offset"], record["value"]) == (10, "new")
+
+
+async def test_a_trimmed_offset_is_a_coded_error_never_silent():
+    broker = Broker(settings_for=lambda name: TopicSettings(retention=Retention(max_records=5, max_bytes=None, max_age_ms=None)))
+    async with broker_running(broker) as url, rsnet.connect(url) as conn:
+        await publish(conn, "short", list(range(20)))
+        broker.topics["short"].log.enforce_retention(0)
+        with pytest.raises(rsnet.StreamError) as caught:
+            await take(conn, "short", 1, **{"from": 3})
+        assert caught.value.code == BrokerCode.OFFSET_TRIMMED
+        assert caught.value.data["first_available"] == 15
+        earliest = await take(conn, "short", 5, **{"from": "earliest"})
+        assert [r["offset"] for r in earliest] == [15, 16, 17, 18, 19]
+        with pytest.raises(rsnet.StreamError) as caught:
+            await take(conn, "short", 1, **{"from": 99})
+        assert caught.value.code == BrokerCode.OFFSET_OUT_OF_RANGE
+
+
+async def test_bad_names_and_params_are_rejected():
+    async with broker_running(Broker()) as url, rsnet.connect(url) as conn:
+        for name, params in [("a..b", {}), ("a b", {}), ("t", {"from": "yesterday"}), ("t.*", {"cursor": "g"})]:
+            with pytest.raises(rsnet.StreamError) as caught:
+                await take(conn, name, 1, **params)
+            assert caught.value.code == ErrorCode.REJECTED, (name, params)
+
+
+async def test_republishing_with_the_same_producer_and_sequences_stores_once():
+    async with broker_running(Broker()) as url, rsnet.connect(url) as conn:
+        await publish(conn, "idem", ["a", "b", "c"], producer="p1")
+        await publish(conn, "idem", ["b", "c", "d"], producer="p1", first_sequence=1)  # a retry overlapping
+        records = await take(conn, "idem", 4, **{"from": "earliest"})
+        assert [r["value"] for r in records] == ["a", "b", "c", "d"]
+        assert rsnet_snapshot_next(await snapshot(conn), "idem") == 4
+
+
+async def snapshot(conn):
+    return [topic async for topic in conn.subscribe("$topics")]
+
+
+def rsnet_snapshot_next(topics, name):
+    return next(t["next_offset"] for t in topics if t["topic"] == name)
+
+
+async def test_named_cursors_resume_where_the_group_stopped():
+    async with broker_running(Broker()) as url:
+        async with rsnet.connect(url) as conn:
+            await publish(conn, "jobs", list(range(10)))
+            first = await take(conn, "jobs", 4, cursor="workers", **{"from": "earliest"})
+            await commit(conn, "jobs", "workers", first[-1]["offset"] + 1)
+        async with rsnet.connect(url) as conn:
+            rest = await take(conn, "jobs", 6, cursor="workers", **{"from": "earliest"})
+            with pytest.raises(rsnet.StreamError) as caught:
+                await commit(conn, "jobs", "workers", 11)  # beyond the end
+            assert caught.value.code == ErrorCode.REJECTED
+    assert [r["value"] for r in first] == [0, 1, 2, 3]
+    assert [r["value"] for r in rest] == [4, 5, 6, 7, 8, 9]
+
+
+async def test_wildcard_subscription_sees_existing_and_new_topics():
+    async with broker_running(Broker()) as url, rsnet.connect(url) as conn:
+        await publish(conn, "sensors.kitchen", ["k0"])
+        await publish(conn, "other", ["x"])
+        async with conn.subscribe("sensors.*", **{"from": "earliest"}) as records:
+            first = await records.__anext__()
+            await publish(conn, "sensors.garage", ["g0"])
+            second = await records.__anext__()
+    assert (first["topic"], first["value"]) == ("sensors.kitchen", "k0")
+    assert (second["topic"], second["value"]) == ("sensors.garage", "g0")
+
+
+async def test_topics_lists_offsets_and_subscriber_lag():
+    async with broker_running(Broker()) as url, rsnet.connect(url) as conn:
+        await publish(conn, "a", list(range(5)))
+        async with conn.subscribe("a", prefetch=2, **{"from": "earliest"}) as records:
+            await records.__anext__()
+            topics = await snapshot(conn)
+        (a,) = [t for t in topics if t["topic"] == "a"]
+        assert (a["first_offset"], a["next_offset"]) == (0, 5)
+        assert len(a["subscribers"]) == 1 and a["subscribers"][0]["lag"] >= 3
