@@ -204,9 +204,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     broker.add_argument("--tcp", type=_address, help="HOST:PORT for TCP")
     broker.add_argument("--ws", type=_address, help="HOST:PORT for WebSocket")
     broker.add_argument("--fsync", choices=["always", "interval", "never"], help="fsync policy of durable topics")
+    broker.add_argument("--grace", type=float, default=5.0, help="seconds to drain streams on shutdown")
 
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    if args.command != "broker":  # the broker configures logging from its config
+        logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     if args.command == "demo":
         from .live_demo import run_demo
 

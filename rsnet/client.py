@@ -25,7 +25,7 @@ from typing import Any, AsyncIterator
 
 import trio
 
-from .errors import ConnectionLost, HandshakeError
+from .errors import ConnectionLost, HandshakeError, single_errors
 from .protocol import DEFAULT_HANDSHAKE_TIMEOUT, DEFAULT_KEEPALIVE_INTERVAL, DEFAULT_MAX_FRAME_SIZE
 from .protocol import DEFAULT_MAX_STREAMS, Connection, ErrorCode, Role, Welcome
 from .session import Host, RemotePublisher, Session, complete_handshake
@@ -122,7 +122,7 @@ async def connect(
         await trio.aclose_forcefully(transport)  # type: ignore[arg-type]
         raise
     session = Session(transport, conn, host=host)
-    try:
+    with single_errors():  # ``except ConnectionLost`` around ``async with connect()`` works
         async with trio.open_nursery() as nursery:
             nursery.start_soon(lambda: session.run(events=events))
             client = Client(session)
@@ -131,12 +131,6 @@ async def connect(
             finally:
                 with trio.CancelScope(shield=True):
                     await client.aclose()
-    except BaseExceptionGroup as group:
-        # The nursery wraps what the caller's block raised; give it back unwrapped so that
-        # ``except ConnectionLost`` around ``async with connect(...)`` works.
-        if len(group.exceptions) == 1:
-            raise group.exceptions[0] from None
-        raise
 
 
 __all__ = ["Client", "ConnectionLost", "connect"]

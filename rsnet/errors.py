@@ -13,7 +13,8 @@ To choose the code a local publisher's failure is sent with, fail it with a
 
 from __future__ import annotations
 
-from typing import Any
+import contextlib
+from typing import Any, Iterator
 
 from .protocol import ErrorCode
 
@@ -69,3 +70,18 @@ def error_frame_fields(error: BaseException) -> tuple[int, str, Any]:
     if isinstance(error, StreamError):
         return error.code, error.message, error.data
     return ErrorCode.APPLICATION_ERROR, f"{type(error).__name__}: {error}", {"type": type(error).__name__}
+
+
+@contextlib.contextmanager
+def single_errors() -> Iterator[None]:
+    """Re-raise a lone exception out of the group a nursery wrapped it in.
+
+    For APIs whose caller's code runs inside a nursery of theirs (``async with connect()``):
+    ``except ConnectionLost`` around them should work. Several errors stay a group.
+    """
+    try:
+        yield
+    except BaseExceptionGroup as group:
+        if len(group.exceptions) == 1:
+            raise group.exceptions[0] from None
+        raise

@@ -20,7 +20,7 @@ from typing import Any, AsyncIterable, AsyncIterator, Iterable
 import trio
 
 from ..client import Client, connect
-from ..errors import ConnectionLost
+from ..errors import ConnectionLost, single_errors
 from ..protocol import ErrorCode
 from ..errors import HandshakeError
 from ..streams import Publisher, from_async_iterable, from_iterable, ops
@@ -63,19 +63,20 @@ async def publish(
                     last_acked.set()
                     return
 
-    async with trio.open_nursery() as nursery:
-        await nursery.start(watch_acks)
-        source: Publisher[Any]
-        if isinstance(records, AsyncIterable):
-            source = from_async_iterable(records, nursery=nursery)
-        else:
-            source = from_iterable(records)
-        await conn.offer(topic, source.pipe(ops.map(count)), producer=producer, sequence=first_sequence)
-        state["wanted"] = first_sequence + sent - 1
-        if sent == 0 or state["acked"] >= state["wanted"]:
-            last_acked.set()
-        await last_acked.wait()
-        nursery.cancel_scope.cancel()
+    with single_errors():
+        async with trio.open_nursery() as nursery:
+            await nursery.start(watch_acks)
+            source: Publisher[Any]
+            if isinstance(records, AsyncIterable):
+                source = from_async_iterable(records, nursery=nursery)
+            else:
+                source = from_iterable(records)
+            await conn.offer(topic, source.pipe(ops.map(count)), producer=producer, sequence=first_sequence)
+            state["wanted"] = first_sequence + sent - 1
+            if sent == 0 or state["acked"] >= state["wanted"]:
+                last_acked.set()
+            await last_acked.wait()
+            nursery.cancel_scope.cancel()
     return sent
 
 

@@ -11,14 +11,14 @@ came from. Values are never echoed back in errors (a token pasted as a hash stay
 
 Schema (``server/rsnet.toml`` is a commented example of every key)::
 
+    data_dir = "/var/lib/rsnet"     # omitted: every topic in memory; set: topics durable by default
+    fsync = "always"                # always | interval | never (only for durable topics)
+    fsync_interval_ms = 100         # for "interval"
+
     [listen]
     tcp = "127.0.0.1:7600"          # "HOST:PORT" ("[::1]:7600" for IPv6); "" = off
     ws = "127.0.0.1:7601"           # WebSocket; omitted or "" = off (the default)
     tls = { cert = "cert.pem", key = "key.pem" }   # optional; TLS on tcp and ws (tls://, wss://)
-
-    data_dir = "/var/lib/rsnet"     # omitted: every topic in memory; set: topics durable by default
-    fsync = "always"                # always | interval | never (only for durable topics)
-    fsync_interval_ms = 100         # for "interval"
 
     [topic_defaults]                # for topics no [[topics]] entry matches; built-in values shown
     storage = "default"             # memory | durable | default (durable iff data_dir is set)
@@ -68,9 +68,9 @@ Environment overrides: ``RSNET_BROKER__<KEY>[__<KEY>...]=<value>``, keys case-in
     RSNET_BROKER__AUTH__TOKENS='[{name="ops", hash="sha256:...", subscribe=[">"]}]'
 
 A value is a string (pydantic converts ``100``, ``true``...) unless it starts with ``[`` or
-``{`` and parses as a TOML inline array or table (so ``[::1]:7600`` stays a string). An empty value unsets (``RSNET_BROKER__LISTEN__WS=``,
-``RSNET_BROKER__METRICS=`` turns the endpoint off). Tables given as values merge into the file's
-tables; arrays replace. Command-line overrides (:func:`load_config`'s ``overrides``) work the
+``{`` and parses as a TOML inline array or table (``[::1]:7600`` stays a string). An empty value
+unsets (``RSNET_BROKER__LISTEN__WS=``; ``RSNET_BROKER__METRICS=`` turns the endpoint off).
+Tables given as values merge into the file's tables; arrays replace. Command-line overrides (:func:`load_config`'s ``overrides``) work the
 same with dotted keys (``{"listen.tcp": "0.0.0.0:7600"}``) and apply last; a ``None`` value means
 "not given" and is skipped, as argparse leaves absent options.
 
@@ -104,8 +104,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from .auth import InvalidName, is_token_hash, is_wildcard, pattern_covers, topic_matches, validate_pattern
-from .auth import validate_topic
+from .auth import InvalidName, is_token_hash, is_wildcard, pattern_covers, topic_matches, validate_pattern, validate_topic
 
 ENV_PREFIX = "RSNET_BROKER__"
 
@@ -127,6 +126,9 @@ class ConfigError(Exception):
 
 
 # -- field types ------------------------------------------------------------------------------
+
+_TOKEN_NAME = re.compile(r"[A-Za-z0-9_.@-]{1,64}")
+_ADDRESS = re.compile(r"(?:\[(?P<v6>[^\]]+)\]|(?P<host>[^\s:\[\]]+)):(?P<port>\d{1,5})")
 
 
 def _empty_is_none(value: Any) -> Any:
@@ -161,9 +163,6 @@ TopicPattern = Annotated[str, AfterValidator(_pattern)]
 TokenHash = Annotated[str, AfterValidator(_token_hash)]
 TokenName = Annotated[str, AfterValidator(_token_name)]
 
-_TOKEN_NAME = re.compile(r"[A-Za-z0-9_.@-]{1,64}")
-_ADDRESS = re.compile(r"(?:\[(?P<v6>[^\]]+)\]|(?P<host>[^\s:\[\]]+)):(?P<port>\d{1,5})")
-
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -192,10 +191,13 @@ class Address(_Model):
             return {"host": match["v6"] or match["host"], "port": int(match["port"])}
         return value
 
-    @model_serializer
     def __str__(self) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"{host}:{self.port}"
+
+    @model_serializer
+    def _serialize(self) -> str:
+        return str(self)
 
 
 OptionalAddress = Annotated[Address | None, BeforeValidator(_empty_is_none)]

@@ -338,7 +338,7 @@ async def _receive_request(stream: trio.SocketStream, conn: h11.Connection) -> h
                 raise h11.RemoteProtocolError("request body too large", error_status_hint=413)
         elif isinstance(event, h11.EndOfMessage):
             return request
-        elif isinstance(event, h11.ConnectionClosed):
+        else:  # ConnectionClosed (PAUSED cannot come before we answer)
             return None
 
 

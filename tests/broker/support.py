@@ -12,16 +12,23 @@ from rsnet.broker.broker import Broker
 
 
 @asynccontextmanager
-async def broker_running(broker: Broker, **server_settings: Any) -> AsyncIterator[str]:
-    """Run ``broker`` behind an rsnet server; yields its tcp:// URL."""
+async def broker_serving(broker: Broker, **server_settings: Any) -> AsyncIterator[tuple[str, rsnet.Server]]:
+    """Run ``broker`` behind an rsnet server; yields its tcp:// URL and the server."""
     server = rsnet.Server(host=broker, **server_settings)
     async with trio.open_nursery() as nursery:
         await nursery.start(broker.run)
         port = await nursery.start(server.serve_tcp, "127.0.0.1", 0)
         try:
-            yield f"tcp://127.0.0.1:{port}"
+            yield f"tcp://127.0.0.1:{port}", server
         finally:
             nursery.cancel_scope.cancel()
+
+
+@asynccontextmanager
+async def broker_running(broker: Broker, **server_settings: Any) -> AsyncIterator[str]:
+    """Run ``broker`` behind an rsnet server; yields its tcp:// URL."""
+    async with broker_serving(broker, **server_settings) as (url, _):
+        yield url
 
 
 async def take(conn, topic: str, count: int, **params: Any) -> list[dict]:

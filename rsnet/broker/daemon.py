@@ -1,0 +1,164 @@
+"""``rsnet broker``: the broker daemon, from configuration to listening sockets.
+
+Loads the configuration (file, ``RSNET_BROKER__*`` environment, command line; see
+:mod:`rsnet.broker.config`), then runs in one nursery: the :class:`Broker` (topic writers,
+retention), the rsnet server on TCP and optionally WebSocket (TLS if configured), and the
+metrics/health HTTP endpoint if configured. SIGTERM or SIGINT shuts down gracefully: stop
+accepting, GO_AWAY, drain for ``--grace`` seconds, close the logs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import logging
+import os
+import signal
+import ssl
+import sys
+from typing import Any
+
+import trio
+
+from ..server import Server
+from .auth import Authorizer, Principal
+from .broker import Broker, TopicSettings
+from .config import BrokerConfig, ConfigError, load_config, topic_settings
+from .logging import configure_logging
+from .metrics import BrokerMetrics, serve_http
+from .storage import FsyncPolicy, Retention
+from .topic import SlowPolicy
+
+log = logging.getLogger("rsnet.broker")
+
+
+def build_broker(config: BrokerConfig, authorizer: Authorizer) -> Broker:
+    """A :class:`Broker` set up as ``config`` says."""
+
+    def settings_for(name: str) -> TopicSettings:
+        settings = topic_settings(config, name)
+        retention = settings.retention
+        return TopicSettings(
+            durable=settings.storage == "durable",
+            retention=Retention(
+                max_records=retention.max_records, max_bytes=retention.max_bytes, max_age_ms=retention.max_age_ms
+            ),
+            policy=SlowPolicy(settings.slow_subscriber.policy),
+            max_lag=settings.slow_subscriber.max_lag,
+            auto_create=settings.auto_create,
+        )
+
+    def authorize(principal: Principal | None, action: str, name: str) -> bool:
+        if action == "publish":
+            return authorizer.can_publish(principal, name)
+        return authorizer.can_subscribe(principal, name)
+
+    return Broker(
+        data_dir=config.data_dir,
+        fsync=FsyncPolicy[config.fsync.upper()],
+        fsync_interval_ms=config.fsync_interval_ms,
+        settings_for=settings_for,
+        authorize=authorize,
+    )
+
+
+def _ssl_context(config: BrokerConfig) -> ssl.SSLContext | None:
+    tls = config.listen.tls
+    if tls is None:
+        return None
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(tls.cert, tls.key)
+    return context
+
+
+def _metrics_refresher(broker: Broker, server: Server) -> Any:
+    """Bring the gauges and counters up to date from the broker's state at each scrape."""
+    seen: dict[str, tuple[int, int, int]] = {}
+    reader_ids: dict[int, str] = {}
+    numbers = itertools.count(1)
+    connections = 0
+
+    def refresh(metrics: BrokerMetrics) -> None:
+        nonlocal connections
+        while connections < len(server.sessions):
+            metrics.connection_opened()
+            connections += 1
+        while connections > len(server.sessions):
+            metrics.connection_closed()
+            connections -= 1
+        live: set[str] = set()
+        for name, topic in broker.topics.items():
+            records_in, records_out, dropped = seen.get(name, (0, 0, 0))
+            if topic.records_in > records_in:
+                metrics.records_in(name, topic.records_in - records_in)
+            if topic.records_out > records_out:
+                metrics.records_out(name, topic.records_out - records_out)
+            if topic.dropped > dropped:
+                metrics.records_dropped(name, topic.dropped - dropped)
+            seen[name] = (topic.records_in, topic.records_out, topic.dropped)
+            metrics.set_storage(name, topic.log.size_bytes, topic.log.next_offset - topic.log.first_offset)
+            for reader in topic.readers:
+                label = reader_ids.setdefault(id(reader), f"s{next(numbers)}")
+                live.add(label)
+                metrics.set_lag(name, label, reader.lag(topic))
+                metrics.set_demand(label, reader.requested)
+        for key, label in list(reader_ids.items()):
+            if label not in live:
+                metrics.remove_subscriber(label)
+                del reader_ids[key]
+
+    return refresh
+
+
+async def run_broker(args: argparse.Namespace) -> int:
+    overrides = {
+        "data_dir": args.data_dir,
+        "listen.tcp": list(args.tcp) if args.tcp else None,
+        "listen.ws": list(args.ws) if args.ws else None,
+        "fsync": args.fsync,
+    }
+    try:
+        config = load_config(args.config, os.environ, overrides)
+    except ConfigError as error:
+        print(f"rsnet broker: {error}", file=sys.stderr)
+        return 2
+    configure_logging(config.log.format == "json", config.log.level)
+    authorizer = Authorizer(config.auth)
+    broker = build_broker(config, authorizer)
+    server = Server(host=broker, authenticate=authorizer.authenticate)
+    tls = _ssl_context(config)
+    metrics = BrokerMetrics()
+    metrics.add_refresher(_metrics_refresher(broker, server))
+
+    def health() -> dict[str, Any]:
+        damaged = {name: report.damaged for name, report in broker.recovery.items() if report.damaged}
+        return {"healthy": True, "topics": len(broker.topics), "connections": len(server.sessions), "recovered_damage": damaged}
+
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(broker.run)
+            scheme = "tls" if tls else "tcp"
+            if config.listen.tcp is not None:
+                port = await nursery.start(lambda task_status: server.serve_tcp(
+                    config.listen.tcp.host, config.listen.tcp.port, ssl_context=tls, task_status=task_status))
+                _announce(f"serving {scheme}://{config.listen.tcp.host}:{port}")
+            if config.listen.ws is not None:
+                port = await nursery.start(lambda task_status: server.serve_websocket(
+                    config.listen.ws.host, config.listen.ws.port, ssl_context=tls, task_status=task_status))
+                _announce(f"serving {'wss' if tls else 'ws'}://{config.listen.ws.host}:{port}/")
+            if config.metrics is not None:
+                listeners = await nursery.start(
+                    serve_http, metrics, config.metrics.listen.host, config.metrics.listen.port, health)
+                _announce(f"metrics on http://{config.metrics.listen.host}:{listeners[0].socket.getsockname()[1]}/metrics")
+            storage = f"durable in {config.data_dir} (fsync {config.fsync})" if config.data_dir else "in memory"
+            _announce(f"topics {storage}; auth {'on' if authorizer.enabled else 'off'}")
+            async for _ in signals:
+                _announce("shutting down")
+                await server.shutdown(grace=args.grace)
+                nursery.cancel_scope.cancel()
+                break
+    return 0
+
+
+def _announce(message: str) -> None:
+    print(f"rsnet broker: {message}", file=sys.stderr, flush=True)

@@ -1,0 +1,172 @@
+"""The durable broker as a real process: SIGKILL mid-stream, damaged segments, reconnect loops."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import subprocess
+import sys
+
+import trio
+
+import rsnet
+from rsnet.broker.broker import Broker
+from rsnet.broker.client import follow, publish
+
+from .support import broker_serving
+
+RSNET = [sys.executable, "-m", "rsnet.cli"]
+
+
+async def start_broker(data_dir, *extra: str) -> tuple[trio.Process, str]:
+    process = await trio.lowlevel.open_process(
+        [*RSNET, "broker", "--data-dir", str(data_dir), "--tcp", "127.0.0.1:0", *extra],
+        stderr=subprocess.PIPE,
+    )
+    buffer = b""
+    with trio.fail_after(20):
+        while b"serving tcp://" not in buffer:
+            data = await process.stderr.receive_some(4096)
+            assert data, f"the broker exited: {buffer.decode()}"
+            buffer += data
+    url = buffer.decode().split("serving ", 1)[1].split()[0]
+    return process, url
+
+
+async def stop(process: trio.Process, how: int = signal.SIGKILL) -> None:
+    if process.returncode is None:
+        process.send_signal(how)
+    with trio.fail_after(10):
+        await process.wait()
+
+
+async def read_all(url: str, topic: str) -> list[dict]:
+    async with rsnet.connect(url) as conn:
+        snapshot = [t async for t in conn.subscribe("$topics")]
+        end = next((t["next_offset"] for t in snapshot if t["topic"] == topic), 0)
+        records = []
+        if end:
+            async with conn.subscribe(topic, prefetch=1024, **{"from": "earliest"}) as items:
+                async for record in items:
+                    records.append(record)
+                    if record["offset"] == end - 1:
+                        break
+    return records
+
+
+async def test_sigkill_under_fsync_always_loses_no_acknowledged_record(tmp_path):
+    broker, url = await start_broker(tmp_path, "--fsync", "always")
+    acked = -1
+    try:
+        async with rsnet.connect(url) as conn:
+
+            async def watch_acks(task_status):
+                nonlocal acked
+                async with conn.subscribe("$acks", producer="p", topic="events") as acks:
+                    task_status.started()
+                    async for ack in acks:
+                        acked = ack["sequence"]
+
+            async def kill_when_enough():
+                while acked < 2000:
+                    await trio.sleep(0.005)
+                broker.send_signal(signal.SIGKILL)  # mid-stream: the producer is still sending
+
+            with contextlib.suppress(rsnet.ConnectionLost, rsnet.StreamError):
+                async with trio.open_nursery() as nursery:
+                    await nursery.start(watch_acks)
+                    nursery.start_soon(kill_when_enough)
+                    await conn.offer("events", rsnet.range_(0, 10**9), producer="p", sequence=0)
+    except* rsnet.ConnectionLost:
+        pass
+    finally:
+        await stop(broker)
+    assert acked >= 2000
+
+    broker, url = await start_broker(tmp_path, "--fsync", "always")
+    try:
+        records = await read_all(url, "events")
+    finally:
+        await stop(broker, signal.SIGTERM)
+    values = [r["value"] for r in records]
+    assert values[: acked + 1] == list(range(acked + 1))  # every acknowledged record, in order
+    assert values == list(range(len(values)))  # once each, and nothing after a gap
+    assert [r["offset"] for r in records] == list(range(len(records)))
+
+
+async def test_a_damaged_segment_tail_is_reported_skipped_and_the_rest_kept(tmp_path):
+    broker, url = await start_broker(tmp_path)
+    try:
+        async with rsnet.connect(url) as conn:
+            await publish(conn, "logs", [f"line {i}" for i in range(100)], producer="w")
+    finally:
+        await stop(broker, signal.SIGTERM)
+    (segment,) = sorted((tmp_path / "logs").glob("*.log"))
+    data = segment.read_bytes()
+    segment.write_bytes(data[:-7])  # the last record is cut off mid-way
+
+    broker, url = await start_broker(tmp_path)
+    try:
+        records = await read_all(url, "logs")
+        assert [r["value"] for r in records] == [f"line {i}" for i in range(99)]
+        async with rsnet.connect(url) as conn:
+            await publish(conn, "logs", ["after repair"], producer="w2")
+        records = await read_all(url, "logs")
+        assert (records[-1]["offset"], records[-1]["value"]) == (99, "after repair")
+    finally:
+        await stop(broker, signal.SIGTERM)
+
+
+async def test_reconnect_loops_under_load_lose_and_repeat_nothing():
+    """Every connection is cut every 50 ms while a producer publishes and a follower reads:
+    the producer resumes from its last acknowledgement, the follower from its last offset."""
+    total = 3000
+    received = []
+    connects = {"producer": 0, "cut": 0}
+
+    async def paced(start):
+        for value in range(start, total):
+            yield value
+            if value % 50 == 0:
+                await trio.sleep(0.005)  # ~0.3 s in all: several cuts land mid-stream
+
+    async with broker_serving(Broker()) as (url, server):
+
+        async def produce():
+            sequence = 0
+            while sequence < total:
+                connects["producer"] += 1
+                try:
+                    async with rsnet.connect(url) as conn:
+                        async with conn.subscribe("$acks", producer="loader", topic="feed") as acks:
+                            with trio.move_on_after(0.02):  # the last stored sequence, if any
+                                sequence = (await acks.__anext__())["sequence"] + 1
+                        await publish(conn, "feed", paced(sequence), producer="loader", first_sequence=sequence)
+                        sequence = total
+                except (rsnet.ConnectionLost, rsnet.TransportClosed):
+                    await trio.sleep(0.01)
+
+        async def consume():
+            async with contextlib.aclosing(follow(url, "feed", start="earliest", retry_delay=0.01)) as records:
+                async for record in records:
+                    received.append(record)
+                    if len(received) == total:
+                        return
+
+        async def chaos():
+            while True:
+                await trio.sleep(0.05)
+                for session in list(server.sessions):
+                    connects["cut"] += 1
+                    session.close(10, "chaos")
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(chaos)
+            with trio.fail_after(60):
+                async with trio.open_nursery() as work:
+                    work.start_soon(produce)
+                    work.start_soon(consume)
+            nursery.cancel_scope.cancel()
+    assert [r["offset"] for r in received] == list(range(total))
+    assert [r["value"] for r in received] == list(range(total))
+    assert connects["producer"] >= 3 and connects["cut"] >= 10  # it really was cut, repeatedly
