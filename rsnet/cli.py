@@ -4,6 +4,7 @@
     rsnet serve [--tcp H:P] [--ws H:P] [--demo] [module:attr ...]
     rsnet sub URL NAME [-p key=value ...] [--from POSITION] [--count N] [--prefetch N]
     rsnet broker [--config FILE] [--data-dir DIR] [--tcp H:P] [--ws H:P] [--fsync POLICY]
+    rsnet broker hash-token [--generate]         the hash of a token, for the config
     rsnet pub URL TOPIC [--producer ID] [--sequence N]   JSON lines from stdin
     rsnet topics URL
 
@@ -162,6 +163,22 @@ async def _topics(args: argparse.Namespace) -> int:
     return 0
 
 
+def _hash_token(generate: bool) -> int:
+    from .broker.auth import generate_token, hash_token
+
+    if generate:
+        token = generate_token()
+        print(f"token: {token}\nhash:  {hash_token(token)}")
+        return 0
+    token = sys.stdin.readline().strip()
+    try:
+        print(hash_token(token))
+    except ValueError as error:
+        print(f"rsnet broker hash-token: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="rsnet", description="Reactive Streams across the network.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -205,6 +222,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     broker.add_argument("--ws", type=_address, help="HOST:PORT for WebSocket")
     broker.add_argument("--fsync", choices=["always", "interval", "never"], help="fsync policy of durable topics")
     broker.add_argument("--grace", type=float, default=5.0, help="seconds to drain streams on shutdown")
+    broker.add_argument("action", nargs="?", choices=["hash-token"],
+                        help="hash-token: print the hash of a token read from stdin (for [[auth.tokens]])")
+    broker.add_argument("--generate", action="store_true", help="with hash-token: make a new random token")
 
     args = parser.parse_args(argv)
     if args.command != "broker":  # the broker configures logging from its config
@@ -217,6 +237,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "serve":
         trio.run(_serve, args)
         return 0
+    if args.command == "broker" and args.action == "hash-token":
+        return _hash_token(args.generate)
     if args.command == "broker":
         from .broker.daemon import run_broker
 

@@ -1,11 +1,12 @@
-"""``rsnet demo``: backpressure across the network, live.
+"""``rsnet demo``: backpressure through the broker, live.
 
-One server hosts ``sensor``, a producer that would run as fast as the CPU allows. Two clients
-subscribe: a fast one over TCP and a slow one over WebSocket that takes 0.2 s per reading.
-Every half second the demo prints, for each subscription, how many readings its producer has
-produced and how many the client has consumed: the producer of the slow subscription stays
-within its client's prefetch, because demand crosses the network and the producer only runs
-when asked.
+An embedded broker (in memory) hosts the topic ``sensors.kitchen`` under the
+``backpressure`` policy with a lag bound of 500 records. A producer publishes as fast as the
+broker asks it to; three subscribers read at different speeds: a fast one over TCP, a medium
+one over WebSocket (2 ms per record) and a slow one over TCP (25 ms per record). Every half
+second the demo prints what the producer has had stored and what each subscriber consumed,
+with its lag. The producer runs at the pace of the slowest subscriber, whose lag stays within
+the bound; when the slow subscriber leaves, the producer speeds up at once.
 """
 
 from __future__ import annotations
@@ -14,64 +15,75 @@ import itertools
 
 import trio
 
-from . import streams
+from .broker.broker import Broker, TopicSettings
+from .broker.client import publish
+from .broker.topic import SlowPolicy
 from .client import connect
 from .server import Server
 
-FAST_PREFETCH = 256
-SLOW_PREFETCH = 8
+TOPIC = "sensors.kitchen"
+MAX_LAG = 500
+SPEEDS = {"fast": 0.0, "medium": 0.002, "slow": 0.025}
 
 
 async def run_demo(seconds: float) -> None:
-    produced: dict[str, int] = {}
-    consumed: dict[str, int] = {"fast": 0, "slow": 0}
-    server = Server()
+    broker = Broker(settings_for=lambda name: TopicSettings(policy=SlowPolicy.BACKPRESSURE, max_lag=MAX_LAG))
+    server = Server(host=broker)
+    consumed = {who: 0 for who in SPEEDS}
+    produced = 0
 
-    @server.publisher("sensor")
-    def sensor(params, ctx):
-        who = params["who"]
+    async def readings():
+        nonlocal produced
+        for seq in itertools.count():
+            produced = seq + 1
+            yield {"seq": seq, "celsius": 20 + (seq * 7 % 50) / 10}
 
-        async def readings():
-            for seq in itertools.count():
-                produced[who] = seq + 1
-                yield {"seq": seq, "celsius": 20 + (seq * 7 % 50) / 10}
-
-        return streams.from_async_iterable(readings, nursery=ctx.nursery)
-
-    async def consume(url: str, who: str, prefetch: int, delay: float) -> None:
-        async with connect(url) as conn:
-            async for _ in conn.subscribe("sensor", prefetch=prefetch, who=who):
-                consumed[who] += 1
-                if delay:
-                    await trio.sleep(delay)
-                else:
-                    await trio.lowlevel.checkpoint()
+    async def subscriber(url: str, who: str, scope: trio.CancelScope) -> None:
+        with scope:
+            async with connect(url) as conn:
+                async for _ in conn.subscribe(TOPIC, prefetch=64, **{"from": "earliest"}):
+                    consumed[who] += 1
+                    if SPEEDS[who]:
+                        await trio.sleep(SPEEDS[who])
 
     async with trio.open_nursery() as nursery:
+        await nursery.start(broker.run)
         tcp = await nursery.start(server.serve_tcp, "127.0.0.1", 0)
         ws = await nursery.start(server.serve_websocket, "127.0.0.1", 0)
-        print(f"server on tcp://127.0.0.1:{tcp} and ws://127.0.0.1:{ws}/ hosting 'sensor'")
-        print(f"fast client: TCP, prefetch {FAST_PREFETCH}; slow client: WebSocket, prefetch {SLOW_PREFETCH}, 0.2 s per item\n")
-        async with trio.open_nursery() as clients:
-            clients.start_soon(consume, f"tcp://127.0.0.1:{tcp}", "fast", FAST_PREFETCH, 0.0)
-            clients.start_soon(consume, f"ws://127.0.0.1:{ws}/", "slow", SLOW_PREFETCH, 0.2)
-            worst = 0
-            for tick in range(1, int(seconds * 2) + 1):
-                await trio.sleep(0.5)
-                lines = []
-                for who, prefetch in (("fast", FAST_PREFETCH), ("slow", SLOW_PREFETCH)):
-                    ahead = produced.get(who, 0) - consumed[who]
-                    if who == "slow":
-                        worst = max(worst, ahead)
-                    lines.append(
-                        f"{who}: consumed {consumed[who]:>9,}  produced {produced.get(who, 0):>9,}  "
-                        f"ahead {ahead:>4} (prefetch {prefetch})"
-                    )
-                print(f"t={tick / 2:4.1f}s  " + "   |   ".join(lines), flush=True)
-            clients.cancel_scope.cancel()
-        await server.shutdown(grace=1)
+        urls = {"fast": f"tcp://127.0.0.1:{tcp}", "medium": f"ws://127.0.0.1:{ws}/", "slow": f"tcp://127.0.0.1:{tcp}"}
+        print(f"broker on tcp://127.0.0.1:{tcp} and ws://127.0.0.1:{ws}/, topic {TOPIC!r}: "
+              f"backpressure, at most {MAX_LAG} records of lag")
+        print("subscribers: fast (TCP), medium (WebSocket, 2 ms/record), slow (TCP, 25 ms/record)\n")
+        scopes = {who: trio.CancelScope() for who in SPEEDS}
+        for who in SPEEDS:
+            nursery.start_soon(subscriber, urls[who], who, scopes[who])
+        while TOPIC not in broker.topics or len(broker.topics[TOPIC].readers) < len(SPEEDS):
+            await trio.sleep(0.01)
+
+        async def producer() -> None:
+            async with connect(urls["fast"]) as conn:
+                await publish(conn, TOPIC, readings(), producer="kitchen-sensor")
+
+        nursery.start_soon(producer)
+        topic = broker.topics[TOPIC]
+        leave_at = int(seconds)  # half-ticks: the slow subscriber leaves half way
+        last_stored = 0
+        for tick in range(1, int(seconds * 2) + 1):
+            await trio.sleep(0.5)
+            if tick == leave_at:
+                scopes["slow"].cancel()
+                print("          --- the slow subscriber leaves ---")
+            stored = topic.log.next_offset
+            lags = sorted((reader.lag(topic) for reader in topic.readers), reverse=True)
+            print(
+                f"t={tick / 2:4.1f}s  stored {stored:>8,} (+{(stored - last_stored) * 2:>7,}/s)   "
+                + "  ".join(f"{who} {consumed[who]:>8,}" for who in SPEEDS)
+                + f"   worst lag {lags[0] if lags else 0:>4}"
+            )
+            last_stored = stored
         nursery.cancel_scope.cancel()
     print(
-        f"\nThe slow subscriber's producer was never more than {worst} readings ahead of its "
-        f"consumer (prefetch {SLOW_PREFETCH}): demand crossed the network, the producer ran only when asked."
+        f"\nWhile the slow subscriber read, the producer ran at its pace and no subscriber "
+        f"fell more than {MAX_LAG} records behind: the broker pulled from the producer only "
+        f"what it could deliver. Once it left, the producer was asked for more at once."
     )

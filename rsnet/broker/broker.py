@@ -35,7 +35,7 @@ import trio
 from ..errors import StreamError
 from ..protocol import ErrorCode
 from ..session import StreamContext
-from ..streams import Publisher, Subscriber, Subscription
+from ..streams import Publisher, Subscriber, Subscription, from_iterable, just
 from ..streams.rules import MAX_DEMAND, add_demand, check_subscriber, invalid_request
 from ..streams.subscriptions import deliver_safely
 from .auth import is_wildcard, topic_matches, validate_pattern, validate_topic
@@ -186,8 +186,8 @@ class Broker:
 
     def open_publisher(self, name: str, params: Any, context: StreamContext) -> Publisher[Any]:
         params = _params(params)
-        if name == "$topics":
-            return _Snapshot(self)
+        if name == "$topics":  # only the topics this client may subscribe to
+            return _Snapshot(self, lambda topic: self.authorize is None or self.authorize(context.principal, "subscribe", topic))
         if name == "$commit":
             topic_name, cursor, offset = params.get("topic"), params.get("cursor"), params.get("offset")
             if not isinstance(topic_name, str) or not isinstance(cursor, str) or not isinstance(offset, int):
@@ -197,8 +197,6 @@ class Broker:
             if topic is None:
                 raise StreamError(ErrorCode.UNKNOWN_PUBLISHER, f"no topic named {topic_name!r}")
             self.commit(topic, cursor, offset)
-            from ..streams import just
-
             return just({"topic": topic_name, "cursor": cursor, "offset": offset})
         if name == "$acks":
             producer, topic = params.get("producer"), params.get("topic")
@@ -306,13 +304,12 @@ class _PatternPublisher(Publisher[Any]):
 
 
 class _Snapshot(Publisher[Any]):
-    def __init__(self, broker: Broker) -> None:
-        self._broker = broker
+    def __init__(self, broker: Broker, visible: Callable[[str], bool]) -> None:
+        self._broker, self._visible = broker, visible
 
     def subscribe(self, subscriber: Subscriber[Any]) -> None:
-        from ..streams import from_iterable
-
-        from_iterable(self._broker.snapshot()).subscribe(subscriber)
+        entries = [entry for entry in self._broker.snapshot() if self._visible(entry["topic"])]
+        from_iterable(entries).subscribe(subscriber)
 
 
 class _AckPublisher(Publisher[Any]):

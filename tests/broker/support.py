@@ -31,10 +31,10 @@ async def broker_running(broker: Broker, **server_settings: Any) -> AsyncIterato
         yield url
 
 
-async def take(conn, topic: str, count: int, **params: Any) -> list[dict]:
-    """The first ``count`` records of a subscription."""
+async def take(conn, name: str, count: int, /, **params: Any) -> list[dict]:
+    """The first ``count`` items of a subscription to ``name``."""
     records = []
-    async with conn.subscribe(topic, **params) as items:
+    async with conn.subscribe(name, **params) as items:
         async for record in items:
             records.append(record)
             if len(records) == count:

@@ -1,0 +1,121 @@
+"""Tokens and grants through the network, the obvious bypasses, and the metrics endpoint of
+the real daemon."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+
+import pytest
+import trio
+
+import rsnet
+from rsnet.broker.auth import Authorizer, hash_token
+from rsnet.broker.client import commit, publish
+from rsnet.broker.config import load_config
+from rsnet.broker.daemon import build_broker
+from rsnet.protocol import ErrorCode
+
+from .support import take
+
+INGEST = "ingest-token-0123456789abcdef"
+READER = "reader-token-0123456789abcdef"
+
+
+@pytest.fixture
+def config():
+    return load_config(None, {}, {
+        "auth.tokens": [
+            {"name": "ingest", "hash": hash_token(INGEST), "publish": ["sensors.>"], "subscribe": []},
+            {"name": "reader", "hash": hash_token(READER), "publish": [], "subscribe": ["sensors.*"]},
+        ]
+    })
+
+
+async def serve(config, nursery):
+    authorizer = Authorizer(config.auth)
+    broker = build_broker(config, authorizer)
+    server = rsnet.Server(host=broker, authenticate=authorizer.authenticate)
+    await nursery.start(broker.run)
+    port = await nursery.start(server.serve_tcp, "127.0.0.1", 0)
+    return f"tcp://127.0.0.1:{port}"
+
+
+async def expect_refused(coroutine, code):
+    with pytest.raises(rsnet.StreamError) as caught:
+        await coroutine
+    assert caught.value.code == code
+
+
+async def test_no_token_or_a_wrong_token_is_refused_at_the_handshake(config):
+    async with trio.open_nursery() as nursery:
+        url = await serve(config, nursery)
+        for token in (None, "", "wrong-token-0123456789abcdef", INGEST + "x", INGEST.upper()):
+            with pytest.raises(rsnet.HandshakeError) as caught:
+                async with rsnet.connect(url, token=token):
+                    pass
+            assert caught.value.code == ErrorCode.UNAUTHORIZED
+        nursery.cancel_scope.cancel()
+
+
+async def test_grants_hold_for_topics_and_patterns(config):
+    async with trio.open_nursery() as nursery:
+        url = await serve(config, nursery)
+        async with rsnet.connect(url, token=INGEST) as ingest, rsnet.connect(url, token=READER) as reader:
+            assert await publish(ingest, "sensors.kitchen", [1, 2]) == 2
+            assert await publish(ingest, "sensors.kitchen.deep", [3]) == 1  # within sensors.>
+            await expect_refused(publish(ingest, "billing.invoices", [1]), ErrorCode.UNAUTHORIZED)
+            await expect_refused(take(ingest, "sensors.kitchen", 1), ErrorCode.UNAUTHORIZED)  # publish-only
+
+            assert [r["value"] for r in await take(reader, "sensors.kitchen", 2, **{"from": "earliest"})] == [1, 2]
+            for escaping in ("sensors.>", "*", ">", "sensors.kitchen.deep", "sensors.*.deep", "billing.invoices"):
+                await expect_refused(take(reader, escaping, 1), ErrorCode.UNAUTHORIZED)
+            await expect_refused(publish(reader, "sensors.kitchen", [9]), ErrorCode.UNAUTHORIZED)
+            await expect_refused(take(reader, "$acks", 1, **{"producer": "p", "topic": "sensors.kitchen"}), ErrorCode.UNAUTHORIZED)
+            await commit(reader, "sensors.kitchen", "dashboards", 1)
+            await expect_refused(commit(ingest, "sensors.kitchen", "dashboards", 0), ErrorCode.UNAUTHORIZED)
+            # $topics shows each client only what it may subscribe to
+            assert [t["topic"] async for t in reader.subscribe("$topics")] == ["sensors.kitchen"]
+            assert [t["topic"] async for t in ingest.subscribe("$topics")] == []
+        nursery.cancel_scope.cancel()
+
+
+async def test_the_daemon_serves_metrics_and_health(tmp_path):
+    config_file = tmp_path / "rsnet.toml"
+    config_file.write_text('[listen]\ntcp = "127.0.0.1:0"\n[metrics]\nlisten = "127.0.0.1:0"\n')
+    process = await trio.lowlevel.open_process(
+        [sys.executable, "-m", "rsnet.cli", "broker", "--config", str(config_file)], stderr=subprocess.PIPE
+    )
+    try:
+        lines = b""
+        with trio.fail_after(20):
+            while b"metrics on" not in lines:
+                data = await process.stderr.receive_some(4096)
+                assert data, lines
+                lines += data
+        text = lines.decode()
+        url = text.split("serving ", 1)[1].split()[0]
+        metrics_port = int(text.split("metrics on http://", 1)[1].split("/", 1)[0].rsplit(":", 1)[1])
+        async with rsnet.connect(url) as conn:
+            await publish(conn, "orders", list(range(5)))
+        metrics = await http_get(metrics_port, "/metrics")
+        assert 'rsnet_broker_records_in_total{topic="orders"} 5.0' in metrics
+        assert "rsnet_broker_storage_bytes" in metrics
+        health = await http_get(metrics_port, "/health")
+        assert '"healthy": true' in health or '"healthy":true' in health
+    finally:
+        process.send_signal(signal.SIGTERM)
+        with trio.fail_after(10):
+            assert await process.wait() == 0
+
+
+async def http_get(port: int, path: str) -> str:
+    stream = await trio.open_tcp_stream("127.0.0.1", port)
+    async with stream:
+        await stream.send_all(f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+        response = b""
+        with trio.fail_after(5):
+            while data := await stream.receive_some(65536):
+                response += data
+    return response.decode()
