@@ -303,26 +303,35 @@ class _Inbound(Subscription):
             deliver_safely(subscriber.on_error, error)
 
 
+class StreamOpener(Protocol):
+    """Where a :class:`RemotePublisher` opens its streams: a session, or a client that
+    reconnects and so changes sessions."""
+
+    peer: str
+
+    def open_inbound(self, subscriber: Subscriber[Any], name: str, params: Any) -> None: ...
+
+
 class RemotePublisher(Publisher[Any]):
     """A publisher the peer hosts, as a true Reactive Streams Publisher.
 
-    Each ``subscribe`` opens a stream (SUBSCRIBE) on the session; demand requested from the
-    subscription crosses the network (coalesced, see :mod:`rsnet.session`). If the session is
-    closed, or the peer rejects the stream, the subscriber gets ``on_subscribe`` then
-    ``on_error`` (rule 1.9).
+    Each ``subscribe`` opens a stream (SUBSCRIBE); demand requested from the subscription
+    crosses the network (coalesced, see :mod:`rsnet.session`). If the connection is closed,
+    or the peer rejects the stream, the subscriber gets ``on_subscribe`` then ``on_error``
+    (rule 1.9).
     """
 
-    def __init__(self, session: Session, name: str, params: Any = None) -> None:
-        self._session = session
+    def __init__(self, opener: StreamOpener, name: str, params: Any = None) -> None:
+        self._opener = opener
         self.name = name
         self.params = params
 
     def subscribe(self, subscriber: Subscriber[Any]) -> None:
         check_subscriber(subscriber)
-        self._session.open_inbound(subscriber, self.name, self.params)
+        self._opener.open_inbound(subscriber, self.name, self.params)
 
     def __repr__(self) -> str:
-        return f"RemotePublisher({self.name!r} at {self._session.peer})"
+        return f"RemotePublisher({self.name!r} at {self._opener.peer})"
 
 
 # -- the session ------------------------------------------------------------------------------

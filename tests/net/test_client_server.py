@@ -318,3 +318,84 @@ async def until(condition, timeout=5.0):
     with trio.fail_after(timeout):
         while not condition():
             await trio.sleep(0.005)
+
+
+class _IgnoresDemand(rsnet.Publisher):
+    """A broken publisher: emits 10 items whatever was requested (breaks rule 1.1)."""
+
+    def subscribe(self, subscriber):
+        class Subscription(rsnet.Subscription):
+            def request(self, n):
+                for i in range(10):
+                    subscriber.on_next(i)
+
+            def cancel(self):
+                cancelled.append(True)
+
+        cancelled = self.cancelled = []
+        subscriber.on_subscribe(Subscription())
+
+
+async def test_a_publisher_that_ignores_demand_is_cut_off_with_flow_control():
+    broken = _IgnoresDemand()
+    server = demo_server()
+    server.add_publisher("broken", lambda params, ctx: broken)
+    async with running(server) as urls, rsnet.connect(urls["tcp"]) as conn:
+        received = []
+        with pytest.raises(rsnet.StreamError) as caught:
+            async for item in conn.subscribe("broken", prefetch=4):
+                received.append(item)
+        assert caught.value.code == ErrorCode.FLOW_CONTROL
+        assert received == [0, 1, 2, 3]  # what was requested arrived; nothing beyond it
+        assert broken.cancelled  # and the publisher was cancelled, not buffered
+        assert [x async for x in conn.subscribe("range", count=3)] == [0, 1, 2]
+
+
+async def test_reconnect_serves_new_subscriptions_after_the_server_comes_back():
+    probe = trio.socket.socket()
+    await probe.bind(("127.0.0.1", 0))
+    port = probe.getsockname()[1]
+    probe.close()
+    url = f"tcp://127.0.0.1:{port}"
+
+    async def serve(task_status):
+        with trio.CancelScope() as scope:
+            task_status.started(scope)
+            await demo_server().serve_tcp("127.0.0.1", port)
+
+    async with trio.open_nursery() as nursery:
+        first_server = await nursery.start(serve)
+        async with rsnet.connect(url, reconnect=True, max_reconnect_delay=0.1) as conn:
+            assert [x async for x in conn.subscribe("range", count=2)] == [0, 1]
+            first_server.cancel()  # the server goes away
+            await until(lambda: conn.session.closed)
+            waiting = []
+
+            async def subscribe_while_down():
+                waiting.extend([x async for x in conn.subscribe("range", count=3)])
+
+            nursery.start_soon(subscribe_while_down)
+            await trio.sleep(0.2)
+            assert waiting == []  # parked until there is a connection again
+            await nursery.start(serve)  # the server is back on the same port
+            await until(lambda: waiting == [0, 1, 2])
+            assert [x async for x in conn.subscribe("range", count=1)] == [0]
+        nursery.cancel_scope.cancel()
+
+
+async def test_without_reconnect_a_lost_connection_fails_new_subscriptions():
+    async with trio.open_nursery() as nursery:
+        scope = trio.CancelScope()
+
+        async def serve(task_status):
+            with scope:
+                await demo_server().serve_tcp("127.0.0.1", 0, task_status=task_status)
+
+        port = await nursery.start(serve)
+        async with rsnet.connect(f"tcp://127.0.0.1:{port}") as conn:
+            scope.cancel()
+            await until(lambda: conn.session.closed)
+            with pytest.raises(rsnet.ConnectionLost):
+                async for _ in conn.subscribe("range", count=1):
+                    pass
+        nursery.cancel_scope.cancel()
