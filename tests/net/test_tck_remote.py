@@ -2,7 +2,7 @@
 
 RemotePublisher (the client's view of a server-hosted publisher) must pass the Publisher
 rules over TCP and over WebSocket; the server-side subscriber that forwards a hosted
-publisher's signals to the network must pass the blackbox Subscriber rules. Real sockets mean
+publisher's signals to the network must pass the blackbox and whitebox Subscriber rules. Real sockets mean
 real time: the clock is not virtual here, and the timeouts allow for the loopback round trip.
 """
 
@@ -15,7 +15,7 @@ import trio
 
 import rsnet
 from rsnet.streams import Publisher, Subscriber
-from rsnet.tck import PublisherVerification, SubscriberBlackboxVerification
+from rsnet.tck import PublisherVerification, SubscriberBlackboxVerification, SubscriberWhiteboxVerification
 
 from .support import demo_server, running
 
@@ -90,6 +90,81 @@ class TestServerSideForwardingSubscriber(SubscriberBlackboxVerification):
 
     def create_subscriber(self):
         return self.forwarder
+
+    def create_element(self, element):
+        return element
+
+
+class _ClientEnd(Subscriber[Any]):
+    """The far end of the forwarder: a client-side subscriber that requests only when told."""
+
+    def __init__(self) -> None:
+        self.subscription = None
+
+    def on_subscribe(self, subscription) -> None:
+        self.subscription = subscription
+
+    def on_next(self, item: Any) -> None: ...
+
+    def on_error(self, error: BaseException) -> None: ...
+
+    def on_complete(self) -> None: ...
+
+
+class _Probed(Subscriber[Any]):
+    """The forwarder under test, reporting what it received to the TCK's probe. Demand and
+    cancel come from the client's end, across the network: that is what is under test."""
+
+    def __init__(self, forwarder: Subscriber[Any], client_end: _ClientEnd, probe) -> None:
+        self._forwarder, self._client_end, self._probe = forwarder, client_end, probe
+
+    def on_subscribe(self, subscription) -> None:
+        self._forwarder.on_subscribe(subscription)
+        client_end = self._client_end
+
+        class Puppet:
+            def trigger_request(self, elements: int) -> None:
+                client_end.subscription.request(elements)
+
+            def signal_cancel(self) -> None:
+                client_end.subscription.cancel()
+
+        self._probe.register_on_subscribe(Puppet())
+
+    def on_next(self, item: Any) -> None:
+        self._forwarder.on_next(item)
+        self._probe.register_on_next(item)
+
+    def on_error(self, error: BaseException) -> None:
+        self._forwarder.on_error(error)
+        self._probe.register_on_error(error)
+
+    def on_complete(self) -> None:
+        self._forwarder.on_complete()
+        self._probe.register_on_complete()
+
+
+class TestServerSideForwardingSubscriberWhitebox(SubscriberWhiteboxVerification):
+    virtual_time = False
+    timeout_ms = 1000
+    no_signals_timeout_ms = 50
+
+    @asynccontextmanager
+    async def environment(self):
+        capture = _Capture()
+        send, receive = trio.open_memory_channel(1)
+        capture.subscribers = send
+        server = rsnet.Server()
+        server.add_publisher("capture", lambda params, ctx: capture)
+        async with running(server) as urls, rsnet.connect(urls["tcp"]) as conn:
+            self.client_end = _ClientEnd()
+            conn.publisher("capture").subscribe(self.client_end)
+            with trio.fail_after(5):
+                self.forwarder = await receive.receive()
+            yield
+
+    def create_subscriber(self, probe):
+        return _Probed(self.forwarder, self.client_end, probe)
 
     def create_element(self, element):
         return element
