@@ -170,3 +170,35 @@ async def test_reconnect_loops_under_load_lose_and_repeat_nothing():
     assert [r["offset"] for r in received] == list(range(total))
     assert [r["value"] for r in received] == list(range(total))
     assert connects["producer"] >= 3 and connects["cut"] >= 10  # it really was cut, repeatedly
+
+
+async def test_cursors_and_records_survive_a_restart_and_the_cli_sees_them(tmp_path):
+    broker, url = await start_broker(tmp_path)
+    try:
+        pub = await trio.run_process(
+            [*RSNET, "pub", url, "jobs", "--producer", "cli"], stdin=b'{"n": 1}\n{"n": 2}\n{"n": 3}\n',
+            capture_stdout=True, capture_stderr=True,
+        )
+        assert b"3 records stored" in pub.stderr
+        async with rsnet.connect(url) as conn:
+            from rsnet.broker.client import commit
+
+            await commit(conn, "jobs", "workers", 2)
+    finally:
+        await stop(broker, signal.SIGTERM)
+
+    broker, url = await start_broker(tmp_path)
+    try:
+        sub = await trio.run_process(
+            [*RSNET, "sub", url, "jobs", "-p", "cursor=workers", "--from", "earliest", "--count", "1"],
+            capture_stdout=True,
+        )
+        assert b'"offset": 2' in sub.stdout and b'"n": 3' in sub.stdout  # resumed at the cursor
+        topics = await trio.run_process([*RSNET, "topics", url], capture_stdout=True)
+        assert b"jobs" in topics.stdout
+        failed = await trio.run_process(
+            [*RSNET, "pub", "tcp://127.0.0.1:1", "jobs"], stdin=b"1\n", capture_stderr=True, check=False
+        )
+        assert failed.returncode == 1 and b"not every record was acknowledged" in failed.stderr
+    finally:
+        await stop(broker, signal.SIGTERM)
