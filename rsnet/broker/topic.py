@@ -299,10 +299,6 @@ class TopicReader(Subscription):
         self.skipped[topic] = self.skipped.get(topic, 0) + count
         topic.dropped += count
 
-    def fail(self, error: BaseException) -> None:
-        self._failure = error
-        self.drain()
-
     # -- the drain loop ---------------------------------------------------------------------
 
     def drain(self) -> None:

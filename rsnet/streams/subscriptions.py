@@ -8,6 +8,8 @@
 - :class:`ForwardingSubscriber`: the base of one-upstream, one-downstream operators.
 - :class:`SubscriptionArbiter`: deferred request and subscription switching, for operators that
   subscribe to one upstream after another (concat, retry), as RxJava's ``SubscriptionArbiter``.
+- :class:`PrefetchingInner`: one of several upstreams of a coordinating operator (flat_map,
+  zip), buffering a bounded prefetch for the operator's drain loop.
 - :func:`subscribe_failed`: ``on_subscribe`` then ``on_error``, for publishers that reject.
 
 Single-threaded by design: every method runs on the trio thread that owns the stream, and no
@@ -17,11 +19,13 @@ standard library and the rest of the streams core.
 
 from __future__ import annotations
 
-from typing import Any
+from collections import deque
+from typing import Any, Protocol
 
 from .interfaces import Subscriber, Subscription
 from .rules import (
     MAX_DEMAND,
+    MissingBackpressureError,
     add_demand,
     check_signal_argument,
     invalid_request,
@@ -289,3 +293,76 @@ class SubscriptionArbiter(Subscription):
         self._current = subscription
         if self.requested > 0:
             subscription.request(self.requested)
+
+
+class Coordinator(Protocol):
+    """What a :class:`PrefetchingInner` needs from the operator that owns it."""
+
+    prefetch: int
+    limit: int
+    cancelled: bool
+
+    def drain(self) -> None: ...
+
+    def inner_error(self, error: BaseException) -> None: ...
+
+
+class PrefetchingInner(Subscriber[Any]):
+    """One upstream of a coordinating operator: requests ``prefetch`` up front, queues what
+    arrives for the operator's drain loop, and replenishes in batches of ``limit`` as the
+    operator takes items (:meth:`taken`). More items than requested is a rule 1.1 violation,
+    reported to the operator rather than queued."""
+
+    __slots__ = ("_parent", "subscription", "queue", "done", "_consumed")
+
+    def __init__(self, parent: Coordinator) -> None:
+        self._parent = parent
+        self.subscription: Subscription | None = None
+        self.queue: deque[Any] = deque()
+        self.done = False
+        self._consumed = 0
+
+    def on_subscribe(self, subscription: Subscription) -> None:
+        check_signal_argument(subscription, "on_subscribe")
+        if self.subscription is not None or self._parent.cancelled:
+            subscription.cancel()  # rule 2.5, or the whole stream is gone
+            return
+        self.subscription = subscription
+        subscription.request(self._parent.prefetch)
+
+    def on_next(self, item: Any) -> None:
+        check_signal_argument(item, "on_next")
+        if self.done:
+            return
+        if len(self.queue) >= self._parent.prefetch:
+            self.cancel()
+            self._parent.inner_error(MissingBackpressureError("rule 1.1: an upstream exceeded its demand"))
+            return
+        self.queue.append(item)
+        self._parent.drain()
+
+    def on_error(self, error: BaseException) -> None:
+        check_signal_argument(error, "on_error")
+        if self.done:
+            report_undeliverable(error)
+            return
+        self.done = True
+        self._parent.inner_error(error)
+
+    def on_complete(self) -> None:
+        if not self.done:
+            self.done = True
+            self._parent.drain()
+
+    def taken(self, count: int) -> None:
+        """``count`` items left the queue: replenish once a batch of ``limit`` has gone."""
+        self._consumed += count
+        if self._consumed >= self._parent.limit and not self.done:
+            amount, self._consumed = self._consumed, 0
+            self.subscription.request(amount)  # type: ignore[union-attr]
+
+    def cancel(self) -> None:
+        self.done = True
+        self.queue.clear()
+        if self.subscription is not None:
+            self.subscription.cancel()

@@ -6,7 +6,6 @@ accounted for by the ``skipped`` count the broker reports (``drop``), or no gap 
 
 from __future__ import annotations
 
-import pytest
 import trio
 
 import rsnet

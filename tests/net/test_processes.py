@@ -7,7 +7,6 @@ import signal
 import subprocess
 import sys
 
-import pytest
 import trio
 
 import rsnet

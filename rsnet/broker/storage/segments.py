@@ -43,7 +43,7 @@ import os
 import re
 import struct
 from array import array
-from typing import Any, Iterator
+from typing import Iterator
 
 import msgpack
 

@@ -9,84 +9,22 @@ inners round-robin so a fast inner cannot starve a slow one. The outer source is
 
 from __future__ import annotations
 
-from collections import deque
 from typing import Any, Callable
 
 from ..interfaces import Publisher, Subscriber, Subscription
 from ..rules import (
     MAX_DEMAND,
-    MissingBackpressureError,
     add_demand,
     check_signal_argument,
     check_subscriber,
     invalid_request,
     report_undeliverable,
 )
-from ..subscriptions import DISCARD
+from ..subscriptions import DISCARD, PrefetchingInner
 from ..sources import from_iterable
 from ._base import Operator
 
 DEFAULT_INNER_PREFETCH = 128
-
-
-class _Inner(Subscriber[Any]):
-    __slots__ = ("_parent", "subscription", "queue", "done", "_consumed")
-
-    def __init__(self, parent: _FlatMapSubscriber) -> None:
-        self._parent = parent
-        self.subscription: Subscription | None = None
-        self.queue: deque[Any] = deque()
-        self.done = False
-        self._consumed = 0
-
-    def on_subscribe(self, subscription: Subscription) -> None:
-        check_signal_argument(subscription, "on_subscribe")
-        if self.subscription is not None or self._parent.cancelled:
-            subscription.cancel()  # rule 2.5, or the whole stream is gone
-            return
-        self.subscription = subscription
-        subscription.request(self._parent.prefetch)
-
-    def on_next(self, item: Any) -> None:
-        check_signal_argument(item, "on_next")
-        parent = self._parent
-        if self.done:
-            return
-        if len(self.queue) >= parent.prefetch:
-            self.cancel()
-            parent.inner_error(
-                MissingBackpressureError("rule 1.1: an inner publisher exceeded its demand")
-            )
-            return
-        self.queue.append(item)
-        parent.drain()
-
-    def on_error(self, error: BaseException) -> None:
-        check_signal_argument(error, "on_error")
-        if self.done:
-            report_undeliverable(error)
-            return
-        self.done = True
-        self._parent.inner_error(error)
-
-    def on_complete(self) -> None:
-        if not self.done:
-            self.done = True
-            self._parent.drain()
-
-    def taken(self, count: int) -> None:
-        """``count`` items left the queue: replenish in batches of 3/4 of the prefetch."""
-        self._consumed += count
-        limit = self._parent.limit
-        if self._consumed >= limit and not self.done:
-            amount, self._consumed = self._consumed, 0
-            self.subscription.request(amount)  # type: ignore[union-attr]
-
-    def cancel(self) -> None:
-        self.done = True
-        self.queue.clear()
-        if self.subscription is not None:
-            self.subscription.cancel()
 
 
 class _FlatMapSubscriber(Subscriber[Any], Subscription):
@@ -108,7 +46,7 @@ class _FlatMapSubscriber(Subscriber[Any], Subscription):
         self.prefetch = prefetch
         self.limit = prefetch - (prefetch >> 2)
         self.upstream: Subscription | None = None
-        self.inners: list[_Inner] = []
+        self.inners: list[PrefetchingInner] = []
         self.requested = 0
         self.cancelled = False
         self._outer_done = False
@@ -141,7 +79,7 @@ class _FlatMapSubscriber(Subscriber[Any], Subscription):
             self._outer_done = True
             self.inner_error(error)
             return
-        inner = _Inner(self)
+        inner = PrefetchingInner(self)
         self.inners.append(inner)
         publisher.subscribe(inner)
 
@@ -225,7 +163,7 @@ class _FlatMapSubscriber(Subscriber[Any], Subscription):
         inners = self.inners
         count = len(inners)
         start = self._next_inner % count if count else 0
-        finished: list[_Inner] = []
+        finished: list[PrefetchingInner] = []
         for offset in range(count):
             inner = inners[(start + offset) % count]
             queue = inner.queue

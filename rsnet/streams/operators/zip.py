@@ -8,77 +8,19 @@ combination can be formed; the other sources are then cancelled.
 
 from __future__ import annotations
 
-from collections import deque
 from typing import Any, Callable
 
 from ..interfaces import Publisher, Subscriber, Subscription
 from ..rules import (
     MAX_DEMAND,
-    MissingBackpressureError,
     add_demand,
-    check_signal_argument,
     check_subscriber,
     invalid_request,
     report_undeliverable,
 )
-from ..subscriptions import DISCARD
+from ..subscriptions import DISCARD, PrefetchingInner
 
 DEFAULT_ZIP_PREFETCH = 128
-
-
-class _ZipInner(Subscriber[Any]):
-    __slots__ = ("_parent", "subscription", "queue", "done", "_consumed")
-
-    def __init__(self, parent: _ZipCoordinator) -> None:
-        self._parent = parent
-        self.subscription: Subscription | None = None
-        self.queue: deque[Any] = deque()
-        self.done = False
-        self._consumed = 0
-
-    def on_subscribe(self, subscription: Subscription) -> None:
-        check_signal_argument(subscription, "on_subscribe")
-        if self.subscription is not None or self._parent.cancelled:
-            subscription.cancel()
-            return
-        self.subscription = subscription
-        subscription.request(self._parent.prefetch)
-
-    def on_next(self, item: Any) -> None:
-        check_signal_argument(item, "on_next")
-        if self.done:
-            return
-        if len(self.queue) >= self._parent.prefetch:
-            self.cancel()
-            self._parent.fail(MissingBackpressureError("rule 1.1: a zip source exceeded its demand"))
-            return
-        self.queue.append(item)
-        self._parent.drain()
-
-    def on_error(self, error: BaseException) -> None:
-        check_signal_argument(error, "on_error")
-        if self.done:
-            report_undeliverable(error)
-            return
-        self.done = True
-        self._parent.fail(error)
-
-    def on_complete(self) -> None:
-        if not self.done:
-            self.done = True
-            self._parent.drain()
-
-    def took_one(self) -> None:
-        self._consumed += 1
-        if self._consumed == self._parent.limit and not self.done:
-            self._consumed = 0
-            self.subscription.request(self._parent.limit)  # type: ignore[union-attr]
-
-    def cancel(self) -> None:
-        self.done = True
-        self.queue.clear()
-        if self.subscription is not None:
-            self.subscription.cancel()
 
 
 class _ZipCoordinator(Subscription):
@@ -94,7 +36,7 @@ class _ZipCoordinator(Subscription):
         self._combine = combine
         self.prefetch = prefetch
         self.limit = prefetch - (prefetch >> 2)
-        self.inners = [_ZipInner(self) for _ in range(count)]
+        self.inners = [PrefetchingInner(self) for _ in range(count)]
         self.requested = 0
         self.cancelled = False
         self._error: BaseException | None = None
@@ -105,7 +47,7 @@ class _ZipCoordinator(Subscription):
         if self.cancelled:
             return
         if n <= 0:
-            self.fail(invalid_request(n))  # rule 3.9
+            self.inner_error(invalid_request(n))  # rule 3.9
             return
         self.requested = add_demand(self.requested, n)
         self.drain()
@@ -116,7 +58,7 @@ class _ZipCoordinator(Subscription):
             self.downstream = DISCARD  # rule 3.13
             self._cancel_all()
 
-    def fail(self, error: BaseException) -> None:
+    def inner_error(self, error: BaseException) -> None:
         if self._error is None:
             self._error = error
         else:
@@ -166,7 +108,7 @@ class _ZipCoordinator(Subscription):
                     if self.cancelled or self._error is not None:
                         break
                     for inner in inners:
-                        inner.took_one()
+                        inner.taken(1)
                 if self._error is None and not self.cancelled:
                     if any(inner.done and not inner.queue for inner in inners):
                         self._terminate(None)
