@@ -20,7 +20,7 @@ from typing import Any, AsyncIterable, AsyncIterator, Iterable
 import trio
 
 from ..client import Client, connect
-from ..errors import ConnectionLost, single_errors
+from ..errors import ConnectionLost, StreamError, single_errors
 from ..protocol import ErrorCode
 from ..errors import HandshakeError
 from ..streams import Publisher, from_async_iterable, from_iterable, ops
@@ -53,15 +53,21 @@ async def publish(
         sent += 1
         return record
 
+    refused: list[StreamError] = []
+
     async def watch_acks(task_status: trio.TaskStatus[None]) -> None:
         acks = conn.subscribe("$acks", prefetch=16, producer=producer, topic=topic)
         async with acks:
             task_status.started()
-            async for ack in acks:
-                state["acked"] = max(state["acked"], ack["sequence"])
-                if state["wanted"] is not None and state["acked"] >= state["wanted"]:
-                    last_acked.set()
-                    return
+            try:
+                async for ack in acks:
+                    state["acked"] = max(state["acked"], ack["sequence"])
+                    if state["wanted"] is not None and state["acked"] >= state["wanted"]:
+                        last_acked.set()
+                        return
+            except StreamError as error:  # refused (e.g. UNAUTHORIZED): publishing cannot succeed
+                refused.append(error)
+                nursery.cancel_scope.cancel()
 
     with single_errors():
         async with trio.open_nursery() as nursery:
@@ -77,6 +83,8 @@ async def publish(
                 last_acked.set()
             await last_acked.wait()
             nursery.cancel_scope.cancel()
+    if refused:
+        raise refused[0]
     return sent
 
 

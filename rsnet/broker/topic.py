@@ -29,7 +29,7 @@ from ..errors import StreamError
 from ..protocol import ErrorCode
 from ..streams import Subscriber, Subscription
 from ..streams.rules import MAX_DEMAND, add_demand, check_signal_argument, invalid_request
-from ..streams.subscriptions import deliver_safely
+from ..streams.subscriptions import DrainLoop, deliver_safely
 from .codes import BrokerCode
 from .storage import TopicLog
 
@@ -226,7 +226,7 @@ class TopicSink(Subscriber[Any]):
         return self.next_sequence - len(offsets) - 1
 
 
-class TopicReader(Subscription):
+class TopicReader(DrainLoop, Subscription):
     """A subscription reading one or more topics (a wildcard) from its own positions."""
 
     def __init__(self, subscriber: Subscriber[Any], *, on_end: Callable[[TopicReader], None] | None = None) -> None:
@@ -301,22 +301,15 @@ class TopicReader(Subscription):
 
     # -- the drain loop ---------------------------------------------------------------------
 
-    def drain(self) -> None:
-        if self._draining:
-            self._missed = True
-            return
-        self._draining = True
-        try:
-            while not self.cancelled:
-                self._missed = False
-                if self._failure is not None:
-                    self._terminate(self._failure)
-                    return
-                emitted = self._emit()
-                if not emitted and not self._missed:
-                    return
-        finally:
-            self._draining = False
+    def _drain_step(self) -> bool:
+        if self.cancelled:
+            return True
+        if self._failure is not None:
+            self._terminate(self._failure)
+            return True
+        if self._emit():
+            self._missed = True  # a full batch went out: there may be more to read
+        return False
 
     def _emit(self) -> int:
         topics = list(self.positions)

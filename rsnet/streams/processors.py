@@ -29,7 +29,7 @@ from .rules import (
     invalid_request,
     report_undeliverable,
 )
-from .subscriptions import deliver_safely
+from .subscriptions import DrainLoop, deliver_safely
 
 
 class ProcessorCancelledError(Exception):
@@ -53,7 +53,7 @@ class _MulticastSubscription(Subscription):
             self.error = invalid_request(n)
         else:
             self.requested = add_demand(self.requested, n)
-        self._processor._drain()
+        self._processor.drain()
 
     def cancel(self) -> None:
         if not self.cancelled:
@@ -62,7 +62,7 @@ class _MulticastSubscription(Subscription):
             self._processor._remove(self)
 
 
-class MulticastProcessor(Processor[Any, Any]):
+class MulticastProcessor(DrainLoop, Processor[Any, Any]):
     """A Processor that multicasts to every subscriber, paced by the slowest (see module docs)."""
 
     def __init__(self, buffer_size: int = 128) -> None:
@@ -98,7 +98,7 @@ class MulticastProcessor(Processor[Any, Any]):
             self.on_error(MissingBackpressureError("rule 1.1: upstream exceeded the demand"))
             return
         self._queue.append(item)
-        self._drain()
+        self.drain()
 
     def on_error(self, error: BaseException) -> None:
         check_signal_argument(error, "on_error")
@@ -108,12 +108,12 @@ class MulticastProcessor(Processor[Any, Any]):
         self._done = True
         self._error = error
         self._queue.clear()  # an error overtakes buffered items (see module docs)
-        self._drain()
+        self.drain()
 
     def on_complete(self) -> None:
         if not self._done:
             self._done = True
-            self._drain()
+            self.drain()
 
     # -- Publisher side ---------------------------------------------------------------------
 
@@ -122,7 +122,7 @@ class MulticastProcessor(Processor[Any, Any]):
         subscription = _MulticastSubscription(self, subscriber)
         self._subscriptions.append(subscription)
         subscriber.on_subscribe(subscription)
-        self._drain()
+        self.drain()
 
     def _remove(self, subscription: _MulticastSubscription) -> None:
         try:
@@ -135,30 +135,20 @@ class MulticastProcessor(Processor[Any, Any]):
             self._queue.clear()
             if self._upstream is not None:
                 self._upstream.cancel()
-        self._drain()  # the slowest may have gone: the others can move on
+        self.drain()  # the slowest may have gone: the others can move on
 
     # -- the drain loop -----------------------------------------------------------------------
 
-    def _drain(self) -> None:
-        if self._draining:
-            self._missed = True
-            return
-        self._draining = True
-        try:
-            while True:
-                self._missed = False
-                self._reject_bad_requests()
-                if self._error is not None:
-                    self._terminate_all()
-                    return
-                self._emit_in_lockstep()
-                if self._done and not self._queue:
-                    self._terminate_all()
-                    return
-                if not self._missed:
-                    return
-        finally:
-            self._draining = False
+    def _drain_step(self) -> bool:
+        self._reject_bad_requests()
+        if self._error is not None:
+            self._terminate_all()
+            return True
+        self._emit_in_lockstep()
+        if self._done and not self._queue:
+            self._terminate_all()
+            return True
+        return False
 
     def _reject_bad_requests(self) -> None:
         for subscription in [s for s in self._subscriptions if s.error is not None]:

@@ -8,6 +8,8 @@
 - :class:`ForwardingSubscriber`: the base of one-upstream, one-downstream operators.
 - :class:`SubscriptionArbiter`: deferred request and subscription switching, for operators that
   subscribe to one upstream after another (concat, retry), as RxJava's ``SubscriptionArbiter``.
+- :class:`DrainLoop`: the queue-drain serialization of the multi-source stages (flat_map, zip,
+  the backpressure strategies, the multicast processor).
 - :class:`PrefetchingInner`: one of several upstreams of a coordinating operator (flat_map,
   zip), buffering a bounded prefetch for the operator's drain loop.
 - :func:`subscribe_failed`: ``on_subscribe`` then ``on_error``, for publishers that reject.
@@ -293,6 +295,38 @@ class SubscriptionArbiter(Subscription):
         self._current = subscription
         if self.requested > 0:
             subscription.request(self.requested)
+
+
+class DrainLoop:
+    """Queue-drain serialization (seed 004), one loop per stage.
+
+    Whoever calls :meth:`drain` while the loop is running only marks it as missed, and the
+    running loop goes round once more: so however requests and upstream signals interleave,
+    and from whatever stack, the stage's signals never overlap or nest (rules 1.3, 3.3).
+    Subclasses define the slots ``_draining`` and ``_missed`` (both False initially) and
+    :meth:`_drain_step`.
+    """
+
+    __slots__ = ()
+    _draining: bool
+    _missed: bool
+
+    def drain(self) -> None:
+        if self._draining:
+            self._missed = True  # the loop running further up this stack goes round again
+            return
+        self._draining = True
+        try:
+            while True:
+                self._missed = False
+                if self._drain_step() or not self._missed:
+                    return
+        finally:
+            self._draining = False
+
+    def _drain_step(self) -> bool:
+        """Emit what can be emitted now; return True once the stage has terminated."""
+        raise NotImplementedError
 
 
 class Coordinator(Protocol):

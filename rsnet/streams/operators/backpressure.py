@@ -24,7 +24,7 @@ from ..rules import (
     invalid_request,
     report_undeliverable,
 )
-from ..subscriptions import DISCARD
+from ..subscriptions import DISCARD, DrainLoop
 from ._base import Operator, stage
 
 Overflow = Literal["error", "drop_oldest", "drop_latest"]
@@ -34,7 +34,7 @@ class BufferOverflowError(MissingBackpressureError):
     """``on_backpressure_buffer(overflow="error")`` ran out of room."""
 
 
-class _BackpressureSubscriber(Subscriber[Any], Subscription):
+class _BackpressureSubscriber(DrainLoop, Subscriber[Any], Subscription):
     __slots__ = (
         "downstream", "upstream", "_maxsize", "_overflow", "_on_drop", "_queue", "requested",
         "cancelled", "_done", "_error", "_draining", "_missed",
@@ -146,33 +146,23 @@ class _BackpressureSubscriber(Subscriber[Any], Subscription):
         self._error = error
         self.drain()
 
-    def drain(self) -> None:
-        if self._draining:
-            self._missed = True
-            return
-        self._draining = True
-        try:
-            while True:
-                self._missed = False
-                queue = self._queue
-                while queue and self.requested and not self.cancelled:
-                    if self.requested != MAX_DEMAND:
-                        self.requested -= 1
-                    self.downstream.on_next(queue.popleft())
-                if self.cancelled:
-                    return
-                if self._done and not queue:
-                    self.cancelled = True
-                    downstream, self.downstream = self.downstream, DISCARD
-                    if self._error is None:
-                        downstream.on_complete()
-                    else:
-                        downstream.on_error(self._error)
-                    return
-                if not self._missed:
-                    return
-        finally:
-            self._draining = False
+    def _drain_step(self) -> bool:
+        queue = self._queue
+        while queue and self.requested and not self.cancelled:
+            if self.requested != MAX_DEMAND:
+                self.requested -= 1
+            self.downstream.on_next(queue.popleft())
+        if self.cancelled:
+            return True
+        if self._done and not queue:
+            self.cancelled = True
+            downstream, self.downstream = self.downstream, DISCARD
+            if self._error is None:
+                downstream.on_complete()
+            else:
+                downstream.on_error(self._error)
+            return True
+        return False
 
 
 def on_backpressure_buffer(

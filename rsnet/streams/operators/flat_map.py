@@ -20,14 +20,14 @@ from ..rules import (
     invalid_request,
     report_undeliverable,
 )
-from ..subscriptions import DISCARD, PrefetchingInner
+from ..subscriptions import DISCARD, DrainLoop, PrefetchingInner
 from ..sources import from_iterable
 from ._base import Operator
 
 DEFAULT_INNER_PREFETCH = 128
 
 
-class _FlatMapSubscriber(Subscriber[Any], Subscription):
+class _FlatMapSubscriber(DrainLoop, Subscriber[Any], Subscription):
     __slots__ = (
         "downstream", "_mapper", "_max_concurrency", "prefetch", "limit", "upstream", "inners",
         "requested", "cancelled", "_outer_done", "_error", "_draining", "_missed", "_next_inner",
@@ -130,34 +130,24 @@ class _FlatMapSubscriber(Subscriber[Any], Subscription):
         for inner in inners:
             inner.cancel()
 
-    def drain(self) -> None:
-        if self._draining:
-            self._missed = True  # the running loop goes round once more
-            return
-        self._draining = True
-        try:
-            while True:
-                self._missed = False
-                if self.cancelled:
-                    return
-                if self._error is not None:
-                    self.cancelled = True
-                    self._cancel_sources()
-                    downstream, self.downstream = self.downstream, DISCARD
-                    downstream.on_error(self._error)
-                    return
-                self._drain_inners()
-                if self.cancelled:
-                    return
-                if self._outer_done and not self.inners and self._error is None:
-                    self.cancelled = True
-                    downstream, self.downstream = self.downstream, DISCARD
-                    downstream.on_complete()
-                    return
-                if not self._missed:
-                    return
-        finally:
-            self._draining = False
+    def _drain_step(self) -> bool:
+        if self.cancelled:
+            return True
+        if self._error is not None:
+            self.cancelled = True
+            self._cancel_sources()
+            downstream, self.downstream = self.downstream, DISCARD
+            downstream.on_error(self._error)
+            return True
+        self._drain_inners()
+        if self.cancelled:
+            return True
+        if self._outer_done and not self.inners and self._error is None:
+            self.cancelled = True
+            downstream, self.downstream = self.downstream, DISCARD
+            downstream.on_complete()
+            return True
+        return False
 
     def _drain_inners(self) -> None:
         inners = self.inners

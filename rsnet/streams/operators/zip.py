@@ -18,12 +18,12 @@ from ..rules import (
     invalid_request,
     report_undeliverable,
 )
-from ..subscriptions import DISCARD, PrefetchingInner
+from ..subscriptions import DISCARD, DrainLoop, PrefetchingInner
 
 DEFAULT_ZIP_PREFETCH = 128
 
 
-class _ZipCoordinator(Subscription):
+class _ZipCoordinator(DrainLoop, Subscription):
     __slots__ = (
         "downstream", "_combine", "prefetch", "limit", "inners", "requested", "cancelled",
         "_error", "_draining", "_missed",
@@ -78,45 +78,34 @@ class _ZipCoordinator(Subscription):
         else:
             downstream.on_error(error)
 
-    def drain(self) -> None:
-        if self._draining:
-            self._missed = True
-            return
-        self._draining = True
-        try:
-            while True:
-                self._missed = False
-                if self.cancelled:
-                    return
-                if self._error is not None:
-                    self._terminate(self._error)
-                    return
-                inners = self.inners
-                while self.requested and all(inner.queue for inner in inners):
-                    values = [inner.queue.popleft() for inner in inners]
-                    try:
-                        combined = self._combine(*values)
-                    except Exception as error:  # noqa: BLE001
-                        self._terminate(error)
-                        return
-                    if combined is None:
-                        self._terminate(TypeError("rule 2.13: the zip function returned None"))
-                        return
-                    if self.requested != MAX_DEMAND:
-                        self.requested -= 1
-                    self.downstream.on_next(combined)
-                    if self.cancelled or self._error is not None:
-                        break
-                    for inner in inners:
-                        inner.taken(1)
-                if self._error is None and not self.cancelled:
-                    if any(inner.done and not inner.queue for inner in inners):
-                        self._terminate(None)
-                        return
-                if not self._missed:
-                    return
-        finally:
-            self._draining = False
+    def _drain_step(self) -> bool:
+        if self.cancelled:
+            return True
+        if self._error is not None:
+            self._terminate(self._error)
+            return True
+        inners = self.inners
+        while self.requested and all(inner.queue for inner in inners):
+            values = [inner.queue.popleft() for inner in inners]
+            try:
+                combined = self._combine(*values)
+            except Exception as error:  # noqa: BLE001
+                self._terminate(error)
+                return True
+            if combined is None:
+                self._terminate(TypeError("rule 2.13: the zip function returned None"))
+                return True
+            if self.requested != MAX_DEMAND:
+                self.requested -= 1
+            self.downstream.on_next(combined)
+            if self.cancelled or self._error is not None:
+                return self.cancelled
+            for inner in inners:
+                inner.taken(1)
+        if any(inner.done and not inner.queue for inner in inners):
+            self._terminate(None)  # no further combination can be formed
+            return True
+        return False
 
 
 class ZipPublisher(Publisher[Any]):
