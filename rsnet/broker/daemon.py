@@ -76,16 +76,23 @@ def _metrics_refresher(broker: Broker, server: Server) -> Any:
     seen: dict[str, tuple[int, int, int]] = {}
     reader_ids: dict[int, str] = {}
     numbers = itertools.count(1)
-    connections = 0
+    counts = {"connections": 0, "publish": 0, "subscribe": 0}
+
+    def follow(key: str, now: int, opened: Any, closed: Any) -> None:
+        # The metrics keep gauges through opened/closed calls: replay the difference.
+        for _ in range(now - counts[key]):
+            opened()
+        for _ in range(counts[key] - now):
+            closed()
+        counts[key] = now
 
     def refresh(metrics: BrokerMetrics) -> None:
-        nonlocal connections
-        while connections < len(server.sessions):
-            metrics.connection_opened()
-            connections += 1
-        while connections > len(server.sessions):
-            metrics.connection_closed()
-            connections -= 1
+        follow("connections", len(server.sessions), metrics.connection_opened, metrics.connection_closed)
+        topics = list(broker.topics.values())
+        follow("publish", sum(len(t.sinks) for t in topics),
+               lambda: metrics.stream_opened("publish"), lambda: metrics.stream_closed("publish"))
+        follow("subscribe", sum(len(t.readers) for t in topics),
+               lambda: metrics.stream_opened("subscribe"), lambda: metrics.stream_closed("subscribe"))
         live: set[str] = set()
         for name, topic in broker.topics.items():
             records_in, records_out, dropped = seen.get(name, (0, 0, 0))

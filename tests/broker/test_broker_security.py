@@ -4,11 +4,13 @@ the real daemon."""
 from __future__ import annotations
 
 import signal
+import ssl
 import subprocess
 import sys
 
 import pytest
 import trio
+import trustme
 
 import rsnet
 from rsnet.broker.auth import Authorizer, hash_token
@@ -99,8 +101,13 @@ async def test_the_daemon_serves_metrics_and_health(tmp_path):
         metrics_port = int(text.split("metrics on http://", 1)[1].split("/", 1)[0].rsplit(":", 1)[1])
         async with rsnet.connect(url) as conn:
             await publish(conn, "orders", list(range(5)))
-        metrics = await http_get(metrics_port, "/metrics")
+            async with conn.subscribe("orders", **{"from": "earliest"}) as records:
+                await records.__anext__()
+                metrics = await http_get(metrics_port, "/metrics")
         assert 'rsnet_broker_records_in_total{topic="orders"} 5.0' in metrics
+        assert 'rsnet_broker_streams{kind="subscribe"} 1.0' in metrics
+        assert 'rsnet_broker_subscriber_lag{subscriber="s1",topic="orders"}' in metrics
+        assert "rsnet_broker_connections 1.0" in metrics
         assert "rsnet_broker_storage_bytes" in metrics
         health = await http_get(metrics_port, "/health")
         assert '"healthy": true' in health or '"healthy":true' in health
@@ -119,3 +126,35 @@ async def http_get(port: int, path: str) -> str:
             while data := await stream.receive_some(65536):
                 response += data
     return response.decode()
+
+
+async def test_the_daemon_serves_tls_from_its_config(tmp_path):
+    authority = trustme.CA()
+    certificate = authority.issue_cert("127.0.0.1")
+    certificate.private_key_and_cert_chain_pem.write_to_path(str(tmp_path / "server.pem"))
+    config_file = tmp_path / "rsnet.toml"
+    config_file.write_text(
+        f'[listen]\ntcp = "127.0.0.1:0"\ntls = {{ cert = "{tmp_path / "server.pem"}", key = "{tmp_path / "server.pem"}" }}\n'
+    )
+    process = await trio.lowlevel.open_process(
+        [sys.executable, "-m", "rsnet.cli", "broker", "--config", str(config_file)], stderr=subprocess.PIPE
+    )
+    try:
+        lines = b""
+        with trio.fail_after(20):
+            while b"serving tls://" not in lines:
+                data = await process.stderr.receive_some(4096)
+                assert data, lines
+                lines += data
+        url = lines.decode().split("serving ", 1)[1].split()[0]
+        trusting = ssl.create_default_context()
+        authority.configure_trust(trusting)
+        async with rsnet.connect(url, ssl_context=trusting) as conn:
+            assert await publish(conn, "secure", ["x"]) == 1
+        with pytest.raises(rsnet.TransportClosed):  # an untrusting client refuses the server
+            async with rsnet.connect(url):
+                pass
+    finally:
+        process.send_signal(signal.SIGTERM)
+        with trio.fail_after(10):
+            await process.wait()
