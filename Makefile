@@ -1,6 +1,7 @@
 # Two commands do everything on a fresh machine with python3 and make:
 #   make demo   - install into .venv and run the live demo
-#   make test   - install into .venv (with test extras) and run the whole test suite
+#   make test   - install into .venv (with the test and benchmark extras) and run the whole
+#                 test suite, which includes one quick run of the benchmark suite
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -16,7 +17,7 @@ test: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -m pip install --quiet -e '.[test,bench]'
 	touch $@
 
 clean:
