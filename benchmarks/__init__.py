@@ -8,7 +8,9 @@ Every measurement starts a fresh server process and a separate client process ov
 - ``rsnet``: this project's server and client;
 - ``rsocket-py``: the ``rsocket`` package from PyPI, the RSocket implementation for Python;
 - ``ceiling``: a minimal trio program that sends pre-framed msgpack frames with batched writes,
-  so rsnet / ceiling shows how much room is left.
+  so rsnet / ceiling shows how much room is left;
+- ``rsnet-broker``: scenario 5 only, rsnet's broker fanning one producer out to 1, 10 and 100
+  subscribers, on an in-memory topic and on a durable one under each fsync policy.
 
 The scenarios are in :mod:`benchmarks.scenarios`; the suite (:mod:`benchmarks.suite`) runs
 them round-robin, ``runs`` times, and :mod:`benchmarks.report` writes ``RESULTS.md`` and a

@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--runs", type=int, help="runs per row (default 5; --quick: 1)")
     run.add_argument("--out", metavar="DIR", help="where RESULTS.md and the charts go")
     run.add_argument("--only", nargs="+", metavar="ROW", default=[],
-                     help="rows whose id starts with one of these (e.g. s1 s3-streams-tcp)")
+                     help="rows whose id starts with one of these (e.g. s1 s3-streams-tcp s5-memory)")
     run.add_argument("--systems", nargs="+", choices=SYSTEMS, default=list(SYSTEMS))
     again = commands.add_parser("report", help="rewrite RESULTS.md and charts from a saved --json")
     again.add_argument("json", metavar="PATH")

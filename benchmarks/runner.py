@@ -1,9 +1,11 @@
 """Runs one measurement: a fresh server process, a separate client process, both bounded in time.
 
 Each process is started in its own session (process group) and killed with its whole group
-when the measurement ends, fails or times out, and at interpreter exit; nothing outlives the
-suite. Only 127.0.0.1 is used. While the client runs, a sampler thread reads the resident set
-size (and CPU time) of both processes from ``/proc`` every :data:`SAMPLE_INTERVAL` seconds.
+when the measurement ends, fails or times out, and at interpreter exit; and as its stdin is a
+pipe from this process, it exits by itself if the suite is killed outright (see
+:mod:`benchmarks.worker`): nothing outlives the suite. Only 127.0.0.1 is used. While the
+client runs, a sampler thread reads the resident set size (and CPU time) of both processes
+from ``/proc`` every :data:`SAMPLE_INTERVAL` seconds.
 """
 
 from __future__ import annotations
@@ -43,9 +45,9 @@ class Process:
         self.lines: queue.Queue[str | None] = queue.Queue()
         self.stderr: list[str] = []
         self.popen = subprocess.Popen(
-            [sys.executable, "-m", "benchmarks.worker", json.dumps(spec)],
+            [sys.executable, "-m", "benchmarks.worker", json.dumps({**spec, "exit_with_parent": True})],
             cwd=ROOT,
-            stdin=subprocess.DEVNULL,
+            stdin=subprocess.PIPE,  # never written: its end of file tells the worker we are gone
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -93,6 +95,11 @@ class Process:
         return (": " + " | ".join(tail)) if tail else ""
 
     def kill(self) -> None:
+        if self.popen.stdin is not None:
+            try:
+                self.popen.stdin.close()
+            except OSError:
+                pass
         if self.popen.poll() is None:
             try:
                 os.killpg(self.popen.pid, signal.SIGKILL)

@@ -13,6 +13,9 @@ Kinds and their parameters:
 - ``first_item``: ``iterations`` times: open a stream of one item, time to its item.
 - ``many_streams``: ``streams`` concurrent streams of ``items`` items on one connection.
 - ``many_connections``: ``connections`` concurrent connections, one stream of ``items`` each.
+- ``fanout`` (scenario 5, ``rsnet-broker`` only): ``subscribers`` connections subscribed from
+  the earliest offset with ``prefetch``, one producer publishing ``count`` records of ``size``
+  bytes to the broker; the broker's ``storage`` and ``fsync`` are server parameters.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-from .systems import SYSTEMS
+from .systems import PEERS, broker
 
 PREFETCH = 4096
 """The "realistic prefetch" of issue 6: demand granted 4096 up front, then 3072 at a time."""
@@ -41,6 +44,8 @@ US_ITEM = Metric("us_per_item", "µs per item", "µs", higher_is_better=False)
 P50 = Metric("p50_us", "p50", "µs", higher_is_better=False)
 P99 = Metric("p99_us", "p99", "µs", higher_is_better=False)
 SECONDS = Metric("seconds", "total", "s", higher_is_better=False)
+DELIVERIES_S = Metric("deliveries_per_s", "deliveries/s", "deliveries/s")
+RECORDS_S = Metric("records_per_s", "records/s", "records/s")
 CPU_SERVER = Metric("server_cpu_us", "server CPU per item", "µs", higher_is_better=False)
 CPU_CLIENT = Metric("client_cpu_us", "client CPU per item", "µs", higher_is_better=False)
 SERVER_PEAK = Metric("server_peak_mib", "server peak RSS", "MiB", higher_is_better=False)
@@ -67,7 +72,7 @@ class Row:
     timeout: float = 120.0
     max_runs: int | None = None  # memory rows: one long run is enough
     chart: bool = True  # plotted as throughput (items/s)
-    systems: tuple[str, ...] = SYSTEMS
+    systems: tuple[str, ...] = PEERS
 
     @property
     def primary(self) -> Metric:
@@ -83,6 +88,8 @@ class Row:
             return params["streams"] * params["items"]
         if self.kind == "many_connections":
             return params["connections"] * params["items"]
+        if self.kind == "fanout":
+            return params["subscribers"] * params["count"]
         return None
 
 
@@ -90,7 +97,7 @@ TRANSPORTS = {"tcp": "TCP", "ws": "WebSocket"}
 
 
 def build(quick: bool) -> list[Row]:
-    """The rows of scenarios 1-4 (scenario 5, the broker, is in :func:`broker_rows`)."""
+    """The rows of every scenario (scenario 5, the broker, comes from :func:`broker_rows`)."""
     q = quick
     rows: list[Row] = []
     for transport, name in TRANSPORTS.items():
@@ -155,8 +162,43 @@ def build(quick: bool) -> list[Row]:
         metrics=(SERVER_PEAK, SERVER_STEADY, SERVER_DRIFT, CLIENT_PEAK, CLIENT_STEADY, CLIENT_DRIFT, ITEMS_S),
         timeout=180.0, max_runs=1, chart=False,
     ))
+    rows += broker_rows(quick)
     if quick:
         rows = [Row(**{**row.__dict__, "timeout": 30.0}) for row in rows]
+    return rows
+
+
+FANOUT_COUNTS = {
+    # subscribers: (records per run, --quick records); deliveries = records x subscribers.
+    1: (200_000, 5_000),
+    10: (50_000, 1_000),
+    100: (5_000, 200),
+}
+"""Records published per run: a second or a few per run at the broker's speed on this machine."""
+
+INTERVAL_COUNT = 20_000
+"""At most this many records under fsync ``interval``: a producer may have ``sink_window``
+(1,024) records not yet stored, and they are stored at the next sync (every 100 ms), so that
+topic takes about 10k records/s whatever the subscribers do."""
+
+
+def broker_rows(quick: bool) -> list[Row]:
+    """Scenario 5: one producer to 1, 10 and 100 subscribers, for each kind of topic."""
+    rows = []
+    for storage, fsync, where in broker.STORAGE:
+        for subscribers in broker.SUBSCRIBERS:
+            full, small = FANOUT_COUNTS[subscribers]
+            if fsync == "interval":
+                full = min(full, INTERVAL_COUNT)
+            rows.append(Row(
+                id=f"s5-{fsync or storage}-{subscribers}", scenario=5,
+                title=f"1 producer to {subscribers} subscriber{'s' if subscribers > 1 else ''}, {where}",
+                kind="fanout", transport="tcp",
+                params={"subscribers": subscribers, "count": small if quick else full, "size": 16, "prefetch": PREFETCH},
+                server_params={"storage": storage, "fsync": fsync},
+                metrics=(DELIVERIES_S, RECORDS_S, MB_S, CPU_SERVER, CPU_CLIENT),
+                chart=False, systems=("rsnet-broker",),
+            ))
     return rows
 
 
@@ -203,6 +245,9 @@ def metrics_of(row: Row, result: dict[str, Any], rss: dict[str, list[tuple[float
         out["mb_per_s"] = result["items"] * params["size"] / seconds / 1e6
         out["us_per_item"] = seconds / result["items"] * 1e6 if result["items"] else float("nan")
         out["seconds"] = seconds
+        if row.kind == "fanout":
+            out["deliveries_per_s"] = out["items_per_s"]
+            out["records_per_s"] = params["count"] / seconds
     out.update(_memory(rss.get("server", []), "server"))
     out.update(_memory(rss.get("client", []), "client"))
     return out

@@ -64,7 +64,9 @@ def run_suite(
 ) -> dict[str, Any]:
     unavailable = {
         ("rsnet", transport): rsnet_unavailable() for transport in ("tcp", "ws")
-    } | {("rsocket-py", transport): rsocket_unavailable(transport) for transport in ("tcp", "ws")}
+    } | {("rsocket-py", transport): rsocket_unavailable(transport) for transport in ("tcp", "ws")} | {
+        ("rsnet-broker", transport): rsnet_unavailable() or broker.unavailable() for transport in ("tcp", "ws")
+    }
     table: list[dict[str, Any]] = []
     for row in rows:
         entry: dict[str, Any] = {
