@@ -80,7 +80,7 @@ class Topic:
             return MAX_DEMAND
         # Count what producers were granted and have not appended yet as if it were in:
         # it may arrive at any moment.
-        head = self.log.next_offset + sum(sink.in_flight - len(sink.sent_offsets) for sink in self.sinks)
+        head = self.log.next_offset + sum(sink.in_flight for sink in self.sinks)
         slowest = min((reader.positions[self] for reader in self.readers), default=head)
         return max(0, self.max_lag - (head - slowest))
 
@@ -125,6 +125,10 @@ class Topic:
             head = self.log.next_offset - 1
             sink.sent_offsets.extend(head if offset is None else offset for offset in offsets)
             sink.next_sequence += len(values)
+            sink.in_flight -= len(values)
+            # Demand is about room, acknowledgement about durability: the producer may send
+            # more as soon as these are written, while $acks waits for the fsync policy.
+            sink.refill()
             self.records_in += sum(offset is not None for offset in offsets)
         for reader in list(self.readers):
             reader.appended(self)
@@ -150,8 +154,9 @@ class Topic:
 class TopicSink(Subscriber[Any]):
     """Subscribed to a producer's publisher; feeds a topic under the topic's capacity.
 
-    It grants the producer at most ``window`` records that are not yet stored, and never
-    more than the topic's capacity. ``producer`` and the running ``sequence`` make retries
+    It grants the producer at most ``window`` records that are not yet written to the log,
+    and never more than the topic's capacity; records count as acknowledged (``settle``) once
+    the log's fsync policy made them durable. ``producer`` and the running ``sequence`` make retries
     idempotent: the log drops a (producer, sequence) it already stored.
     """
 
@@ -161,7 +166,7 @@ class TopicSink(Subscriber[Any]):
         self.producer = producer
         self.next_sequence = first_sequence  # sequence of the next record handed to the log
         self.subscription: Subscription | None = None
-        self.in_flight = 0  # granted or received, not yet stored
+        self.in_flight = 0  # granted (or received), not yet appended to the log
         self.sent_offsets: list[int] = []  # offsets of appended records not yet known durable
         self.buffer: list[Any] = []  # received, waiting for the topic's writer
         self.done = False
@@ -212,7 +217,7 @@ class TopicSink(Subscriber[Any]):
             self.subscription.request(amount)
 
     def settle(self, durable_offset: int) -> int | None:
-        """Release the records now durable; returns the last stored sequence, if any."""
+        """Acknowledge the records now durable; returns the last stored sequence, if any."""
         offsets = self.sent_offsets
         settled = 0
         while settled < len(offsets) and offsets[settled] < durable_offset:
@@ -220,8 +225,6 @@ class TopicSink(Subscriber[Any]):
         if not settled:
             return None
         del offsets[:settled]
-        self.in_flight -= settled
-        self.refill()
         self._leave_when_settled()
         return self.next_sequence - len(offsets) - 1
 
