@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from itertools import repeat
+from operator import is_
 from typing import Any, Callable, Protocol
 
 import trio
@@ -57,6 +59,9 @@ log = logging.getLogger("rsnet.session")
 
 DEFAULT_SEND_WINDOW = 1024
 """Items a hosted publisher may have requested and not yet delivered, per stream."""
+
+BATCH_ITEMS = 256
+"""The most items one BATCH frame carries (a hosted publisher's items go out in BATCH frames)."""
 
 FLUSH_TIMEOUT = 1.0
 """Seconds the writer gets to flush the last frames (a CONN_ERROR) once the connection ended."""
@@ -100,19 +105,23 @@ class NoHost:
 class _Outbound(Subscriber[Any]):
     """Subscribed to a local publisher; turns its signals into frames on one stream.
 
-    It never buffers: each item is encoded straight into the connection's output. Demand
-    the peer grants (``remote``) is passed to the local publisher in windows: at most
+    Items are collected in ``pending`` and encoded by :meth:`flush` as BATCH frames (one
+    ``send_batch`` per stream per write, instead of one NEXT frame and one writer wake-up
+    per item); the session flushes before every write, before processing received bytes and
+    before any other frame on the stream (COMPLETE, ERROR), so frames keep their order.
+    Demand the peer grants (``remote``) is passed to the local publisher in windows: at most
     ``window`` items are requested locally and not yet delivered, and the window is refilled
-    after the writer has flushed. So the output buffer holds at most one window per stream
-    whatever the peer granted (2**63-1 included), a synchronous publisher gives the event
-    loop back after each window, and a slow socket holds the publisher back. A publisher
-    that emits beyond what was requested locally broke rule 1.1 and is cut off with
-    FLOW_CONTROL instead of buffered.
+    after the writer has flushed. So ``pending`` plus the output buffer hold at most one
+    window per stream whatever the peer granted (2**63-1 included), a synchronous publisher
+    gives the event loop back after each window, and a slow socket holds the publisher
+    back. Every item taken is within the peer's demand (``remote``). A publisher that emits
+    beyond what was requested locally broke rule 1.1 and is cut off with FLOW_CONTROL
+    instead of buffered.
     """
 
     __slots__ = (
         "_session", "stream_id", "subscription", "remote", "local", "_accept", "done", "on_end",
-        "_refill_queued",
+        "_refill_queued", "pending",
     )
 
     def __init__(
@@ -122,12 +131,13 @@ class _Outbound(Subscriber[Any]):
         self._session = session
         self.stream_id = stream_id
         self.subscription: Subscription | None = None
-        self.remote = initial  # granted by the peer, not yet sent (MAX_DEMAND: unbounded)
+        self.remote = initial  # granted by the peer, not yet taken (MAX_DEMAND: unbounded)
         self.local = 0  # requested from the local publisher, not yet delivered
         self._accept = accept
         self.done = False
         self.on_end = on_end
         self._refill_queued = False
+        self.pending: list[Any] = []  # items taken, not yet encoded (at most one window)
 
     def on_subscribe(self, subscription: Subscription) -> None:
         check_signal_argument(subscription, "on_subscribe")
@@ -151,27 +161,62 @@ class _Outbound(Subscriber[Any]):
             self.subscription.request(amount)
 
     def on_next(self, item: Any) -> None:
-        check_signal_argument(item, "on_next")
+        if item is None:
+            check_signal_argument(item, "on_next")  # raises: rule 2.13
         if self.done:
             return
-        session = self._session
         if not self.local:
             self._cut_off(ErrorCode.FLOW_CONTROL, "rule 1.1: the publisher emitted more items than requested")
             return
-        try:
-            session.conn.send_next(self.stream_id, item)
-        except LocalProtocolError as refused:
-            # FRAME_TOO_LARGE, APPLICATION_ERROR: the item cannot be sent. The stream
-            # ends, the connection lives.
-            self._cut_off(refused.code, refused.message)
-            return
+        pending = self.pending
+        if not pending or not self._refill_queued:
+            self._session.items_pending(self, not pending)
+        pending.append(item)
         self.local -= 1
         if self.remote != MAX_DEMAND:
             self.remote -= 1
-        if not self._refill_queued:
-            self._refill_queued = True
-            session.refill_after_write(self)
-        session.wake_writer()
+
+    def on_next_many(self, items: list[Any]) -> None:
+        """``on_next`` for each of ``items``, in order, in one call (the sources use it)."""
+        if any(map(is_, items, repeat(None))):
+            check_signal_argument(None, "on_next")  # raises: rule 2.13
+        if self.done:
+            return
+        count = len(items)
+        if count > self.local:
+            if self.local:
+                self.on_next_many(items[: self.local])
+            self._cut_off(ErrorCode.FLOW_CONTROL, "rule 1.1: the publisher emitted more items than requested")
+            return
+        pending = self.pending
+        if not pending or not self._refill_queued:
+            self._session.items_pending(self, not pending)
+        pending += items
+        self.local -= count
+        if self.remote != MAX_DEMAND:
+            self.remote -= count
+
+    def flush(self) -> None:
+        """Encode the pending items into the connection's output, as BATCH frames of at most
+        ``BATCH_ITEMS`` items (so large items never make one huge frame to re-split)."""
+        items = self.pending
+        if not items:
+            return
+        self.pending = []
+        conn, stream_id = self._session.conn, self.stream_id
+        for start in range(0, len(items), BATCH_ITEMS):
+            chunk = items if len(items) <= BATCH_ITEMS else items[start:start + BATCH_ITEMS]
+            try:
+                conn.send_batch(stream_id, chunk)
+            except LocalProtocolError:
+                # An item a batch cannot carry (FRAME_TOO_LARGE, APPLICATION_ERROR): send the
+                # items before it, then end the stream with the reason; the connection lives.
+                for item in chunk:
+                    try:
+                        conn.send_next(stream_id, item)
+                    except LocalProtocolError as refused:
+                        self._cut_off(refused.code, refused.message)
+                        return
 
     def _cut_off(self, code: int, message: str) -> None:
         self.subscription.cancel()  # type: ignore[union-attr]
@@ -185,6 +230,7 @@ class _Outbound(Subscriber[Any]):
 
     def on_complete(self) -> None:
         if not self.done:
+            self.flush()  # the stream's items go before its COMPLETE
             self.done = True
             self._session.end_outbound(self)
             self._session.conn.send_complete(self.stream_id)
@@ -193,6 +239,7 @@ class _Outbound(Subscriber[Any]):
                 self.on_end(None)
 
     def _finish(self, code: int, message: str, data: Any, error: BaseException) -> None:
+        self.flush()  # the stream's items go before its ERROR
         self.done = True
         session = self._session
         session.end_outbound(self)
@@ -213,6 +260,7 @@ class _Outbound(Subscriber[Any]):
         if self.done:
             return
         self.done = True
+        self.pending = []  # the stream is closed: nothing more goes out on it
         if self.subscription is not None:
             self.subscription.cancel()
         if self.on_end is not None:
@@ -275,17 +323,28 @@ class _Inbound(Subscription):
     # called by the session's dispatch
 
     def deliver(self, items: list[Any]) -> None:
+        subscriber = self.subscriber
+        if subscriber is None:
+            return
+        many = getattr(subscriber, "on_next_many", None)
         self._delivering = True
         try:
-            for item in items:
-                subscriber = self.subscriber
-                if subscriber is None:
-                    return  # cancelled during an earlier item: drop the rest (rule 2.8)
-                if not deliver_safely(subscriber.on_next, item):
+            if many is not None:
+                # A subscriber that takes a batch in one call (rsnet's iterator): the same
+                # signals as on_next per item, in order, without a call per item.
+                if not deliver_safely(many, items):
                     self.cancel()
                     return
-                if self._bad_request is not None:
-                    break
+            else:
+                for item in items:
+                    subscriber = self.subscriber
+                    if subscriber is None:
+                        return  # cancelled during an earlier item: drop the rest (rule 2.8)
+                    if not deliver_safely(subscriber.on_next, item):
+                        self.cancel()
+                        return
+                    if self._bad_request is not None:
+                        break
         finally:
             self._delivering = False
         if self._bad_request is not None:
@@ -365,6 +424,7 @@ class Session:
         self._offered: dict[int, Publisher[Any]] = {}  # OFFERed, waiting for the peer's ACCEPT
         self._demand_dirty: list[_Inbound] = []
         self._refill: list[_Outbound] = []
+        self._unsent: list[_Outbound] = []
         self._wakeup = trio.Event()
         self._write_scheduled = False
         self._closed = trio.Event()
@@ -435,6 +495,7 @@ class Session:
     def close(self, code: int = ErrorCode.GOING_AWAY, message: str = "closing") -> None:
         """End the connection now: CONN_ERROR to the peer, every stream ends."""
         if self.conn.state is not State.CLOSED:
+            self.flush_items()  # items already taken go before the CONN_ERROR
             self.conn.send_conn_error(code, message)
             self._closing_error = ConnectionLost(f"closed locally: {message}", code)
         self.wake_writer()
@@ -443,6 +504,7 @@ class Session:
         """Graceful shutdown: no new streams either way; open ones run to their end, then
         the connection closes (the writer ends it once no stream is left)."""
         if self.conn.state is State.OPEN and not self.conn.going_away:
+            self.flush_items()
             self.conn.send_go_away(message)
             self.wake_writer()
 
@@ -517,8 +579,22 @@ class Session:
 
     # -- bookkeeping called by the stream objects ---------------------------------------------------
 
-    def refill_after_write(self, outbound: _Outbound) -> None:
-        self._refill.append(outbound)
+    def items_pending(self, outbound: _Outbound, first: bool) -> None:
+        """``outbound`` took an item: the first since its last flush (it must be flushed),
+        or the first since its last refill (the window must be refilled after the write)."""
+        if first:
+            self._unsent.append(outbound)
+        if not outbound._refill_queued:
+            outbound._refill_queued = True
+            self._refill.append(outbound)
+        self.wake_writer()
+
+    def flush_items(self) -> None:
+        """Encode every stream's pending items into the connection's output."""
+        while self._unsent:
+            unsent, self._unsent = self._unsent, []
+            for outbound in unsent:
+                outbound.flush()
 
     def demand_pending(self, inbound: _Inbound) -> None:
         self._demand_dirty.append(inbound)
@@ -554,6 +630,8 @@ class Session:
             self._wakeup = trio.Event()
             self._write_scheduled = False
             self._grant_demand()
+            if self._unsent:
+                self.flush_items()
             if message_based:
                 chunks = conn.data_to_send_messages()
             else:
@@ -600,6 +678,10 @@ class Session:
                 conn.events_received()
                 return
             self.last_received = trio.current_time()
+            if self._unsent:
+                # Items taken before these bytes arrived go out before any frame the
+                # protocol writes in answer to them (a stream error, say).
+                self.flush_items()
             if data:
                 self.bytes_received += len(data)
                 conn.receive_data(data)

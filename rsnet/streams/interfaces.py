@@ -48,6 +48,11 @@ class Subscriber(abc.ABC, Generic[T]):
     Signal order: ``on_subscribe`` exactly once and first (rule 1.9), then at most as many
     ``on_next`` as requested (rule 1.1), then at most one of ``on_error`` / ``on_complete``
     (rule 1.7). A ``None`` argument raises ``TypeError`` (rule 2.13).
+
+    Optional fast path: a subscriber may also define ``on_next_many(items)``, a list of items
+    with exactly the meaning of ``on_next`` called for each, in order. rsnet's iterable
+    sources and network session call it when present (found by that name) to hand over a
+    run of items in one call; everything else keeps calling ``on_next``.
     """
 
     __slots__ = ()

@@ -6,14 +6,21 @@ and each time the consumer has taken ``limit = prefetch - prefetch // 4`` of the
 item, and the publisher never has more than ``prefetch`` items buffered here (rule 1.1: an
 item beyond that is a :class:`MissingBackpressureError`).
 
-Items already buffered are handed out without yielding to the scheduler; the iterator checks
-for cancellation on every item and yields to other tasks once per replenishment, so a fast
-synchronous publisher cannot starve the rest of the program.
+Items already buffered are handed out without yielding to the scheduler. The iterator checks
+for cancellation whenever it has to wait for items and at least every
+``CANCEL_CHECK_INTERVAL`` items taken from its buffer (a trio cancellation check costs more
+than handing out an item, so it is not done per item), and it yields to other tasks once per
+replenishment, so a fast synchronous publisher cannot starve the rest of the program.
+
+The buffering subscriber also has ``on_next_many(items)``, the same as ``on_next`` for each
+item in order: the network session uses it to hand over a received batch in one call.
 """
 
 from __future__ import annotations
 
 from collections import deque
+from itertools import repeat
+from operator import is_
 from typing import Any
 
 import trio
@@ -22,6 +29,9 @@ from .interfaces import Publisher, Subscriber, Subscription
 from .rules import MAX_DEMAND, MissingBackpressureError, check_signal_argument
 
 DEFAULT_PREFETCH = 256
+
+CANCEL_CHECK_INTERVAL = 64
+"""Buffered items handed out between two cancellation checks (at most)."""
 
 
 class _BufferingSubscriber(Subscriber[Any]):
@@ -60,6 +70,26 @@ class _BufferingSubscriber(Subscriber[Any]):
         self.queue.append(item)
         self._wake()
 
+    def on_next_many(self, items: list[Any]) -> None:
+        """``on_next`` for each of ``items``, in order, in one call."""
+        if any(map(is_, items, repeat(None))):
+            raise TypeError("rule 2.13: on_next(None) is not allowed")
+        if self.terminal:
+            return  # rule 2.8
+        queue = self.queue
+        room = self.prefetch - len(queue)
+        if len(items) <= room:
+            queue.extend(items)
+            self._wake()
+            return
+        queue.extend(items[:room])  # what was requested; the next one breaks rule 1.1
+        self.subscription.cancel()  # type: ignore[union-attr]
+        self._terminate(
+            MissingBackpressureError(
+                f"rule 1.1: publisher sent more than the {self.prefetch} items requested"
+            )
+        )
+
     def on_error(self, error: BaseException) -> None:
         check_signal_argument(error, "on_error")
         self._terminate(error)
@@ -92,17 +122,31 @@ class PublisherIterator:
         self._publisher: Publisher[Any] | None = publisher
         self._subscriber = _BufferingSubscriber(min(prefetch, MAX_DEMAND))
         self._limit = prefetch if prefetch == MAX_DEMAND else prefetch - (prefetch >> 2)
-        self._consumed = 0
+        self._consumed = 0  # items taken since the last replenishment, up to the last tick
+        # Items that may be handed out before the next tick (a cancellation check, and the
+        # replenishment when it is due); ``_run`` is what the countdown started from.
+        self._run = self._countdown = 1
 
     def __aiter__(self) -> PublisherIterator:
         return self
 
     async def __anext__(self) -> Any:
+        queue = self._subscriber.queue
+        if queue:
+            countdown = self._countdown - 1
+            if countdown:
+                # The fast path: a buffered item, no tick due.
+                self._countdown = countdown
+                return queue.popleft()
+        return await self._next_slow()
+
+    async def _next_slow(self) -> Any:
         subscriber = self._subscriber
         if self._publisher is not None:
             publisher, self._publisher = self._publisher, None
             publisher.subscribe(subscriber)
         queue = subscriber.queue
+        waited = False
         while not queue:
             if subscriber.terminal:
                 if subscriber.error is not None:
@@ -110,13 +154,18 @@ class PublisherIterator:
                 raise StopAsyncIteration
             subscriber.wakeup = wakeup = trio.Event()
             await wakeup.wait()
-        await trio.lowlevel.checkpoint_if_cancelled()
+            waited = True
+        if not waited:
+            await trio.lowlevel.checkpoint_if_cancelled()
         item = queue.popleft()
-        self._consumed += 1
-        if self._consumed == self._limit and not subscriber.terminal:
+        # The tick: account for the items the fast path handed out since the last one.
+        self._consumed += self._run - self._countdown + 1
+        limit = self._limit
+        if self._consumed >= limit and not subscriber.terminal:
             self._consumed = 0
-            subscriber.subscription.request(self._limit)  # type: ignore[union-attr]
+            subscriber.subscription.request(limit)  # type: ignore[union-attr]
             await trio.lowlevel.cancel_shielded_checkpoint()
+        self._run = self._countdown = max(1, min(CANCEL_CHECK_INTERVAL, limit - self._consumed))
         return item
 
     async def aclose(self) -> None:

@@ -75,7 +75,8 @@ class EmittingSubscription(Subscription):
 
     Subclasses implement :meth:`_emit`, which emits what the current demand allows and
     returns whether the drain loop should run again, and may override :meth:`_on_cancel`
-    to release what feeds them. They signal only through ``_signal_next``,
+    to release what feeds them. They signal only through ``_signal_next`` (or
+    ``_signal_many``, for a subscriber that has ``on_next_many``),
     ``_signal_error`` and ``_signal_complete``.
 
     ``requested`` is the outstanding demand; ``MAX_DEMAND`` means unbounded and is never
@@ -139,6 +140,14 @@ class EmittingSubscription(Subscription):
         if self.requested != MAX_DEMAND:
             self.requested -= 1
         if not deliver_safely(self._subscriber.on_next, item):  # type: ignore[union-attr]
+            self.cancel()
+
+    def _signal_many(self, items: list[Any]) -> None:
+        """Deliver several items in one ``on_next_many`` call; the caller has checked that
+        the subscriber has it, that ``requested >= len(items)`` and that no item is None."""
+        if self.requested != MAX_DEMAND:
+            self.requested -= len(items)
+        if not deliver_safely(self._subscriber.on_next_many, items):  # type: ignore[union-attr]
             self.cancel()
 
     def _signal_error(self, error: BaseException) -> None:
