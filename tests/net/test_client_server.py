@@ -399,3 +399,21 @@ async def test_without_reconnect_a_lost_connection_fails_new_subscriptions():
                 async for _ in conn.subscribe("range", count=1):
                     pass
         nursery.cancel_scope.cancel()
+
+
+async def test_the_server_can_subscribe_to_a_publisher_the_client_hosts():
+    client_side = rsnet.Server()  # used only as the client's host: a registry of publishers
+    client_side.add_publisher("readings", lambda params, ctx: rsnet.range_(100, params["count"]))
+    server = demo_server()
+    async with running(server) as urls:
+        for transport in TRANSPORTS:
+            async with rsnet.connect(urls[transport], host=client_side):
+                await until(lambda: len(server.sessions) == 1)
+                (session,) = server.sessions
+                remote = session.publisher("readings", {"count": 3})  # server -> client SUBSCRIBE
+                assert [x async for x in rsnet.iterate(remote)] == [100, 101, 102]
+                with pytest.raises(rsnet.StreamError) as caught:
+                    async for _ in rsnet.iterate(session.publisher("unknown")):
+                        pass
+                assert caught.value.code == ErrorCode.UNKNOWN_PUBLISHER
+            await until(lambda: not server.sessions)
