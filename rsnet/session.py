@@ -10,9 +10,10 @@ A :class:`Session` drives a :class:`rsnet.protocol.Connection` over a
 - :meth:`Session.offer` serves a local publisher to the peer (OFFER); an OFFER from the peer
   is handed to :class:`Host` as a publisher to subscribe a sink to.
 
-Speed is designed in (field notes): signals never await. ``on_next`` encodes synchronously into
-the protocol's output buffer, and a single writer task flushes everything pending in one
-transport write whenever it runs, so while one write is in progress the next batch builds up.
+Speed is designed in (field notes): signals never await. ``on_next`` only appends to the
+stream's pending list; a single writer task encodes each stream's pending items as BATCH
+frames and flushes everything in one transport write whenever it runs, so while one write is
+in progress the next batch builds up.
 Demand requested locally is accumulated per stream and sent as one REQUEST per stream per
 write, however many ``request`` calls made it up. Received frames are dispatched synchronously
 by the reader task, so a slow consumer on one stream never delays another (it only stops
