@@ -437,7 +437,6 @@ class Session:
         self._nursery: trio.Nursery | None = None
         self.last_received = trio.current_time()
         self.last_sent = trio.current_time()
-        self.bytes_received = 0
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -684,7 +683,6 @@ class Session:
                 # protocol writes in answer to them (a stream error, say).
                 self.flush_items()
             if data:
-                self.bytes_received += len(data)
                 conn.receive_data(data)
             else:
                 self._eof = True

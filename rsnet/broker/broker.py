@@ -86,6 +86,7 @@ class Broker:
         self.retention_sweep_s = retention_sweep_s
         self.topics: dict[str, Topic] = {}
         self.recovery: dict[str, Any] = {}  # topic -> RecoveryReport of its log
+        self.denied = 0  # requests refused for lack of a grant
         self._cursors: dict[str, CursorStore | dict[str, int]] = {}
         self._watchers: list[tuple[str, TopicReader]] = []  # wildcard readers, for new topics
         self._acks: dict[tuple[str, str], set[_AckSubscription]] = {}
@@ -182,6 +183,7 @@ class Broker:
 
     def _check(self, context: StreamContext, action: str, name: str) -> None:
         if self.authorize is not None and not self.authorize(context.principal, action, name):
+            self.denied += 1
             raise StreamError(ErrorCode.UNAUTHORIZED, f"not allowed to {action} {name!r}")
 
     def open_publisher(self, name: str, params: Any, context: StreamContext) -> Publisher[Any]:

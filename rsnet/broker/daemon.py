@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import json
 import logging
 import os
 import signal
@@ -23,7 +24,7 @@ import trio
 from ..server import Server
 from .auth import Authorizer, Principal
 from .broker import Broker, TopicSettings
-from .config import BrokerConfig, ConfigError, load_config, topic_settings
+from .config import BrokerConfig, ConfigError, declared_topics, load_config, topic_settings
 from .logging import configure_logging
 from .metrics import BrokerMetrics, serve_http
 from .storage import FsyncPolicy, Retention
@@ -71,9 +72,11 @@ def _ssl_context(config: BrokerConfig) -> ssl.SSLContext | None:
     return context
 
 
-def _metrics_refresher(broker: Broker, server: Server) -> Any:
+def metrics_refresher(broker: Broker, server: Server) -> Any:
     """Bring the gauges and counters up to date from the broker's state at each scrape."""
-    seen: dict[str, tuple[int, int, int]] = {}
+    seen: dict[str, tuple[int, int, int, int]] = {}
+    producers: set[tuple[str, str]] = set()
+    denied = 0
     reader_ids: dict[int, str] = {}
     numbers = itertools.count(1)
     counts = {"connections": 0, "publish": 0, "subscribe": 0}
@@ -87,28 +90,43 @@ def _metrics_refresher(broker: Broker, server: Server) -> Any:
         counts[key] = now
 
     def refresh(metrics: BrokerMetrics) -> None:
+        nonlocal denied
         follow("connections", len(server.sessions), metrics.connection_opened, metrics.connection_closed)
+        for _ in range(broker.denied - denied):
+            metrics.auth_denied("forbidden")
+        denied = broker.denied
         topics = list(broker.topics.values())
         follow("publish", sum(len(t.sinks) for t in topics),
                lambda: metrics.stream_opened("publish"), lambda: metrics.stream_closed("publish"))
         follow("subscribe", sum(len(t.readers) for t in topics),
                lambda: metrics.stream_opened("subscribe"), lambda: metrics.stream_closed("subscribe"))
         live: set[str] = set()
+        live_producers: set[tuple[str, str]] = set()
         for name, topic in broker.topics.items():
-            records_in, records_out, dropped = seen.get(name, (0, 0, 0))
+            records_in, records_out, dropped, disconnected = seen.get(name, (0, 0, 0, 0))
             if topic.records_in > records_in:
                 metrics.records_in(name, topic.records_in - records_in)
             if topic.records_out > records_out:
                 metrics.records_out(name, topic.records_out - records_out)
             if topic.dropped > dropped:
                 metrics.records_dropped(name, topic.dropped - dropped)
-            seen[name] = (topic.records_in, topic.records_out, topic.dropped)
+            for _ in range(topic.disconnected - disconnected):
+                metrics.slow_subscriber_disconnected(name)
+            seen[name] = (topic.records_in, topic.records_out, topic.dropped, topic.disconnected)
+            for sink in topic.sinks:
+                if sink.producer is not None:
+                    metrics.set_producer_demand(name, sink.producer, sink.in_flight)
+                    live_producers.add((name, sink.producer))
             metrics.set_storage(name, topic.log.size_bytes, topic.log.next_offset - topic.log.first_offset)
             for reader in topic.readers:
                 label = reader_ids.setdefault(id(reader), f"s{next(numbers)}")
                 live.add(label)
                 metrics.set_lag(name, label, reader.lag(topic))
                 metrics.set_demand(label, reader.requested)
+        for gone in producers - live_producers:
+            metrics.remove_producer(*gone)
+        producers.clear()
+        producers.update(live_producers)
         for key, label in list(reader_ids.items()):
             if label not in live:
                 metrics.remove_subscriber(label)
@@ -135,7 +153,7 @@ async def run_broker(args: argparse.Namespace) -> int:
     server = Server(host=broker, authenticate=authorizer.authenticate)
     tls = _ssl_context(config)
     metrics = BrokerMetrics()
-    metrics.add_refresher(_metrics_refresher(broker, server))
+    metrics.add_refresher(metrics_refresher(broker, server))
 
     def health() -> dict[str, Any]:
         damaged = {name: report.damaged for name, report in broker.recovery.items() if report.damaged}
@@ -144,6 +162,9 @@ async def run_broker(args: argparse.Namespace) -> int:
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with trio.open_nursery() as nursery:
             await nursery.start(broker.run)
+            for name in declared_topics(config):  # named outright: exist even without auto_create
+                broker.topic(name, create=True)
+            log.info("configuration: %s", json.dumps(config.describe()))
             scheme = "tls" if tls else "tcp"
             if config.listen.tcp is not None:
                 port = await nursery.start(lambda task_status: server.serve_tcp(

@@ -68,6 +68,7 @@ class Topic:
         self.records_in = 0
         self.records_out = 0
         self.dropped = 0
+        self.disconnected = 0  # subscribers ended by the disconnect policy
         self._pending: list[TopicSink] = []  # sinks holding records for the writer
         self._wakeup = trio.Event()
         self._on_stored = on_stored  # (producer, last sequence) pairs that became durable
@@ -288,7 +289,8 @@ class TopicReader(DrainLoop, Subscription):
         if lag > topic.max_lag and not self.requested:
             if topic.policy is SlowPolicy.DROP:
                 self._skip(topic, lag - topic.max_lag // 2)
-            elif topic.policy is SlowPolicy.DISCONNECT:
+            elif topic.policy is SlowPolicy.DISCONNECT and self._failure is None:
+                topic.disconnected += 1
                 self._failure = StreamError(
                     BrokerCode.SLOW_SUBSCRIBER,
                     f"more than {topic.max_lag} records behind on {topic.name!r}",

@@ -27,11 +27,6 @@ def add_demand(current: int, n: int) -> int:
     return MAX_DEMAND if total >= MAX_DEMAND else total
 
 
-def consume_demand(current: int, n: int) -> int:
-    """Demand left after ``n`` items were emitted; unbounded demand stays unbounded."""
-    return current if current == MAX_DEMAND else current - n
-
-
 class MissingBackpressureError(RuntimeError):
     """A publisher signalled more ``on_next`` than was requested (rule 1.1)."""
 

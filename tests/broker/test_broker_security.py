@@ -16,7 +16,8 @@ import rsnet
 from rsnet.broker.auth import Authorizer, hash_token
 from rsnet.broker.client import commit, publish
 from rsnet.broker.config import load_config
-from rsnet.broker.daemon import build_broker
+from rsnet.broker.daemon import metrics_refresher, build_broker
+from rsnet.broker.metrics import BrokerMetrics
 from rsnet.protocol import ErrorCode
 
 from .support import take
@@ -35,12 +36,14 @@ def config():
     })
 
 
-async def serve(config, nursery):
+async def serve(config, nursery, *, parts=None):
     authorizer = Authorizer(config.auth)
     broker = build_broker(config, authorizer)
     server = rsnet.Server(host=broker, authenticate=authorizer.authenticate)
     await nursery.start(broker.run)
     port = await nursery.start(server.serve_tcp, "127.0.0.1", 0)
+    if parts is not None:
+        parts.update(broker=broker, server=server)
     return f"tcp://127.0.0.1:{port}"
 
 
@@ -62,8 +65,9 @@ async def test_no_token_or_a_wrong_token_is_refused_at_the_handshake(config):
 
 
 async def test_grants_hold_for_topics_and_patterns(config):
+    parts = {}
     async with trio.open_nursery() as nursery:
-        url = await serve(config, nursery)
+        url = await serve(config, nursery, parts=parts)
         async with rsnet.connect(url, token=INGEST) as ingest, rsnet.connect(url, token=READER) as reader:
             assert await publish(ingest, "sensors.kitchen", [1, 2]) == 2
             assert await publish(ingest, "sensors.kitchen.deep", [3]) == 1  # within sensors.>
@@ -80,6 +84,12 @@ async def test_grants_hold_for_topics_and_patterns(config):
             # $topics shows each client only what it may subscribe to
             assert [t["topic"] async for t in reader.subscribe("$topics")] == ["sensors.kitchen"]
             assert [t["topic"] async for t in ingest.subscribe("$topics")] == []
+            # every refusal above is counted for the operators
+            metrics = BrokerMetrics()
+            metrics.add_refresher(metrics_refresher(parts["broker"], parts["server"]))
+            text = metrics.render()[0].decode()
+            assert f'rsnet_broker_auth_denials_total{{reason="forbidden"}} {float(parts["broker"].denied)}' in text
+            assert parts["broker"].denied >= 10
         nursery.cancel_scope.cancel()
 
 

@@ -8,7 +8,7 @@ import weakref
 import pytest
 
 import rsnet
-from rsnet.streams.rules import MAX_DEMAND, add_demand, consume_demand, set_undeliverable_handler
+from rsnet.streams.rules import MAX_DEMAND, add_demand, set_undeliverable_handler
 
 from .support import Recorder
 
@@ -17,8 +17,6 @@ def test_rule_3_17_demand_saturates_at_2_63_minus_1():
     assert add_demand(MAX_DEMAND // 2, MAX_DEMAND // 2 + 1) == MAX_DEMAND
     assert add_demand(MAX_DEMAND, MAX_DEMAND) == MAX_DEMAND
     assert add_demand(3, 4) == 7
-    assert consume_demand(MAX_DEMAND, 10) == MAX_DEMAND  # unbounded stays unbounded
-    assert consume_demand(10, 3) == 7
 
 
 def test_rule_1_1_emits_no_more_than_requested():
