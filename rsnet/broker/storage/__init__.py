@@ -45,7 +45,8 @@ record at the same offset; a broker that must never show that serves readers onl
 
 Recovery (``SegmentLog.open``)
 ------------------------------
-Every segment is scanned: each frame's length and CRC, each body's fields, and each record's
+Every segment is scanned (a sealed segment with a sidecar that matches it byte for byte is
+read from the sidecar instead, with the same result; see ``segments.py``): each frame's length and CRC, each body's fields, and each record's
 offset against the one expected next. The log kept is the longest contiguous run of intact
 records from the start of the first segment:
 
@@ -76,8 +77,9 @@ keeps up to one segment more than the limits ask.
 
 Known limits
 ------------
-Opening scans every segment (no index files yet), so opening costs about the time to read
-and decode the log once. Producer ids are remembered forever (no expiry), in memory and in
+Opening decodes the active segment and any sealed segment without a usable sidecar; every
+other sealed segment is only read through once to check its CRC-32 against its sidecar, so
+opening costs about one read of the log plus one decode of the active segment. Producer ids are remembered forever (no expiry), in memory and in
 each new segment's header.
 """
 

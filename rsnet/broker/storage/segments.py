@@ -4,6 +4,7 @@ Layout of a topic's directory::
 
     00000000000000000000.log      segments, named by their first offset (20 digits)
     00000000000000004711.log      the last one is the active segment, appended to
+    00000000000000000000.idx      sidecar of a sealed segment (all but the active one), see below
     lock                          held (flock) while a SegmentLog has the directory open
 
 Other files (a cursor store, for instance) are left alone. A segment file is::
@@ -26,6 +27,30 @@ Index: each segment keeps, in memory, one entry per ``INDEX_INTERVAL_BYTES`` of 
 (offset, file position, highest timestamp so far), built while scanning at open and while
 appending. A read seeks to the entry at or before its offset and scans forward from there.
 
+Sidecars: when a segment is sealed (``_roll``), what scanning it at open would rebuild is
+written next to it as ``NAME.idx`` (temporary, fsynced unless NEVER, renamed) before the next
+segment is created, so every sealed segment normally has one::
+
+    b"rsnetidx" | version (u32, big-endian, = 1)
+    frame (length, CRC-32, msgpack map; see records.py), nothing after it:
+      base_offset, next_offset   the segment's records are base_offset .. next_offset-1
+      size, crc                  the segment file's byte length and CRC-32 of all of it
+      max_timestamp              highest record timestamp (retention by age, offset_for_timestamp)
+      sequences                  {producer: highest sequence among this segment's records}
+      index                      bin: the sparse index, (offset, position, highest timestamp so
+                                 far) as three big-endian int64 per entry
+
+At open a sealed segment is taken from its sidecar only if the sidecar is whole (magic,
+version, CRC, well-formed fields) and the segment file has exactly ``size`` bytes with
+exactly ``crc``: it is read through once for the CRC (gigabytes per second) but no record
+is decoded. Otherwise (missing, damaged, unknown version, size or CRC mismatch) it is scanned
+as if sidecars did not exist, and ``RecoveryReport.sidecars_ignored`` says why; a sealed
+segment scanned cleanly gets its sidecar written again. The active segment is always
+scanned. A sidecar therefore never changes what recovery keeps, only how fast it gets there.
+Sequences are per segment, as a scan finds them, and combined at open as before (the first
+segment's header, then each segment's). Open removes every sidecar that is not of a kept
+sealed segment; retention deletes a segment's sidecar just before the segment.
+
 Recovery, at open, is described in the package docstring; the rules in short: the log is
 the longest run of contiguous, well-formed records from the start of the first segment;
 anything damaged ends it, and everything from the damage on is removed and reported.
@@ -39,9 +64,12 @@ import bisect
 import collections
 import dataclasses
 import fcntl
+import operator
 import os
 import re
 import struct
+import sys
+import zlib
 from array import array
 from typing import Iterator
 
@@ -65,13 +93,25 @@ OPEN_SEALED_SEGMENTS = 8
 """File descriptors kept open for reading sealed segments, per log (least recently used go)."""
 
 SEGMENT_NAME = re.compile(r"(\d{20})\.log")
-TEMPORARY_NAME = re.compile(r"\d{20}\.log\.tmp")
+SIDECAR_NAME = re.compile(r"(\d{20})\.idx")
+TEMPORARY_NAME = re.compile(r"\d{20}\.(log|idx)\.tmp")
 LOCK_NAME = "lock"
 NO_TIMESTAMP = -(2**63) - 1  # below every timestamp: the highest timestamp of an empty segment
 
 
+SIDECAR_MAGIC = b"rsnetidx"
+SIDECAR_VERSION = 1
+SIDECAR_KEYS = frozenset({"base_offset", "next_offset", "size", "crc", "max_timestamp", "sequences", "index"})
+INDEX_ENTRY = struct.Struct(">qqq")
+"""One sparse index entry in a sidecar: offset, file position, highest timestamp so far."""
+
+
 def segment_name(base_offset: int) -> str:
     return f"{base_offset:020d}.log"
+
+
+def sidecar_name(base_offset: int) -> str:
+    return f"{base_offset:020d}.idx"
 
 
 @dataclasses.dataclass
@@ -86,6 +126,11 @@ class RecoveryReport:
     """Bytes removed because they were damaged or followed damage (0 after a clean shutdown)."""
     damaged: list[str] = dataclasses.field(default_factory=list)
     """One line per problem: which segment, at which byte and offset, what was wrong, what was removed."""
+    sidecars_used: int = 0
+    """Sealed segments taken from their sidecar (``.idx``) after checking, instead of scanned."""
+    sidecars_ignored: list[str] = dataclasses.field(default_factory=list)
+    """One line per sealed segment scanned because its sidecar was missing or unusable, and why.
+    Not damage: the segment was scanned as it would have been without sidecars."""
 
     @property
     def clean(self) -> bool:
@@ -193,6 +238,7 @@ class SegmentLog(TopicLog):
         for _ in range(expired):
             segment = self._segments[0]
             self._forget_reader(segment)
+            _unlink_if_present(_sidecar_path(segment.path))  # first: a crash between leaves no orphan
             os.unlink(segment.path)
             del self._segments[0]
             del self._bases[0]
@@ -230,6 +276,9 @@ class SegmentLog(TopicLog):
                 size += len(frames[end])
                 end += 1
             self._write(segment, frames[start:end], timestamp_ms)
+            if first_sequence is not None:
+                assert producer is not None
+                segment.sequences[producer] = first_sequence + end - 1
             self._stored(end - start, producer, None if first_sequence is None else first_sequence + end - 1)
             start = end
         if self.fsync is FsyncPolicy.ALWAYS:
@@ -252,16 +301,21 @@ class SegmentLog(TopicLog):
         for one in frames:
             segment.add(position, timestamp_ms, len(one))
             position += len(one)
+        if segment.crc is not None:
+            segment.crc = zlib.crc32(data, segment.crc)
         self._size_bytes += len(data)
 
     def _roll(self) -> None:
-        """Seal the active segment (synced unless NEVER) and start a new one at ``next_offset``."""
+        """Seal the active segment (synced unless NEVER), write its sidecar, and start a new
+        one at ``next_offset``: a segment with a later one after it is sealed."""
         if self.fsync is not FsyncPolicy.NEVER and self._synced_offset < self._next_offset:
             self._fsync(self._active_fd)
             self._synced_offset = self._next_offset
             self._durable_offset = self._next_offset
-        segment, fd = self._create_segment(self._next_offset)
         old = self._active
+        self._write_sidecar(old)
+        segment, fd = self._create_segment(self._next_offset)
+        old.sequences = {}  # only its sidecar needed them (kept until sealed, in case creating failed)
         self._readers[old] = self._active_fd
         self._trim_readers()
         self._segments.append(segment)
@@ -289,7 +343,33 @@ class SegmentLog(TopicLog):
         else:
             self._sync_directory()
         fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CLOEXEC)
-        return _Segment(path, base_offset, len(header)), fd
+        segment = _Segment(path, base_offset, len(header))
+        segment.crc = zlib.crc32(header)
+        return segment, fd
+
+    def _write_sidecar(self, segment: _Segment) -> None:
+        """Write ``segment``'s sidecar (temporary, synced unless NEVER, renamed into place).
+
+        Best effort: the sidecar only saves the next open a scan, so a failure to write it
+        (a full disk, say) leaves no sidecar and is not an error of the log. The directory
+        entry is synced with the next segment's, which ``_roll`` creates right after.
+        """
+        if segment.crc is None or not segment.records:
+            return
+        path = _sidecar_path(segment.path)
+        temporary = path + ".tmp"
+        try:
+            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+            try:
+                write_all(fd, _sidecar_bytes(segment))
+                if self.fsync is not FsyncPolicy.NEVER:
+                    datasync(fd)
+            finally:
+                os.close(fd)
+            os.replace(temporary, path)
+        except OSError:
+            _unlink_if_present(temporary, quiet=True)
+            _unlink_if_present(path, quiet=True)  # never leave an older sidecar in its place
 
     def _fsync(self, fd: int) -> None:
         try:
@@ -402,8 +482,11 @@ class SegmentLog(TopicLog):
         """Scan every segment, decide what to keep, then (and only then) change the files."""
         names = sorted(os.listdir(self.directory))
         temporaries = [name for name in names if TEMPORARY_NAME.fullmatch(name)]
+        sidecars = [name for name in names if SIDECAR_NAME.fullmatch(name)]
         names = [name for name in names if SEGMENT_NAME.fullmatch(name)]
         damaged: list[str] = []
+        ignored: list[str] = []  # sealed segments scanned although they might have had a sidecar
+        trusted = 0
         kept: list[_Scan] = []
         before_gap: list[_Scan] = []  # dropped: offsets are missing after them
         after_damage: list[str] = []  # dropped: they follow damage (or are the damage)
@@ -422,7 +505,16 @@ class SegmentLog(TopicLog):
                 )
                 before_gap.extend(kept)
                 kept = []
-            scan = _scan(os.path.join(self.directory, name), base)
+            path = os.path.join(self.directory, name)
+            scan = None
+            if index < len(names) - 1:  # sealed (the last segment, the active one, is always scanned)
+                scan, why = _trust(path, base)
+                if scan is None:
+                    ignored.append(f"{sidecar_name(base)}: {why}; scanned {name} instead")
+                else:
+                    trusted += 1
+            if scan is None:
+                scan = _scan(path, base)
             if scan.header_problem is not None:
                 damaged.append(f"{name}: {scan.header_problem}")
                 after_damage = names[index:]
@@ -461,7 +553,13 @@ class SegmentLog(TopicLog):
             os.unlink(scan.path)
         for name in temporaries:
             os.unlink(os.path.join(self.directory, name))
-        if after_damage or before_gap or temporaries:
+        # Only sealed segments that are kept may have a sidecar: not the active one (its sidecar
+        # is from a roll cut short, or stale), nor removed segments, nor ones already gone.
+        sealed = {scan.base_offset for scan in kept[:-1]}
+        stale = [name for name in sidecars if int(name[:20]) not in sealed]
+        for name in stale:
+            os.unlink(os.path.join(self.directory, name))
+        if after_damage or before_gap or temporaries or stale:
             sync_directory(self.directory)
         if kept and kept[-1].valid_bytes < kept[-1].file_bytes:
             fd = os.open(kept[-1].path, os.O_WRONLY | os.O_CLOEXEC)
@@ -487,6 +585,15 @@ class SegmentLog(TopicLog):
                     finally:
                         os.close(fd)
             self._active_fd = os.open(self._active.path, os.O_RDWR | os.O_APPEND | os.O_CLOEXEC)
+            for scan in kept:
+                if not scan.from_sidecar:  # its CRC, for the sidecar written when it is sealed
+                    scan.segment.crc = _file_crc(self._active_fd if scan is kept[-1] else None, scan.path, scan.valid_bytes)
+            self._active.sequences = dict(kept[-1].sequences)
+            for scan in kept[:-1]:
+                if not scan.from_sidecar:  # sealed but scanned: give it a sidecar for next time
+                    scan.segment.sequences = scan.sequences
+                    self._write_sidecar(scan.segment)
+                    scan.segment.sequences = {}
         else:
             self._first_offset = self._next_offset = restart_at
             segment, self._active_fd = self._create_segment(restart_at)
@@ -499,13 +606,18 @@ class SegmentLog(TopicLog):
             records=self._next_offset - self._first_offset,
             truncated_bytes=removed_bytes,
             damaged=damaged,
+            sidecars_used=trusted,
+            sidecars_ignored=ignored,
         )
 
 
 class _Segment:
     """One segment file's place in the log and its sparse index (in memory)."""
 
-    __slots__ = ("path", "base_offset", "size", "next_offset", "max_timestamp", "_offsets", "_positions", "_maxima", "_indexed_at")
+    __slots__ = (
+        "path", "base_offset", "size", "next_offset", "max_timestamp", "crc", "sequences",
+        "_offsets", "_positions", "_maxima", "_indexed_at",
+    )
 
     def __init__(self, path: str, base_offset: int, header_bytes: int) -> None:
         self.path = path
@@ -513,6 +625,8 @@ class _Segment:
         self.size = header_bytes  # bytes of the file that hold the header and whole records
         self.next_offset = base_offset
         self.max_timestamp = NO_TIMESTAMP
+        self.crc: int | None = None  # CRC-32 of the file's first ``size`` bytes, None if unknown
+        self.sequences: dict[str, int] = {}  # highest per producer in its records (active segment only)
         self._offsets = array("q")
         self._positions = array("q")
         self._maxima = array("q")  # highest timestamp up to and including the entry's record
@@ -558,6 +672,7 @@ class _Scan:
     sequences: dict[str, int] = dataclasses.field(default_factory=dict)  # highest per producer in the records
     problem: str | None = None  # what ended the valid records early
     valid_bytes: int = 0
+    from_sidecar: bool = False  # taken from its checked sidecar, not scanned
 
     @property
     def name(self) -> str:
@@ -571,43 +686,11 @@ def _scan(path: str, base_offset: int) -> _Scan:
     """
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
-        file_bytes = os.fstat(fd).st_size
-        scan = _Scan(path, base_offset, file_bytes)
-        preamble = os.pread(fd, PREAMBLE.size, 0)
-        if len(preamble) < PREAMBLE.size or not preamble.startswith(MAGIC):
-            if MAGIC.startswith(preamble[: len(MAGIC)]):
-                scan.header_problem = f"header cut off at byte {len(preamble)}"
-            else:
-                scan.header_problem = "not a segment file (wrong magic bytes at byte 0)"
+        scan = _Scan(path, base_offset, os.fstat(fd).st_size)
+        frames = _read_header(fd, scan)
+        if frames is None:
             return scan
-        _, version = PREAMBLE.unpack(preamble)
-        if version != FORMAT_VERSION:
-            raise StorageError(
-                f"{path}: segment format version {version}, but this rsnet reads version {FORMAT_VERSION}; "
-                "nothing was changed"
-            )
-        frames = _frames(fd, PREAMBLE.size, file_bytes, SCAN_CHUNK)
-        try:
-            _, body = next(frames)
-            try:
-                header = unpack(body)
-            except Exception as exc:  # any decoder failure: the checked bytes are not a header
-                raise BadRecord(f"header is not msgpack: {exc}") from None
-            if not (
-                isinstance(header, dict)
-                and header.get("base_offset") == base_offset
-                and isinstance(header.get("producers"), dict)
-                and all(type(k) is str and type(v) is int for k, v in header["producers"].items())
-            ):
-                raise BadRecord(f"header does not describe a segment starting at offset {base_offset}")
-        except StopIteration:
-            scan.header_problem = f"header cut off at byte {PREAMBLE.size}"
-            return scan
-        except BadRecord as exc:
-            scan.header_problem = f"header at byte {PREAMBLE.size}: {exc}"
-            return scan
-        scan.header_producers = header["producers"]
-        segment = scan.segment = _Segment(path, base_offset, PREAMBLE.size + FRAME_HEAD.size + len(body))
+        segment = scan.segment
         sequences = scan.sequences
         try:
             for position, body in frames:
@@ -623,6 +706,201 @@ def _scan(path: str, base_offset: int) -> _Scan:
         return scan
     finally:
         os.close(fd)
+
+
+def _read_header(fd: int, scan: _Scan) -> Iterator[tuple[int, memoryview]] | None:
+    """Check the segment's preamble and header; then ``scan.segment`` holds no records yet and
+    the frames after the header are returned. None (and ``scan.header_problem`` set) if the
+    header is unreadable. Raises StorageError for a format version this code does not know."""
+    path, base_offset = scan.path, scan.base_offset
+    preamble = os.pread(fd, PREAMBLE.size, 0)
+    if len(preamble) < PREAMBLE.size or not preamble.startswith(MAGIC):
+        if MAGIC.startswith(preamble[: len(MAGIC)]):
+            scan.header_problem = f"header cut off at byte {len(preamble)}"
+        else:
+            scan.header_problem = "not a segment file (wrong magic bytes at byte 0)"
+        return None
+    _, version = PREAMBLE.unpack(preamble)
+    if version != FORMAT_VERSION:
+        raise StorageError(
+            f"{path}: segment format version {version}, but this rsnet reads version {FORMAT_VERSION}; "
+            "nothing was changed"
+        )
+    frames = _frames(fd, PREAMBLE.size, scan.file_bytes, SCAN_CHUNK)
+    try:
+        _, body = next(frames)
+        try:
+            header = unpack(body)
+        except Exception as exc:  # any decoder failure: the checked bytes are not a header
+            raise BadRecord(f"header is not msgpack: {exc}") from None
+        if not (
+            isinstance(header, dict)
+            and header.get("base_offset") == base_offset
+            and isinstance(header.get("producers"), dict)
+            and all(type(k) is str and type(v) is int for k, v in header["producers"].items())
+        ):
+            raise BadRecord(f"header does not describe a segment starting at offset {base_offset}")
+    except StopIteration:
+        scan.header_problem = f"header cut off at byte {PREAMBLE.size}"
+        return None
+    except BadRecord as exc:
+        scan.header_problem = f"header at byte {PREAMBLE.size}: {exc}"
+        return None
+    scan.header_producers = header["producers"]
+    scan.segment = _Segment(path, base_offset, PREAMBLE.size + FRAME_HEAD.size + len(body))
+    return frames
+
+
+# -- sidecars ---------------------------------------------------------------------------------------
+
+
+def _sidecar_path(segment_path: str) -> str:
+    return segment_path[: -len(".log")] + ".idx"
+
+
+def _sidecar_bytes(segment: _Segment) -> bytes:
+    """The sidecar of a sealed segment (see the module docstring for the format)."""
+    entries = array("q", bytes(INDEX_ENTRY.size * len(segment._offsets)))
+    entries[0::3] = segment._offsets
+    entries[1::3] = segment._positions
+    entries[2::3] = segment._maxima
+    if sys.byteorder == "little":
+        entries.byteswap()
+    body = msgpack.packb(
+        {
+            "base_offset": segment.base_offset,
+            "next_offset": segment.next_offset,
+            "size": segment.size,
+            "crc": segment.crc,
+            "max_timestamp": segment.max_timestamp,
+            "sequences": segment.sequences,
+            "index": entries.tobytes(),
+        },
+        use_bin_type=True,
+    )
+    return PREAMBLE.pack(SIDECAR_MAGIC, SIDECAR_VERSION) + frame(body)
+
+
+def _parse_sidecar(data: bytes, base_offset: int) -> dict:
+    """The checked contents of a sidecar; raises BadRecord saying what is wrong with it."""
+    if len(data) < PREAMBLE.size or not data.startswith(SIDECAR_MAGIC):
+        raise BadRecord(f"not a sidecar (cut off or wrong magic bytes; {len(data)} bytes)")
+    _, version = PREAMBLE.unpack_from(data)
+    if version != SIDECAR_VERSION:
+        raise BadRecord(f"sidecar format version {version}, but this rsnet reads version {SIDECAR_VERSION}")
+    body = check_frame(data, PREAMBLE.size)
+    if PREAMBLE.size + FRAME_HEAD.size + len(body) != len(data):
+        raise BadRecord(f"{len(data) - PREAMBLE.size - FRAME_HEAD.size - len(body)} bytes after its frame")
+    try:
+        facts = unpack(body)
+    except Exception as exc:
+        raise BadRecord(f"body is not msgpack: {exc}") from None
+    if not (isinstance(facts, dict) and facts.keys() == SIDECAR_KEYS):
+        raise BadRecord("body does not have the sidecar's fields")
+    ints = ("base_offset", "next_offset", "size", "crc", "max_timestamp")
+    if not (all(type(facts[key]) is int for key in ints) and type(facts["index"]) is bytes
+            and isinstance(facts["sequences"], dict)
+            and all(type(k) is str and type(v) is int and v >= 0 for k, v in facts["sequences"].items())):
+        raise BadRecord("fields have the wrong types")
+    if facts["base_offset"] != base_offset or facts["next_offset"] <= base_offset:
+        raise BadRecord(f"describes offsets {facts['base_offset']} to {facts['next_offset'] - 1}, not a segment starting at {base_offset}")
+    index = facts["index"]
+    if not index or len(index) % INDEX_ENTRY.size:
+        raise BadRecord(f"index of {len(index)} bytes is not whole entries")
+    entries = array("q", index)
+    if sys.byteorder == "little":
+        entries.byteswap()
+    offsets, positions, maxima = entries[0::3], entries[1::3], entries[2::3]
+    if not (
+        offsets[0] == base_offset
+        and offsets[-1] < facts["next_offset"]
+        and positions[-1] < facts["size"]
+        and maxima[-1] <= facts["max_timestamp"]
+        and all(map(operator.lt, offsets, offsets[1:]))
+        and all(map(operator.lt, positions, positions[1:]))
+        and all(map(operator.le, maxima, maxima[1:]))
+    ):
+        raise BadRecord("index entries out of order or out of the segment")
+    facts["index"] = (offsets, positions, maxima)
+    return facts
+
+
+def _trust(path: str, base_offset: int) -> tuple[_Scan | None, str]:
+    """What scanning the sealed segment at ``path`` would find, taken from its sidecar; or
+    (None, why not) if the sidecar is missing, damaged, or does not match the segment.
+
+    The sidecar is used only if the segment file is exactly as it was when sealed: the same
+    size and the same CRC-32 over every byte (read through, but not decoded). A segment
+    changed since (bit rot, a hand edit, a write lost in a power failure under NEVER) is
+    scanned, so the sidecar never changes what recovery keeps. Raises StorageError, like
+    ``_scan``, for a segment format version this code does not know.
+    """
+    try:
+        with open(_sidecar_path(path), "rb") as file:
+            data = file.read()
+    except FileNotFoundError:
+        return None, "missing"
+    except OSError as exc:
+        return None, f"unreadable ({exc})"
+    try:
+        facts = _parse_sidecar(data, base_offset)
+    except BadRecord as exc:
+        return None, str(exc)
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        scan = _Scan(path, base_offset, os.fstat(fd).st_size)
+        if scan.file_bytes != facts["size"]:
+            return None, f"says the segment is {facts['size']} bytes, but it is {scan.file_bytes}"
+        if _read_header(fd, scan) is None:
+            return None, "the segment's header is unreadable"
+        offsets, positions, maxima = facts["index"]
+        if positions[0] != scan.segment.size:
+            return None, f"its first index entry is at byte {positions[0]}, but the records start at {scan.segment.size}"
+        if _file_crc(fd, path, scan.file_bytes) != facts["crc"]:
+            return None, "the segment's bytes do not match the CRC-32 recorded when it was sealed"
+    finally:
+        os.close(fd)
+    segment = scan.segment
+    segment.size = scan.valid_bytes = scan.file_bytes
+    segment.next_offset = facts["next_offset"]
+    segment.max_timestamp = facts["max_timestamp"]
+    segment.crc = facts["crc"]
+    segment._offsets, segment._positions, segment._maxima = offsets, positions, maxima
+    segment._indexed_at = positions[-1]
+    scan.sequences = facts["sequences"]
+    scan.from_sidecar = True
+    return scan, ""
+
+
+def _file_crc(fd: int | None, path: str, end: int) -> int | None:
+    """CRC-32 of the first ``end`` bytes of the file (open as ``fd``, or at ``path``); None if shorter."""
+    own = fd is None
+    if own:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    assert fd is not None
+    try:
+        crc = 0
+        position = 0
+        while position < end:
+            data = os.pread(fd, min(SCAN_CHUNK, end - position), position)
+            if not data:
+                return None
+            crc = zlib.crc32(data, crc)
+            position += len(data)
+        return crc
+    finally:
+        if own:
+            os.close(fd)
+
+
+def _unlink_if_present(path: str, quiet: bool = False) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    except OSError:
+        if not quiet:
+            raise
 
 
 def _frames(
