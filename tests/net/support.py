@@ -37,3 +37,27 @@ def demo_server(**settings) -> rsnet.Server:
         )
 
     return server
+
+
+def endless_server(pause: float = 0.0) -> tuple[rsnet.Server, trio.Event]:
+    """A server hosting ``endless`` (1, 2, 3, ... forever, ``pause`` s apart) and the event
+    its producer sets when it stops: how tests see a cancel reach the hosted publisher."""
+    stopped = trio.Event()
+    server = rsnet.Server()
+
+    @server.publisher("endless")
+    def endless(params, ctx):
+        async def numbers():
+            try:
+                i = 0
+                while True:
+                    i += 1
+                    yield i
+                    if pause:
+                        await trio.sleep(pause)
+            finally:
+                stopped.set()
+
+        return rsnet.from_async_iterable(numbers, nursery=ctx.nursery)
+
+    return server, stopped

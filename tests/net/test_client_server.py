@@ -12,7 +12,7 @@ from rsnet import ops
 from rsnet.protocol import ErrorCode
 from rsnet.errors import HandshakeError
 
-from .support import demo_server, running
+from .support import demo_server, endless_server, running
 
 TRANSPORTS = ["tcp", "ws"]
 
@@ -117,22 +117,7 @@ async def test_remote_publisher_composes_with_operators():
 
 
 async def test_cancel_travels_back_to_the_hosted_publisher():
-    cancelled = trio.Event()
-    server = rsnet.Server()
-
-    @server.publisher("endless")
-    def endless(params, ctx):
-        async def numbers():
-            try:
-                i = 0
-                while True:
-                    i += 1
-                    yield i
-            finally:
-                cancelled.set()
-
-        return rsnet.from_async_iterable(numbers, nursery=ctx.nursery)
-
+    server, cancelled = endless_server()
     async with running(server) as urls, rsnet.connect(urls["tcp"]) as conn:
         async with conn.subscribe("endless", prefetch=8) as items:
             async for item in items:
@@ -205,16 +190,7 @@ async def test_offer_to_an_unknown_name_is_rejected():
 
 
 async def test_server_death_ends_every_subscription_with_connection_lost():
-    server = rsnet.Server()
-
-    @server.publisher("endless")
-    def endless(params, ctx):
-        async def numbers():
-            while True:
-                await trio.sleep(0.01)
-                yield 1
-
-        return rsnet.from_async_iterable(numbers, nursery=ctx.nursery)
+    server, _ = endless_server(pause=0.01)
 
     async with trio.open_nursery() as outer:
         server_scope = trio.CancelScope()

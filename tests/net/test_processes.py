@@ -11,7 +11,7 @@ import trio
 
 import rsnet
 
-from .support import running
+from .support import endless_server, running
 
 RSNET = [sys.executable, "-m", "rsnet.cli"]
 
@@ -107,22 +107,7 @@ async def test_sub_to_an_unreachable_server_fails_cleanly():
 
 
 async def test_a_killed_client_process_cancels_its_hosted_publisher_within_a_second():
-    cancelled = trio.Event()
-    server = rsnet.Server()
-
-    @server.publisher("endless")
-    def endless(params, ctx):
-        async def numbers():
-            try:
-                i = 0
-                while True:
-                    i += 1
-                    yield i
-                    await trio.sleep(0.001)
-            finally:
-                cancelled.set()
-
-        return rsnet.from_async_iterable(numbers, nursery=ctx.nursery)
+    server, cancelled = endless_server(pause=0.001)
 
     async with running(server) as urls:
         client = await Process.start("sub", urls["tcp"], "endless", "--prefetch", "4")

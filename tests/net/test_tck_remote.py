@@ -50,11 +50,27 @@ class TestRemotePublisherOverWebSocket(RemotePublisherVerification):
 class _Capture(Publisher[Any]):
     """A hosted publisher that hands the server-side subscriber to the test instead."""
 
-    def __init__(self) -> None:
-        self.subscribers: trio.MemorySendChannel | None = None
+    def __init__(self, subscribers: trio.MemorySendChannel) -> None:
+        self._subscribers = subscribers
 
     def subscribe(self, subscriber: Subscriber[Any]) -> None:
-        self.subscribers.send_nowait(subscriber)
+        self._subscribers.send_nowait(subscriber)
+
+
+@asynccontextmanager
+async def server_side_forwarder(open_client_end):
+    """Serve ``capture`` on a real server, let ``open_client_end(conn, nursery)`` subscribe
+    to it from a client, and yield the server's forwarder for that stream."""
+    send, receive = trio.open_memory_channel(1)
+    server = rsnet.Server()
+    server.add_publisher("capture", lambda params, ctx: _Capture(send))
+    async with running(server) as urls, rsnet.connect(urls["tcp"]) as conn:
+        async with trio.open_nursery() as nursery:
+            open_client_end(conn, nursery)
+            with trio.fail_after(5):
+                forwarder = await receive.receive()
+            yield forwarder
+            nursery.cancel_scope.cancel()
 
 
 class TestServerSideForwardingSubscriber(SubscriberBlackboxVerification):
@@ -67,26 +83,18 @@ class TestServerSideForwardingSubscriber(SubscriberBlackboxVerification):
 
     @asynccontextmanager
     async def environment(self):
-        capture = _Capture()
-        send, receive = trio.open_memory_channel(1)
-        capture.subscribers = send
-        server = rsnet.Server()
-        server.add_publisher("capture", lambda params, ctx: capture)
-        async with running(server) as urls, rsnet.connect(urls["tcp"]) as conn:
-            async with trio.open_nursery() as nursery:
+        def consume_from(conn, nursery):
+            async def consume():
+                try:
+                    async for _ in conn.subscribe("capture", prefetch=16):
+                        pass
+                except rsnet.StreamError:
+                    pass  # the TCK's on_error tests end the stream so
 
-                async def consume():
-                    try:
-                        async for _ in conn.subscribe("capture", prefetch=16):
-                            pass
-                    except rsnet.StreamError:
-                        pass  # the TCK's on_error tests end the stream so
+            nursery.start_soon(consume)
 
-                nursery.start_soon(consume)
-                with trio.fail_after(5):
-                    self.forwarder = await receive.receive()
-                yield
-                nursery.cancel_scope.cancel()
+        async with server_side_forwarder(consume_from) as self.forwarder:
+            yield
 
     def create_subscriber(self):
         return self.forwarder
@@ -151,16 +159,10 @@ class TestServerSideForwardingSubscriberWhitebox(SubscriberWhiteboxVerification)
 
     @asynccontextmanager
     async def environment(self):
-        capture = _Capture()
-        send, receive = trio.open_memory_channel(1)
-        capture.subscribers = send
-        server = rsnet.Server()
-        server.add_publisher("capture", lambda params, ctx: capture)
-        async with running(server) as urls, rsnet.connect(urls["tcp"]) as conn:
-            self.client_end = _ClientEnd()
-            conn.publisher("capture").subscribe(self.client_end)
-            with trio.fail_after(5):
-                self.forwarder = await receive.receive()
+        self.client_end = _ClientEnd()
+        async with server_side_forwarder(
+            lambda conn, nursery: conn.publisher("capture").subscribe(self.client_end)
+        ) as self.forwarder:
             yield
 
     def create_subscriber(self, probe):
