@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator
 
@@ -40,3 +42,23 @@ async def take(conn, name: str, count: int, /, **params: Any) -> list[dict]:
             if len(records) == count:
                 break
     return records
+
+
+async def start_daemon(*args: str, announces: bytes) -> tuple[trio.Process, str]:
+    """Start ``rsnet broker *args`` in a child process; return it and what it printed on
+    stderr up to the line containing ``announces``."""
+    process = await trio.lowlevel.open_process(
+        [sys.executable, "-m", "rsnet.cli", "broker", *args], stderr=subprocess.PIPE
+    )
+    printed = b""
+    with trio.fail_after(20):
+        while announces not in printed:
+            data = await process.stderr.receive_some(4096)
+            assert data, f"the broker exited: {printed.decode()}"
+            printed += data
+    return process, printed.decode()
+
+
+def served_url(printed: str) -> str:
+    """The URL of the first "serving ..." line the daemon printed."""
+    return printed.split("serving ", 1)[1].split()[0]

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import signal
 import ssl
-import subprocess
-import sys
 
 import pytest
 import trio
@@ -20,7 +18,7 @@ from rsnet.broker.daemon import metrics_refresher, build_broker
 from rsnet.broker.metrics import BrokerMetrics
 from rsnet.protocol import ErrorCode
 
-from .support import take
+from .support import served_url, start_daemon, take
 
 INGEST = "ingest-token-0123456789abcdef"
 READER = "reader-token-0123456789abcdef"
@@ -96,18 +94,9 @@ async def test_grants_hold_for_topics_and_patterns(config):
 async def test_the_daemon_serves_metrics_and_health(tmp_path):
     config_file = tmp_path / "rsnet.toml"
     config_file.write_text('[listen]\ntcp = "127.0.0.1:0"\n[metrics]\nlisten = "127.0.0.1:0"\n')
-    process = await trio.lowlevel.open_process(
-        [sys.executable, "-m", "rsnet.cli", "broker", "--config", str(config_file)], stderr=subprocess.PIPE
-    )
+    process, text = await start_daemon("--config", str(config_file), announces=b"metrics on")
     try:
-        lines = b""
-        with trio.fail_after(20):
-            while b"metrics on" not in lines:
-                data = await process.stderr.receive_some(4096)
-                assert data, lines
-                lines += data
-        text = lines.decode()
-        url = text.split("serving ", 1)[1].split()[0]
+        url = served_url(text)
         metrics_port = int(text.split("metrics on http://", 1)[1].split("/", 1)[0].rsplit(":", 1)[1])
         async with rsnet.connect(url) as conn:
             await publish(conn, "orders", list(range(5)))
@@ -146,17 +135,9 @@ async def test_the_daemon_serves_tls_from_its_config(tmp_path):
     config_file.write_text(
         f'[listen]\ntcp = "127.0.0.1:0"\ntls = {{ cert = "{tmp_path / "server.pem"}", key = "{tmp_path / "server.pem"}" }}\n'
     )
-    process = await trio.lowlevel.open_process(
-        [sys.executable, "-m", "rsnet.cli", "broker", "--config", str(config_file)], stderr=subprocess.PIPE
-    )
+    process, text = await start_daemon("--config", str(config_file), announces=b"serving tls://")
     try:
-        lines = b""
-        with trio.fail_after(20):
-            while b"serving tls://" not in lines:
-                data = await process.stderr.receive_some(4096)
-                assert data, lines
-                lines += data
-        url = lines.decode().split("serving ", 1)[1].split()[0]
+        url = served_url(text)
         trusting = ssl.create_default_context()
         authority.configure_trust(trusting)
         async with rsnet.connect(url, ssl_context=trusting) as conn:

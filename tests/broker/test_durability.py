@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import signal
-import subprocess
 import sys
 
 import trio
@@ -13,24 +12,16 @@ import rsnet
 from rsnet.broker.broker import Broker
 from rsnet.broker.client import follow, publish
 
-from .support import broker_serving
+from .support import broker_serving, served_url, start_daemon
 
 RSNET = [sys.executable, "-m", "rsnet.cli"]
 
 
 async def start_broker(data_dir, *extra: str) -> tuple[trio.Process, str]:
-    process = await trio.lowlevel.open_process(
-        [*RSNET, "broker", "--data-dir", str(data_dir), "--tcp", "127.0.0.1:0", *extra],
-        stderr=subprocess.PIPE,
+    process, printed = await start_daemon(
+        "--data-dir", str(data_dir), "--tcp", "127.0.0.1:0", *extra, announces=b"serving tcp://"
     )
-    buffer = b""
-    with trio.fail_after(20):
-        while b"serving tcp://" not in buffer:
-            data = await process.stderr.receive_some(4096)
-            assert data, f"the broker exited: {buffer.decode()}"
-            buffer += data
-    url = buffer.decode().split("serving ", 1)[1].split()[0]
-    return process, url
+    return process, served_url(printed)
 
 
 async def stop(process: trio.Process, how: int = signal.SIGKILL) -> None:
