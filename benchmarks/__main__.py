@@ -32,8 +32,13 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--json", metavar="PATH", help="also save every number measured as JSON")
     run.add_argument("--runs", type=int, help="runs per row (default 5; --quick: 1)")
     run.add_argument("--out", metavar="DIR", help="where RESULTS.md and the charts go")
-    run.add_argument("--only", nargs="+", metavar="ROW", default=[],
-                     help="rows whose id starts with one of these (e.g. s1 s3-streams-tcp s5-memory)")
+    run.add_argument(
+        "--only",
+        nargs="+",
+        metavar="ROW",
+        default=[],
+        help="rows whose id starts with one of these (e.g. s1 s3-streams-tcp s5-memory)",
+    )
     run.add_argument("--systems", nargs="+", choices=SYSTEMS, default=list(SYSTEMS))
     again = commands.add_parser("report", help="rewrite RESULTS.md and charts from a saved --json")
     again.add_argument("json", metavar="PATH")
@@ -64,11 +69,16 @@ def main(argv: list[str] | None = None) -> int:
             json.dump(document, f, indent=1)
     page = report.write(document, out)
     failed = [
-        (e["id"], s) for e in document["rows"] for s, rec in e["systems"].items()
+        (e["id"], s)
+        for e in document["rows"]
+        for s, rec in e["systems"].items()
         if rec["status"] in ("failed", "partly failed")
     ]
-    print(f"wrote {page} in {time.monotonic() - started:.1f} s"
-          + (f"; FAILED: {', '.join(f'{r}/{s}' for r, s in failed)}" if failed else ""), file=sys.stderr)
+    print(
+        f"wrote {page} in {time.monotonic() - started:.1f} s"
+        + (f"; FAILED: {', '.join(f'{r}/{s}' for r, s in failed)}" if failed else ""),
+        file=sys.stderr,
+    )
     return 1 if failed else 0
 
 

@@ -21,7 +21,7 @@ import random
 import shutil
 import tempfile
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from rsnet.broker.storage import FsyncPolicy, MemoryLog, Retention, SegmentLog, TopicLog
 
@@ -39,8 +39,12 @@ def appends(log: TopicLog, batch: int, seconds: float, sync_every: float | None 
         now = time.perf_counter()
         if now >= deadline:
             break
-        log.append([value(records + i) for i in range(batch)], timestamp_ms=int(now * 1000),
-                   producer="bench", first_sequence=records)
+        log.append(
+            [value(records + i) for i in range(batch)],
+            timestamp_ms=int(now * 1000),
+            producer="bench",
+            first_sequence=records,
+        )
         records += batch
         if sync_every is not None and now - last_sync >= sync_every:
             log.sync()
@@ -65,9 +69,12 @@ def main() -> None:
     rows: list[tuple[str, float, str]] = []
     try:
         for policy, batch in [
-            (FsyncPolicy.ALWAYS, 1), (FsyncPolicy.ALWAYS, 100),
-            (FsyncPolicy.INTERVAL, 1), (FsyncPolicy.INTERVAL, 100),
-            (FsyncPolicy.NEVER, 1), (FsyncPolicy.NEVER, 100),
+            (FsyncPolicy.ALWAYS, 1),
+            (FsyncPolicy.ALWAYS, 100),
+            (FsyncPolicy.INTERVAL, 1),
+            (FsyncPolicy.INTERVAL, 100),
+            (FsyncPolicy.NEVER, 1),
+            (FsyncPolicy.NEVER, 100),
         ]:
             directory = os.path.join(root, f"{policy.value}-{batch}")
             log, _ = SegmentLog.open(directory, Retention(), policy)
@@ -75,7 +82,13 @@ def main() -> None:
             log.close()
             rows.append((f"append SegmentLog {policy.name:<8} batch {batch:>3}", rate, "records/s"))
         for batch in (1, 100):
-            rows.append((f"append MemoryLog            batch {batch:>3}", appends(MemoryLog(), batch, args.seconds), "records/s"))
+            rows.append(
+                (
+                    f"append MemoryLog            batch {batch:>3}",
+                    appends(MemoryLog(), batch, args.seconds),
+                    "records/s",
+                )
+            )
 
         # Reads and reopening, on the log the NEVER batch-100 scenario wrote.
         directory = os.path.join(root, "never-100")
@@ -103,7 +116,9 @@ def main() -> None:
         log, _ = SegmentLog.open(directory, Retention(), FsyncPolicy.NEVER, 8 << 20)
         while log.next_offset < args.open_records:
             first = log.next_offset
-            log.append([value(first + i) for i in range(1000)], timestamp_ms=first, producer="bench", first_sequence=first)
+            log.append(
+                [value(first + i) for i in range(1000)], timestamp_ms=first, producer="bench", first_sequence=first
+            )
         total, size = log.next_offset, log.size_bytes
         log.close()
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import msgpack
 
@@ -40,7 +40,7 @@ def open_pair(demand: int) -> tuple[Connection, Connection, int]:
 
 
 def chunks(data: bytes) -> list[bytes]:
-    return [data[i:i + CHUNK] for i in range(0, len(data), CHUNK)]
+    return [data[i : i + CHUNK] for i in range(0, len(data), CHUNK)]
 
 
 def best(repeat: int, run: Callable[[], int]) -> float:
@@ -77,7 +77,7 @@ def main() -> None:
     def send_batch() -> int:
         _, server, stream_id = open_pair(n)
         for i in range(0, n, batch):
-            server.send_batch(stream_id, items[i:i + batch])
+            server.send_batch(stream_id, items[i : i + batch])
         server.data_to_send()
         return n
 
@@ -87,7 +87,7 @@ def main() -> None:
     next_wire = chunks(bytes(server.data_to_send()))
     _, server, stream_id = open_pair(n)
     for i in range(0, n, batch):
-        server.send_batch(stream_id, items[i:i + batch])
+        server.send_batch(stream_id, items[i : i + batch])
     batch_wire = chunks(bytes(server.data_to_send()))
 
     def unpacker_baseline() -> int:

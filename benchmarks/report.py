@@ -118,8 +118,10 @@ def cpu_table(entries: list[dict[str, Any]], systems: list[str], per: str = "ite
     if not entries:
         return []
     lines = [
-        f"CPU time per {per}, µs, server / client (median):", "",
-        "| | " + " | ".join(systems) + " |", "|" + "---|" * (len(systems) + 1),
+        f"CPU time per {per}, µs, server / client (median):",
+        "",
+        "| | " + " | ".join(systems) + " |",
+        "|" + "---|" * (len(systems) + 1),
     ]
     for entry in entries:
         cells = []
@@ -128,12 +130,17 @@ def cpu_table(entries: list[dict[str, Any]], systems: list[str], per: str = "ite
             server, client = (summary.get(k, {}).get("median") for k in CPU_KEYS)
             cells.append(f"{number(server)} / {number(client)}" if server is not None else "–")
         lines.append(f"| {entry['title']} | " + " | ".join(cells) + " |")
-    return lines + [""]
+    return [*lines, ""]
 
 
 def memory_table(entry: dict[str, Any], systems: list[str]) -> list[str]:
     metrics = entry["metrics"]
-    head = ["system", "items", "consumer pace", *(m["label"] if m["label"] == m["unit"] else f"{m['label']} ({m['unit']})" for m in metrics)]
+    head = [
+        "system",
+        "items",
+        "consumer pace",
+        *(m["label"] if m["label"] == m["unit"] else f"{m['label']} ({m['unit']})" for m in metrics),
+    ]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for system in systems:
         record = entry["systems"].get(system)
@@ -179,21 +186,41 @@ def targets(document: dict[str, Any]) -> list[str]:
     r = ratio_of(s1, "ceiling")
     rows.append(("1, TCP, 16 B: rsnet >= 0.5x the ceiling", f"{r:.2f}x" if r else "–", verdict(r, r and r >= 0.5)))
     v = median_of(find(document, "s1-16-ws"), "rsnet", "items_per_s")
-    rows.append(("1, WebSocket, 16 B: rsnet >= 300k items/s", f"{number(v, 'items/s')} items/s" if v else "–",
-                 verdict(v, v and v >= 300_000)))
+    rows.append(
+        (
+            "1, WebSocket, 16 B: rsnet >= 300k items/s",
+            f"{number(v, 'items/s')} items/s" if v else "–",
+            verdict(v, v and v >= 300_000),
+        )
+    )
     rtt = find(document, "s2-rtt-tcp")
     mine, peer = median_of(rtt, "rsnet", "p50_us"), median_of(rtt, "rsocket-py", "p50_us")
     ok = None if mine is None or peer is None else mine <= peer
-    rows.append(("2, TCP: first-item p50 <= rsocket-py request-response p50",
-                 f"{number(mine)} µs vs {number(peer)} µs" if ok is not None else "–", verdict(mine, ok)))
+    rows.append(
+        (
+            "2, TCP: first-item p50 <= rsocket-py request-response p50",
+            f"{number(mine)} µs vs {number(peer)} µs" if ok is not None else "–",
+            verdict(mine, ok),
+        )
+    )
     r = ratio_of(find(document, "s3-streams-tcp"), "rsocket-py")
-    rows.append(("3, TCP: many streams on one connection >= 10x rsocket-py", f"{r:.1f}x" if r else "–",
-                 verdict(r, r and r >= 10)))
+    rows.append(
+        (
+            "3, TCP: many streams on one connection >= 10x rsocket-py",
+            f"{r:.1f}x" if r else "–",
+            verdict(r, r and r >= 10),
+        )
+    )
     s4 = find(document, "s4-slow-tcp")
     drift = [median_of(s4, "rsnet", k) for k in ("server_drift_mib", "client_drift_mib")]
     ok = None if None in drift else all(d < 5 for d in drift)  # type: ignore[operator]
-    rows.append(("4: flat memory (rsnet drift < 5 MiB, server and client)",
-                 " / ".join(f"{number(d)} MiB" for d in drift) if ok is not None else "–", verdict(drift[0], ok)))
+    rows.append(
+        (
+            "4: flat memory (rsnet drift < 5 MiB, server and client)",
+            " / ".join(f"{number(d)} MiB" for d in drift) if ok is not None else "–",
+            verdict(drift[0], ok),
+        )
+    )
     lines = ["| target (issue 6) | measured | |", "|---|---|---|"]
     lines += [f"| {a} | {b} | {c} |" for a, b, c in rows]
     return lines
@@ -225,8 +252,15 @@ def chart(document: dict[str, Any], path: str) -> bool:
             low.append(stats["median"] - stats["min"])
             high.append(stats["max"] - stats["median"])
             tops.append(stats["max"])
-        ax.barh(ys, values, height=height, color=COLORS.get(system), label=system,
-                xerr=[low, high] if any(low + high) else None, error_kw={"elinewidth": 0.8, "capsize": 2})
+        ax.barh(
+            ys,
+            values,
+            height=height,
+            color=COLORS.get(system),
+            label=system,
+            xerr=[low, high] if any(low + high) else None,
+            error_kw={"elinewidth": 0.8, "capsize": 2},
+        )
         for y, v, top in zip(ys, values, tops, strict=True):
             ax.text(top * 1.08, y, number(v, "items/s"), va="center", fontsize=7)
     ax.set_yticks(range(len(entries)))
@@ -265,8 +299,13 @@ def memory_chart(document: dict[str, Any], path: str) -> bool:
                 continue
             samples = runs[0]["rss"].get(side, [])
             if samples:
-                ax.plot([t for t, _ in samples], [m for _, m in samples], label=system,
-                        color=COLORS.get(system), linewidth=1.2)
+                ax.plot(
+                    [t for t, _ in samples],
+                    [m for _, m in samples],
+                    label=system,
+                    color=COLORS.get(system),
+                    linewidth=1.2,
+                )
                 drawn = True
         ax.set_title(f"{side} RSS, slow consumer", fontsize=10)
         ax.set_xlabel("seconds since the client started")
@@ -297,7 +336,11 @@ def write(document: dict[str, Any], out_dir: str) -> str:
         f"    {meta['command']}",
         "",
         f"- **Date**: {meta['date']}; whole run {document['elapsed_s']:.0f} s"
-        + (" — **quick mode**: tiny sizes, one run; these numbers only show that the suite works" if config["quick"] else ""),
+        + (
+            " — **quick mode**: tiny sizes, one run; these numbers only show that the suite works"
+            if config["quick"]
+            else ""
+        ),
         f"- **Machine**: {meta['cpu']}, {meta['cores']} cores, {meta['memory_gib']} GiB, {meta['os']};"
         f" load average at start {', '.join(map(str, meta['load_average']))} (a shared, noisy machine: read ratios)",
         f"- **Python**: {meta['python']}; {pkgs}",
@@ -330,14 +373,17 @@ def write(document: dict[str, Any], out_dir: str) -> str:
             lines += cpu_table(entries, present(entries))
     for entry in (e for e in document["rows"] if e["scenario"] == 4 and e["systems"]):
         lines += [
-            f"## {SCENARIOS[4]}", "",
+            f"## {SCENARIOS[4]}",
+            "",
             f"{entry['title']}. RSS of both processes sampled every 50 ms from /proc; steady = median over"
             " the second half of the run; drift = mean of the last tenth minus the tenth at mid-run (a flat"
             " profile has drift near 0). A consumer is slow when it takes items more slowly than the system"
             " can deliver them, so rsocket-py (15-30k items/s at full speed) is paced lower, with fewer items;"
             " the demand policy is the same (prefetch 4096; the ceiling grants everything up front and"
-            " relies on TCP backpressure).", "",
-            *memory_table(entry, present([entry])), "",
+            " relies on TCP backpressure).",
+            "",
+            *memory_table(entry, present([entry])),
+            "",
         ]
         if has_memory:
             lines += [f"![RSS over time]({MEMORY_CHART})", ""]
@@ -360,17 +406,24 @@ def write(document: dict[str, Any], out_dir: str) -> str:
             " checks it got every offset once, in order. Durable topics are segment logs on this machine's"
             " disk; a producer may have 1,024 records not yet stored, so under fsync interval (100 ms) a"
             " topic takes about 10k records/s. CPU figures are per delivery; the client's include the"
-            " producer and every subscriber.", "",
-            *scenario_table(fanout, present(fanout), config["runs"]), "",
+            " producer and every subscriber.",
+            "",
+            *scenario_table(fanout, present(fanout), config["runs"]),
+            "",
             *cpu_table(fanout, present(fanout), per="delivery"),
         ]
     lines.append("")
     failures = [
         (e["id"], s, r["error"])
-        for e in document["rows"] for s, rec in e["systems"].items() for r in rec["runs"] if "error" in r
+        for e in document["rows"]
+        for s, rec in e["systems"].items()
+        for r in rec["runs"]
+        if "error" in r
     ]
     missing = {
-        (s, rec["reason"]) for e in document["rows"] for s, rec in e["systems"].items()
+        (s, rec["reason"])
+        for e in document["rows"]
+        for s, rec in e["systems"].items()
         if rec["status"] == "not available"
     }
     if failures or missing:

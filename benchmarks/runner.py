@@ -86,9 +86,11 @@ class Process:
             if line is None:
                 self.popen.wait()
                 time.sleep(0.05)  # let the stderr reader catch up
-                raise MeasurementError(f"{self.label}: exited {self.popen.returncode} before {prefix.strip()}{self._tail()}")
+                raise MeasurementError(
+                    f"{self.label}: exited {self.popen.returncode} before {prefix.strip()}{self._tail()}"
+                )
             if line.startswith(prefix):
-                return line[len(prefix):]
+                return line[len(prefix) :]
 
     def _tail(self) -> str:
         tail = [line for line in self.stderr if line.strip()][-6:]
@@ -177,7 +179,11 @@ class Measurement:
 
 
 def measure(
-    system: str, transport: str, kind: str, params: dict[str, Any], timeout: float,
+    system: str,
+    transport: str,
+    kind: str,
+    params: dict[str, Any],
+    timeout: float,
     server_params: dict[str, Any] | None = None,
 ) -> Measurement:
     """Start ``system``'s server, run one client measurement against it, kill both.
@@ -191,15 +197,21 @@ def measure(
     scratch = tempfile.mkdtemp(prefix="rsnet-bench-")
     server = Process(
         {"system": system, "role": "server", "transport": transport, "server": server_params or {}},
-        f"{system} server", env={"RSNET_BENCH_SCRATCH": scratch},
+        f"{system} server",
+        env={"RSNET_BENCH_SCRATCH": scratch},
     )
     client: Process | None = None
     try:
         port = int(server.wait_line("READY ", READY_TIMEOUT))
         client = Process(
             {
-                "system": system, "role": "client", "transport": transport, "kind": kind,
-                "port": port, "params": params, "deadline": max(1.0, timeout - 2),
+                "system": system,
+                "role": "client",
+                "transport": transport,
+                "kind": kind,
+                "port": port,
+                "params": params,
+                "deadline": max(1.0, timeout - 2),
             },
             f"{system} client",
         )

@@ -105,63 +105,97 @@ def build(quick: bool) -> list[Row]:
             (16, "16 B", 1_000_000, 50_000),
             (1024, "1 KiB", 300_000, 50_000),
         ):
-            rows.append(Row(
-                id=f"s1-{size}-{transport}", scenario=1,
-                title=f"one stream, {label} items, {name}",
-                kind="stream", transport=transport,
-                params={"count": 20_000 if q else fast_count, "size": size, "prefetch": PREFETCH},
-                per_system={"rsocket-py": {"count": 2_000 if q else peer_count}},
-                metrics=(ITEMS_S, MB_S, CPU_SERVER, CPU_CLIENT),
-            ))
-    rows.append(Row(
-        id="s1-16-tcp-p256", scenario=1, title="one stream, 16 B items, TCP, prefetch 256 (rsnet's default)",
-        kind="stream", transport="tcp",
-        params={"count": 20_000 if q else 1_000_000, "size": 16, "prefetch": 256},
-        per_system={"rsocket-py": {"count": 2_000 if q else 50_000}},
-        metrics=(ITEMS_S, MB_S, CPU_SERVER, CPU_CLIENT),
-        systems=("rsnet", "rsocket-py"),  # the ceiling has no demand window to vary
-    ))
+            rows.append(
+                Row(
+                    id=f"s1-{size}-{transport}",
+                    scenario=1,
+                    title=f"one stream, {label} items, {name}",
+                    kind="stream",
+                    transport=transport,
+                    params={"count": 20_000 if q else fast_count, "size": size, "prefetch": PREFETCH},
+                    per_system={"rsocket-py": {"count": 2_000 if q else peer_count}},
+                    metrics=(ITEMS_S, MB_S, CPU_SERVER, CPU_CLIENT),
+                )
+            )
+    rows.append(
+        Row(
+            id="s1-16-tcp-p256",
+            scenario=1,
+            title="one stream, 16 B items, TCP, prefetch 256 (rsnet's default)",
+            kind="stream",
+            transport="tcp",
+            params={"count": 20_000 if q else 1_000_000, "size": 16, "prefetch": 256},
+            per_system={"rsocket-py": {"count": 2_000 if q else 50_000}},
+            metrics=(ITEMS_S, MB_S, CPU_SERVER, CPU_CLIENT),
+            systems=("rsnet", "rsocket-py"),  # the ceiling has no demand window to vary
+        )
+    )
     for transport, name in TRANSPORTS.items():
-        rows.append(Row(
-            id=f"s2-saw-{transport}", scenario=2, title=f"stop-and-wait request(1), {name}",
-            kind="stop_and_wait", transport=transport,
-            params={"count": 300 if q else 5_000, "size": 16},
-            metrics=(ITEMS_S, US_ITEM),
-        ))
+        rows.append(
+            Row(
+                id=f"s2-saw-{transport}",
+                scenario=2,
+                title=f"stop-and-wait request(1), {name}",
+                kind="stop_and_wait",
+                transport=transport,
+                params={"count": 300 if q else 5_000, "size": 16},
+                metrics=(ITEMS_S, US_ITEM),
+            )
+        )
     for transport, name in TRANSPORTS.items():
-        rows.append(Row(
-            id=f"s2-rtt-{transport}", scenario=2, title=f"round trip: subscribe to first item, {name}",
-            kind="first_item", transport=transport,
-            params={"iterations": 50 if q else 2_000, "size": 16},
-            metrics=(P50, P99), chart=False,
-        ))
+        rows.append(
+            Row(
+                id=f"s2-rtt-{transport}",
+                scenario=2,
+                title=f"round trip: subscribe to first item, {name}",
+                kind="first_item",
+                transport=transport,
+                params={"iterations": 50 if q else 2_000, "size": 16},
+                metrics=(P50, P99),
+                chart=False,
+            )
+        )
     for transport, name in TRANSPORTS.items():
-        rows.append(Row(
-            id=f"s3-streams-{transport}", scenario=3,
-            title=f"{'100' if q else '1,000'} streams x 100 items, one connection, {name}",
-            kind="many_streams", transport=transport,
-            params={"streams": 100 if q else 1_000, "items": 100, "size": 16, "prefetch": PREFETCH},
-            metrics=(SECONDS, ITEMS_S, CPU_SERVER, CPU_CLIENT),
-        ))
+        rows.append(
+            Row(
+                id=f"s3-streams-{transport}",
+                scenario=3,
+                title=f"{'100' if q else '1,000'} streams x 100 items, one connection, {name}",
+                kind="many_streams",
+                transport=transport,
+                params={"streams": 100 if q else 1_000, "items": 100, "size": 16, "prefetch": PREFETCH},
+                metrics=(SECONDS, ITEMS_S, CPU_SERVER, CPU_CLIENT),
+            )
+        )
     for transport, name in TRANSPORTS.items():
-        rows.append(Row(
-            id=f"s3-conns-{transport}", scenario=3,
-            title=f"{'50' if q else '1,000'} connections x 1 stream of 100 items, {name}",
-            kind="many_connections", transport=transport,
-            params={"connections": 50 if q else 1_000, "items": 100, "size": 16, "prefetch": PREFETCH},
-            metrics=(SECONDS, ITEMS_S, CPU_SERVER, CPU_CLIENT),
-        ))
-    rows.append(Row(
-        id="s4-slow-tcp", scenario=4,
-        title=f"slow consumer, {'20,000' if q else '1,000,000'} items of 16 B paced at 100k items/s, TCP",
-        kind="stream", transport="tcp",
-        params={"count": 20_000 if q else 1_000_000, "size": 16, "prefetch": PREFETCH, "pace": 100_000},
-        # rsocket-py moves 15-30k items/s: 100k/s would not be slow for it, and 1,000,000 items
-        # would take a minute. It gets a pace below its own speed, and fewer items.
-        per_system={"rsocket-py": {"count": 2_000 if q else 50_000, "pace": 5_000}},
-        metrics=(SERVER_PEAK, SERVER_STEADY, SERVER_DRIFT, CLIENT_PEAK, CLIENT_STEADY, CLIENT_DRIFT, ITEMS_S),
-        timeout=180.0, max_runs=1, chart=False,
-    ))
+        rows.append(
+            Row(
+                id=f"s3-conns-{transport}",
+                scenario=3,
+                title=f"{'50' if q else '1,000'} connections x 1 stream of 100 items, {name}",
+                kind="many_connections",
+                transport=transport,
+                params={"connections": 50 if q else 1_000, "items": 100, "size": 16, "prefetch": PREFETCH},
+                metrics=(SECONDS, ITEMS_S, CPU_SERVER, CPU_CLIENT),
+            )
+        )
+    rows.append(
+        Row(
+            id="s4-slow-tcp",
+            scenario=4,
+            title=f"slow consumer, {'20,000' if q else '1,000,000'} items of 16 B paced at 100k items/s, TCP",
+            kind="stream",
+            transport="tcp",
+            params={"count": 20_000 if q else 1_000_000, "size": 16, "prefetch": PREFETCH, "pace": 100_000},
+            # rsocket-py moves 15-30k items/s: 100k/s would not be slow for it, and 1,000,000 items
+            # would take a minute. It gets a pace below its own speed, and fewer items.
+            per_system={"rsocket-py": {"count": 2_000 if q else 50_000, "pace": 5_000}},
+            metrics=(SERVER_PEAK, SERVER_STEADY, SERVER_DRIFT, CLIENT_PEAK, CLIENT_STEADY, CLIENT_DRIFT, ITEMS_S),
+            timeout=180.0,
+            max_runs=1,
+            chart=False,
+        )
+    )
     rows += broker_rows(quick)
     if quick:
         rows = [Row(**{**row.__dict__, "timeout": 30.0}) for row in rows]
@@ -190,15 +224,25 @@ def broker_rows(quick: bool) -> list[Row]:
             full, small = FANOUT_COUNTS[subscribers]
             if fsync == "interval":
                 full = min(full, INTERVAL_COUNT)
-            rows.append(Row(
-                id=f"s5-{fsync or storage}-{subscribers}", scenario=5,
-                title=f"1 producer to {subscribers} subscriber{'s' if subscribers > 1 else ''}, {where}",
-                kind="fanout", transport="tcp",
-                params={"subscribers": subscribers, "count": small if quick else full, "size": 16, "prefetch": PREFETCH},
-                server_params={"storage": storage, "fsync": fsync},
-                metrics=(DELIVERIES_S, RECORDS_S, MB_S, CPU_SERVER, CPU_CLIENT),
-                chart=False, systems=("rsnet-broker",),
-            ))
+            rows.append(
+                Row(
+                    id=f"s5-{fsync or storage}-{subscribers}",
+                    scenario=5,
+                    title=f"1 producer to {subscribers} subscriber{'s' if subscribers > 1 else ''}, {where}",
+                    kind="fanout",
+                    transport="tcp",
+                    params={
+                        "subscribers": subscribers,
+                        "count": small if quick else full,
+                        "size": 16,
+                        "prefetch": PREFETCH,
+                    },
+                    server_params={"storage": storage, "fsync": fsync},
+                    metrics=(DELIVERIES_S, RECORDS_S, MB_S, CPU_SERVER, CPU_CLIENT),
+                    chart=False,
+                    systems=("rsnet-broker",),
+                )
+            )
     return rows
 
 
@@ -213,10 +257,10 @@ def _memory(samples: list[tuple[float, float]], prefix: str) -> dict[str, float]
     values = [mib for _, mib in samples]
     n = len(values)
     tenth = max(1, n // 10)
-    mid = values[n // 2 - tenth // 2: n // 2 - tenth // 2 + tenth] or values[-tenth:]
+    mid = values[n // 2 - tenth // 2 : n // 2 - tenth // 2 + tenth] or values[-tenth:]
     return {
         f"{prefix}_peak_mib": max(values),
-        f"{prefix}_steady_mib": statistics.median(values[n // 2:]),
+        f"{prefix}_steady_mib": statistics.median(values[n // 2 :]),
         f"{prefix}_drift_mib": statistics.mean(values[-tenth:]) - statistics.mean(mid),
     }
 
@@ -226,8 +270,13 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def metrics_of(row: Row, result: dict[str, Any], rss: dict[str, list[tuple[float, float]]],
-               params: dict[str, Any], server_cpu_s: float) -> dict[str, float]:
+def metrics_of(
+    row: Row,
+    result: dict[str, Any],
+    rss: dict[str, list[tuple[float, float]]],
+    params: dict[str, Any],
+    server_cpu_s: float,
+) -> dict[str, float]:
     """Turn a client's raw result (the RSS series, the server's CPU time while the client
     ran) into this row's metrics."""
     out: dict[str, float] = {}

@@ -10,7 +10,8 @@ from __future__ import annotations
 import statistics
 import sys
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from . import scenarios
 from .report import number
@@ -62,17 +63,22 @@ def advantage(row: Row, mine: float, other: float) -> float | None:
 def run_suite(
     rows: list[Row], runs: int, systems: tuple[str, ...], progress: Progress = lambda line: None
 ) -> dict[str, Any]:
-    unavailable = {
-        ("rsnet", transport): rsnet_unavailable() for transport in ("tcp", "ws")
-    } | {("rsocket-py", transport): rsocket_unavailable(transport) for transport in ("tcp", "ws")} | {
-        ("rsnet-broker", transport): rsnet_unavailable() or broker.unavailable() for transport in ("tcp", "ws")
-    }
+    unavailable = (
+        {("rsnet", transport): rsnet_unavailable() for transport in ("tcp", "ws")}
+        | {("rsocket-py", transport): rsocket_unavailable(transport) for transport in ("tcp", "ws")}
+        | {("rsnet-broker", transport): rsnet_unavailable() or broker.unavailable() for transport in ("tcp", "ws")}
+    )
     table: list[dict[str, Any]] = []
     for row in rows:
         entry: dict[str, Any] = {
-            "id": row.id, "scenario": row.scenario, "title": row.title, "kind": row.kind,
-            "transport": row.transport, "chart": row.chart,
-            "metrics": [m.__dict__ for m in row.metrics], "systems": {},
+            "id": row.id,
+            "scenario": row.scenario,
+            "title": row.title,
+            "kind": row.kind,
+            "transport": row.transport,
+            "chart": row.chart,
+            "metrics": [m.__dict__ for m in row.metrics],
+            "systems": {},
         }
         for system in row.systems:
             if system not in systems:
@@ -102,7 +108,9 @@ def run_suite(
                         raise MeasurementError(f"{system}: {problem}")
                     metrics = scenarios.metrics_of(row, m.result, m.rss, params, m.server_cpu_s)
                     run_record: dict[str, Any] = {
-                        "run": run, "metrics": metrics, "server_cpu_s": round(m.server_cpu_s, 3),
+                        "run": run,
+                        "metrics": metrics,
+                        "server_cpu_s": round(m.server_cpu_s, 3),
                         "raw": {k: v for k, v in m.result.items() if k != "latencies_us"},
                     }
                     if row.scenario == 4:
@@ -110,7 +118,8 @@ def run_suite(
                     record["runs"].append(run_record)
                     shown = ", ".join(
                         f"{metric.label} {number(metrics[metric.key], metric.unit)} {metric.unit}"
-                        for metric in row.metrics[:2] if metric.key in metrics
+                        for metric in row.metrics[:2]
+                        if metric.key in metrics
                     )
                     progress(f"[run {run + 1}/{runs}] {row.id:15s} {system:10s} {shown}  ({m.wall_s:.1f} s)")
                 except MeasurementError as error:

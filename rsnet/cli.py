@@ -24,7 +24,8 @@ import json
 import logging
 import signal
 import sys
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import trio
 
@@ -197,11 +198,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub = commands.add_parser("sub", help="subscribe and print items as JSON lines")
     sub.add_argument("url", help="tcp://H:P, tls://H:P, ws://H:P/path or wss://H:P/path")
     sub.add_argument("name", help="the publisher's name")
-    sub.add_argument("-p", "--param", type=_param, action="append", default=[], help="key=value (value as JSON if it parses)")
+    sub.add_argument(
+        "-p", "--param", type=_param, action="append", default=[], help="key=value (value as JSON if it parses)"
+    )
     sub.add_argument("--count", type=int, default=None, help="stop after N items")
     sub.add_argument("--prefetch", type=int, default=256, help="items in flight at most")
-    sub.add_argument("--from", dest="start", type=_position, default=None,
-                     help="broker topics: earliest, latest (default) or an offset")
+    sub.add_argument(
+        "--from",
+        dest="start",
+        type=_position,
+        default=None,
+        help="broker topics: earliest, latest (default) or an offset",
+    )
     sub.add_argument("--token", help="auth token")
 
     pub = commands.add_parser("pub", help="publish JSON lines from stdin to a broker topic")
@@ -222,8 +230,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     broker.add_argument("--ws", type=_address, help="HOST:PORT for WebSocket")
     broker.add_argument("--fsync", choices=["always", "interval", "never"], help="fsync policy of durable topics")
     broker.add_argument("--grace", type=float, default=5.0, help="seconds to drain streams on shutdown")
-    broker.add_argument("action", nargs="?", choices=["hash-token"],
-                        help="hash-token: print the hash of a token read from stdin (for [[auth.tokens]])")
+    broker.add_argument(
+        "action",
+        nargs="?",
+        choices=["hash-token"],
+        help="hash-token: print the hash of a token read from stdin (for [[auth.tokens]])",
+    )
     broker.add_argument("--generate", action="store_true", help="with hash-token: make a new random token")
 
     args = parser.parse_args(argv)

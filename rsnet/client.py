@@ -18,20 +18,31 @@ subscriber sees them. When the connection fails, every open subscription receive
 
 from __future__ import annotations
 
+import functools
 import ssl
 import urllib.parse
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator, Awaitable, Callable
+from typing import Any
 
 import trio
 
 from .errors import ConnectionLost, HandshakeError, TransportClosed, single_errors
-from .protocol import DEFAULT_HANDSHAKE_TIMEOUT, DEFAULT_KEEPALIVE_INTERVAL, DEFAULT_MAX_FRAME_SIZE
-from .protocol import DEFAULT_MAX_STREAMS, Connection, ErrorCode, Role, State, Welcome
+from .protocol import (
+    DEFAULT_HANDSHAKE_TIMEOUT,
+    DEFAULT_KEEPALIVE_INTERVAL,
+    DEFAULT_MAX_FRAME_SIZE,
+    DEFAULT_MAX_STREAMS,
+    Connection,
+    ErrorCode,
+    Role,
+    State,
+    Welcome,
+)
 from .session import Host, RemotePublisher, Session, complete_handshake
 from .streams import Publisher, Subscriber, iterate
-from .streams.subscriptions import subscribe_failed
 from .streams.iterate import DEFAULT_PREFETCH, PublisherIterator
+from .streams.subscriptions import subscribe_failed
 from .transport import Transport, connect_tcp, connect_websocket
 
 SCHEMES = ("tcp", "tls", "ws", "wss")
@@ -124,7 +135,7 @@ class Client:
                     pass
                 else:
                     self.session = session
-                    self._nursery.start_soon(lambda: session.run(events=events))
+                    self._nursery.start_soon(functools.partial(session.run, events=events))
                     parked, self._parked = self._parked, []
                     for subscriber, name, params in parked:
                         session.open_inbound(subscriber, name, params)
@@ -140,9 +151,7 @@ class Client:
             subscribe_failed(subscriber, error)
 
 
-async def open_transport(
-    url: str, *, ssl_context: ssl.SSLContext | None, max_frame_size: int
-) -> Transport:
+async def open_transport(url: str, *, ssl_context: ssl.SSLContext | None, max_frame_size: int) -> Transport:
     """A transport to ``url`` (see :data:`SCHEMES`)."""
     parsed = urllib.parse.urlsplit(url)
     if parsed.scheme not in SCHEMES or not parsed.hostname or not parsed.port:
@@ -176,6 +185,7 @@ async def connect(
     :class:`~rsnet.transport.TransportClosed` if it cannot be reached. ``host`` serves
     publishers the server may subscribe to. ``reconnect``: see :class:`Client`.
     """
+
     async def dial() -> tuple[Session, list[Any]]:
         transport = None
         with trio.move_on_after(handshake_timeout):

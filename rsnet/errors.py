@@ -14,7 +14,8 @@ To choose the code a local publisher's failure is sent with, fail it with a
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from .protocol import ErrorCode
 

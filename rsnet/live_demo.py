@@ -51,8 +51,10 @@ async def run_demo(seconds: float) -> None:
         tcp = await nursery.start(server.serve_tcp, "127.0.0.1", 0)
         ws = await nursery.start(server.serve_websocket, "127.0.0.1", 0)
         urls = {"fast": f"tcp://127.0.0.1:{tcp}", "medium": f"ws://127.0.0.1:{ws}/", "slow": f"tcp://127.0.0.1:{tcp}"}
-        print(f"broker on tcp://127.0.0.1:{tcp} and ws://127.0.0.1:{ws}/, topic {TOPIC!r}: "
-              f"backpressure, at most {MAX_LAG} records of lag")
+        print(
+            f"broker on tcp://127.0.0.1:{tcp} and ws://127.0.0.1:{ws}/, topic {TOPIC!r}: "
+            f"backpressure, at most {MAX_LAG} records of lag"
+        )
         print("subscribers: fast (TCP), medium (WebSocket, 2 ms/record), slow (TCP, 25 ms/record)\n")
         scopes = {who: trio.CancelScope() for who in SPEEDS}
         for who in SPEEDS:

@@ -25,14 +25,23 @@ import dataclasses
 import hmac
 import logging
 import ssl
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pydantic
 import trio
 
-from .protocol import DEFAULT_HANDSHAKE_TIMEOUT, DEFAULT_KEEPALIVE_INTERVAL, DEFAULT_MAX_FRAME_SIZE
-from .protocol import DEFAULT_MAX_STREAMS, Connection, ErrorCode, Hello, Role
 from .errors import HandshakeError, StreamError
+from .protocol import (
+    DEFAULT_HANDSHAKE_TIMEOUT,
+    DEFAULT_KEEPALIVE_INTERVAL,
+    DEFAULT_MAX_FRAME_SIZE,
+    DEFAULT_MAX_STREAMS,
+    Connection,
+    ErrorCode,
+    Hello,
+    Role,
+)
 from .session import Host, Session, StreamContext, complete_handshake
 from .streams import Publisher, Subscriber
 from .transport import TcpTransport, Transport, TransportClosed, accept_websocket
@@ -107,9 +116,7 @@ class Server:
 
         return register
 
-    def add_sink(
-        self, name: str, factory: SinkFactory, *, params: type[pydantic.BaseModel] | None = None
-    ) -> None:
+    def add_sink(self, name: str, factory: SinkFactory, *, params: type[pydantic.BaseModel] | None = None) -> None:
         """Accept streams a client OFFERs under ``name``: ``factory(params, context)`` returns
         the Subscriber that consumes the offered publisher (its demand is the backpressure)."""
         self._sinks[name] = _Entry(factory, params)
@@ -139,16 +146,14 @@ class Server:
             try:
                 params = entry.params.model_validate(params if params is not None else {})
             except pydantic.ValidationError as invalid:
-                errors = [
-                    {"field": ".".join(map(str, e["loc"])), "error": e["msg"]} for e in invalid.errors()
-                ]
+                errors = [{"field": ".".join(map(str, e["loc"])), "error": e["msg"]} for e in invalid.errors()]
                 summary = "; ".join(f"{e['field'] or 'params'}: {e['error']}" for e in errors)
                 raise StreamError(ErrorCode.REJECTED, f"invalid params for {name!r}: {summary}", errors) from None
         try:
             return entry.factory(params, context)
         except StreamError:
             raise
-        except Exception as failure:  # noqa: BLE001 - reported to the subscriber, logged here
+        except Exception as failure:
             log.exception("%s %r failed to open for %s", kind, name, context.peer)
             raise StreamError(ErrorCode.APPLICATION_ERROR, f"{type(failure).__name__}: {failure}") from failure
 
@@ -242,7 +247,7 @@ class Server:
             await handle(stream)
         except (TransportClosed, trio.BrokenResourceError, trio.ClosedResourceError, ssl.SSLError, OSError) as error:
             log.info("connection ended: %s", error)
-        except Exception:  # noqa: BLE001 - a bug in one connection must not stop the server
+        except Exception:
             log.exception("connection failed")
         finally:
             await trio.aclose_forcefully(stream)

@@ -28,9 +28,10 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Callable
 from itertools import repeat
 from operator import is_
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 import trio
 
@@ -121,12 +122,24 @@ class _Outbound(Subscriber[Any]):
     """
 
     __slots__ = (
-        "_session", "stream_id", "subscription", "remote", "local", "_accept", "done", "on_end",
-        "_refill_queued", "pending",
+        "_accept",
+        "_refill_queued",
+        "_session",
+        "done",
+        "local",
+        "on_end",
+        "pending",
+        "remote",
+        "stream_id",
+        "subscription",
     )
 
     def __init__(
-        self, session: Session, stream_id: int, initial: int, accept: bool,
+        self,
+        session: Session,
+        stream_id: int,
+        initial: int,
+        accept: bool,
         on_end: Callable[[BaseException | None], None] | None = None,
     ) -> None:
         self._session = session
@@ -206,7 +219,7 @@ class _Outbound(Subscriber[Any]):
         self.pending = []
         conn, stream_id = self._session.conn, self.stream_id
         for start in range(0, len(items), BATCH_ITEMS):
-            chunk = items if len(items) <= BATCH_ITEMS else items[start:start + BATCH_ITEMS]
+            chunk = items if len(items) <= BATCH_ITEMS else items[start : start + BATCH_ITEMS]
             try:
                 conn.send_batch(stream_id, chunk)
             except LocalProtocolError:
@@ -280,8 +293,13 @@ class _Inbound(Subscription):
     """
 
     __slots__ = (
-        "_session", "stream_id", "subscriber", "pending", "cancelled", "_delivering",
         "_bad_request",
+        "_delivering",
+        "_session",
+        "cancelled",
+        "pending",
+        "stream_id",
+        "subscriber",
     )
 
     def __init__(self, session: Session, subscriber: Subscriber[Any]) -> None:
@@ -523,8 +541,7 @@ class Session:
         publisher of an OFFER stream the peer opened (``offer_id``)."""
         if offer_id == 0 and (self.conn.state is not State.OPEN or self.conn.going_away):
             reason = self._closing_error or ConnectionLost(
-                "the connection is closed" if self.conn.state is not State.OPEN
-                else "the connection is going away"
+                "the connection is closed" if self.conn.state is not State.OPEN else "the connection is going away"
             )
             subscribe_failed(subscriber, reason)
             return
@@ -765,7 +782,7 @@ class Session:
         except StreamError as rejection:
             self.conn.send_error(event.stream_id, rejection.code, rejection.message, rejection.data)
             return
-        except Exception as failure:  # noqa: BLE001 - a host bug must not kill the connection
+        except Exception as failure:
             log.exception("opening publisher %r for %s failed", event.name, self.peer)
             self.conn.send_error(event.stream_id, ErrorCode.INTERNAL, f"{type(failure).__name__}: {failure}")
             return
@@ -779,7 +796,7 @@ class Session:
         except StreamError as rejection:
             self.conn.send_error(event.stream_id, rejection.code, rejection.message, rejection.data)
             return
-        except Exception as failure:  # noqa: BLE001
+        except Exception as failure:
             log.exception("opening sink %r for %s failed", event.name, self.peer)
             self.conn.send_error(event.stream_id, ErrorCode.INTERNAL, f"{type(failure).__name__}: {failure}")
             return

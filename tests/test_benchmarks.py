@@ -37,7 +37,11 @@ def test_quick_run_measures_every_system(tmp_path):
     out = tmp_path / "q.json"
     process = subprocess.Popen(
         [sys.executable, "-m", "benchmarks", "run", "--quick", "--json", str(out), "--out", str(tmp_path / "report")],
-        cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        cwd=ROOT,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     try:
         output, _ = process.communicate(timeout=TIMEOUT)

@@ -9,7 +9,9 @@ import sys
 def test_the_demo_runs_and_the_producer_follows_the_slowest_subscriber():
     result = subprocess.run(
         [sys.executable, "-m", "rsnet.cli", "demo", "--seconds", "2"],
-        capture_output=True, text=True, timeout=60,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()

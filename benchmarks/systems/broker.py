@@ -151,8 +151,11 @@ async def fanout(address: str, params: dict[str, Any]) -> dict[str, Any]:
         elapsed = clock.elapsed()
     elapsed["seconds"] = max(finished) - clock.wall
     return {
-        "subscribers": subscribers, "published": published, "items": received,
-        "publish_s": publish_s, **elapsed,
+        "subscribers": subscribers,
+        "published": published,
+        "items": received,
+        "publish_s": publish_s,
+        **elapsed,
     }
 
 

@@ -81,7 +81,7 @@ class Ws(Raw):
 
     async def send(self, chunks: list[bytes]) -> None:
         for i in range(0, len(chunks), WRITE_MESSAGES):
-            for chunk in chunks[i:i + WRITE_MESSAGES]:
+            for chunk in chunks[i : i + WRITE_MESSAGES]:
                 self.protocol.send_binary(chunk)
             await self.stream.send_all(b"".join(self.protocol.data_to_send()))
 

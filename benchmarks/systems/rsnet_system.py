@@ -17,7 +17,7 @@ import trio
 
 import rsnet
 
-from .common import Clock, PACE_BATCH, Pacer, payload, raise_fd_limit
+from .common import PACE_BATCH, Clock, Pacer, payload, raise_fd_limit
 
 
 def make_server() -> rsnet.Server:

@@ -30,7 +30,7 @@ from rsocket.rsocket_server import RSocketServer
 from rsocket.streams.stream_from_generator import StreamFromGenerator
 from rsocket.transports.tcp import TransportTCP
 
-from .common import Clock, PACE_BATCH, Pacer, payload, raise_fd_limit
+from .common import PACE_BATCH, Clock, Pacer, payload, raise_fd_limit
 
 
 class Handler(BaseRequestHandler):
@@ -203,9 +203,7 @@ async def client_main(kind: str, transport: str, port: int, params: dict[str, An
         if kind == "many_streams":
             streams, items = params["streams"], params["items"]
             clock = Clock()
-            counts = await asyncio.gather(
-                *(_stream(client, items, size, params["prefetch"]) for _ in range(streams))
-            )
+            counts = await asyncio.gather(*(_stream(client, items, size, params["prefetch"]) for _ in range(streams)))
             return {"streams": streams, "items": sum(counts), **clock.elapsed()}
     raise ValueError(f"unknown kind {kind!r}")
 

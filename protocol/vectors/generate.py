@@ -14,14 +14,21 @@ from __future__ import annotations
 import json
 import pathlib
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import msgpack
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
 
-from rsnet.protocol import (  # noqa: E402 - after the path set-up, so the script runs from a checkout
-    Connection, ConnectionClosed, FrameDecoder, Items, Role, frame_fields, parse_frame,
+from rsnet.protocol import (
+    Connection,
+    ConnectionClosed,
+    FrameDecoder,
+    Items,
+    Role,
+    frame_fields,
+    parse_frame,
 )
 
 HERE = pathlib.Path(__file__).parent
@@ -90,7 +97,7 @@ def tag(value: Any) -> Any:
 def structure(f: Any) -> dict[str, Any]:
     """An rsnet frame object as the vectors write frames: {"type": NAME, field: value...}."""
     fields = frame_fields(f)
-    return {"type": NAMES[fields[0]], **dict(zip(LAYOUT[NAMES[fields[0]]][1], fields[1:]))}
+    return {"type": NAMES[fields[0]], **dict(zip(LAYOUT[NAMES[fields[0]]][1], fields[1:], strict=False))}
 
 
 def event_json(event: Any) -> list[dict[str, Any]]:
@@ -98,8 +105,15 @@ def event_json(event: Any) -> list[dict[str, Any]]:
     if isinstance(event, Items):
         return [{"event": "NEXT", "stream_id": event.stream_id, "item": item} for item in event.items]
     if isinstance(event, ConnectionClosed):
-        return [{"event": "CLOSED", "code": event.code, "message": event.message,
-                 "data": event.data, "by_peer": event.by_peer}]
+        return [
+            {
+                "event": "CLOSED",
+                "code": event.code,
+                "message": event.message,
+                "data": event.data,
+                "by_peer": event.by_peer,
+            }
+        ]
     s = structure(event)
     return [{"event": s.pop("type"), **s}]
 
@@ -124,80 +138,149 @@ def frame_vectors() -> list[dict[str, Any]]:
 
     def add(name: str, f: dict[str, Any], note: str = "") -> None:
         fields = wire_fields(f)
-        vectors.append({"name": name, **({"note": note} if note else {}), "frame": tag(f), "fields": tag(fields),
-                        "hex": pack(fields).hex()})
+        vectors.append(
+            {
+                "name": name,
+                **({"note": note} if note else {}),
+                "frame": tag(f),
+                "fields": tag(fields),
+                "hex": pack(fields).hex(),
+            }
+        )
 
     def decode_only(name: str, data: bytes, f: dict[str, Any] | None, note: str) -> None:
-        vectors.append({"name": name, "note": note, "decode_only": True,
-                        "frame": tag(f), "hex": data.hex()})
+        vectors.append({"name": name, "note": note, "decode_only": True, "frame": tag(f), "hex": data.hex()})
 
-    add("hello_minimal", frame("HELLO", magic="rsnet", versions=[1], settings={}),
-        "every setting absent means its default")
-    add("hello_full", frame("HELLO", magic="rsnet", versions=[2, 1], settings={
-        **CLIENT_SETTINGS, "auth_token": "s3cret", "metadata": {"client": "rsnet-js/0.1"}}),
-        "a client speaking v2 and v1; the server picks the highest version it also speaks")
+    add(
+        "hello_minimal",
+        frame("HELLO", magic="rsnet", versions=[1], settings={}),
+        "every setting absent means its default",
+    )
+    add(
+        "hello_full",
+        frame(
+            "HELLO",
+            magic="rsnet",
+            versions=[2, 1],
+            settings={**CLIENT_SETTINGS, "auth_token": "s3cret", "metadata": {"client": "rsnet-js/0.1"}},
+        ),
+        "a client speaking v2 and v1; the server picks the highest version it also speaks",
+    )
     add("hello_binary_token", frame("HELLO", magic="rsnet", versions=[1], settings={"auth_token": b"\x00\xff"}))
     add("welcome", frame("WELCOME", version=1, settings={**CLIENT_SETTINGS, "metadata": {"server": "rsnet-py"}}))
     add("ping_zero", frame("PING", token=0))
     add("ping_max_token", frame("PING", token=MAX))
     add("pong", frame("PONG", token=7))
     add("go_away", frame("GO_AWAY", message="shutting down"))
-    add("conn_error_unsupported_version",
-        frame("CONN_ERROR", code=UNSUPPORTED_VERSION, message="no common version", data={"versions": [1]}))
+    add(
+        "conn_error_unsupported_version",
+        frame("CONN_ERROR", code=UNSUPPORTED_VERSION, message="no common version", data={"versions": [1]}),
+    )
     add("conn_error_no_data", frame("CONN_ERROR", code=TIMEOUT, message="no HELLO in 10 s", data=None))
-    add("subscribe", frame("SUBSCRIBE", stream_id=1, name="ticks", params={"symbol": "ACME"},
-                           initial_demand=16, metadata={"content_type": "application/msgpack"}))
-    add("subscribe_minimal", frame("SUBSCRIBE", stream_id=3, name="t", params=None, initial_demand=0, metadata={}),
-        "params nil, no initial demand")
-    add("subscribe_unbounded", frame("SUBSCRIBE", stream_id=5, name="all", params=[1, 2],
-                                     initial_demand=MAX, metadata={}), "2**63-1 is unbounded demand")
-    add("offer", frame("OFFER", stream_id=2, name="orders", params=None, metadata={"content_type": "application/json"}),
-        "server-opened streams have even ids")
+    add(
+        "subscribe",
+        frame(
+            "SUBSCRIBE",
+            stream_id=1,
+            name="ticks",
+            params={"symbol": "ACME"},
+            initial_demand=16,
+            metadata={"content_type": "application/msgpack"},
+        ),
+    )
+    add(
+        "subscribe_minimal",
+        frame("SUBSCRIBE", stream_id=3, name="t", params=None, initial_demand=0, metadata={}),
+        "params nil, no initial demand",
+    )
+    add(
+        "subscribe_unbounded",
+        frame("SUBSCRIBE", stream_id=5, name="all", params=[1, 2], initial_demand=MAX, metadata={}),
+        "2**63-1 is unbounded demand",
+    )
+    add(
+        "offer",
+        frame("OFFER", stream_id=2, name="orders", params=None, metadata={"content_type": "application/json"}),
+        "server-opened streams have even ids",
+    )
     add("accept", frame("ACCEPT", stream_id=1, metadata={}))
     add("accept_metadata", frame("ACCEPT", stream_id=1, metadata={"content_type": "application/msgpack"}))
     add("request", frame("REQUEST", stream_id=1, n=128))
     add("request_unbounded", frame("REQUEST", stream_id=1, n=MAX))
-    add("request_zero", frame("REQUEST", stream_id=1, n=0),
-        "well formed; the publisher side answers with a stream ERROR INVALID_REQUEST (rule 3.9)")
+    add(
+        "request_zero",
+        frame("REQUEST", stream_id=1, n=0),
+        "well formed; the publisher side answers with a stream ERROR INVALID_REQUEST (rule 3.9)",
+    )
     add("request_negative", frame("REQUEST", stream_id=1, n=-(2**63)), "well formed, int64 minimum; rule 3.9")
     add("cancel", frame("CANCEL", stream_id=1))
     add("next_int", frame("NEXT", stream_id=1, item=42))
     add("next_negative_int", frame("NEXT", stream_id=1, item=-1))
-    add("next_uint64", frame("NEXT", stream_id=1, item=2**64 - 1),
-        "payloads may use every msgpack integer; the 2**63-1 bound is for protocol fields")
+    add(
+        "next_uint64",
+        frame("NEXT", stream_id=1, item=2**64 - 1),
+        "payloads may use every msgpack integer; the 2**63-1 bound is for protocol fields",
+    )
     add("next_false", frame("NEXT", stream_id=1, item=False), "false is an item; only nil is not")
     add("next_float", frame("NEXT", stream_id=1, item=1.5))
     add("next_str", frame("NEXT", stream_id=1, item="héllo"))
     add("next_bin", frame("NEXT", stream_id=1, item=b"\x00\x01\xfe"))
     add("next_map", frame("NEXT", stream_id=1, item={"i": 1, "v": "x"}))
-    add("next_nested", frame("NEXT", stream_id=1, item=[{"a": [1, {"b": None}]}, []]),
-        "nil inside an item is fine; only the item itself must not be nil")
+    add(
+        "next_nested",
+        frame("NEXT", stream_id=1, item=[{"a": [1, {"b": None}]}, []]),
+        "nil inside an item is fine; only the item itself must not be nil",
+    )
     add("next_ext", frame("NEXT", stream_id=1, item=msgpack.ExtType(5, b"\x01\x02")))
     add("next_max_stream_id", frame("NEXT", stream_id=MAX - 1, item=0), "largest server-allocated id")
     add("batch", frame("BATCH", stream_id=1, items=[1, "two", {"three": 3}]))
     add("batch_empty", frame("BATCH", stream_id=1, items=[]), "legal and without effect")
     add("complete", frame("COMPLETE", stream_id=1))
-    add("error_application", frame("ERROR", stream_id=1, code=4242, message="no such account",
-                                   data={"account": "x-17", "retry": False}), "an application code (>= 4096)")
-    add("error_application_unspecified", frame("ERROR", stream_id=1, code=APPLICATION_ERROR,
-                                               message="ValueError: boom", data=None))
-    add("error_reject_unknown_publisher", frame("ERROR", stream_id=1, code=UNKNOWN_PUBLISHER,
-                                                message="no publisher 'tickz'", data=None),
-        "sent before ACCEPT, an ERROR rejects the SUBSCRIBE")
+    add(
+        "error_application",
+        frame("ERROR", stream_id=1, code=4242, message="no such account", data={"account": "x-17", "retry": False}),
+        "an application code (>= 4096)",
+    )
+    add(
+        "error_application_unspecified",
+        frame("ERROR", stream_id=1, code=APPLICATION_ERROR, message="ValueError: boom", data=None),
+    )
+    add(
+        "error_reject_unknown_publisher",
+        frame("ERROR", stream_id=1, code=UNKNOWN_PUBLISHER, message="no publisher 'tickz'", data=None),
+        "sent before ACCEPT, an ERROR rejects the SUBSCRIBE",
+    )
 
-    decode_only("next_trailing_field", pack([21, 1, 42, "added in v1.1"]), frame("NEXT", stream_id=1, item=42),
-                "elements after the known fields are ignored")
-    decode_only("subscribe_trailing_fields", pack([16, 1, "ticks", None, 0, {}, 1, 2]),
-                frame("SUBSCRIBE", stream_id=1, name="ticks", params=None, initial_demand=0, metadata={}),
-                "elements after the known fields are ignored")
-    decode_only("next_long_form_ints", bytes.fromhex("93cf0000000000000015d3000000000000000102"),
-                frame("NEXT", stream_id=1, item=2),
-                "decoders accept any msgpack encoding of a value, not only the shortest")
-    decode_only("hello_unknown_setting", pack([1, "rsnet", [1], {"compression": "zstd", "max_streams": 8}]),
-                frame("HELLO", magic="rsnet", versions=[1], settings={"compression": "zstd", "max_streams": 8}),
-                "unknown settings are kept and ignored")
-    decode_only("extension_frame_ignored", pack([64, "anything", {"x": 1}]), None,
-                "types >= 64 are extensions: a receiver that does not know one ignores it")
+    decode_only(
+        "next_trailing_field",
+        pack([21, 1, 42, "added in v1.1"]),
+        frame("NEXT", stream_id=1, item=42),
+        "elements after the known fields are ignored",
+    )
+    decode_only(
+        "subscribe_trailing_fields",
+        pack([16, 1, "ticks", None, 0, {}, 1, 2]),
+        frame("SUBSCRIBE", stream_id=1, name="ticks", params=None, initial_demand=0, metadata={}),
+        "elements after the known fields are ignored",
+    )
+    decode_only(
+        "next_long_form_ints",
+        bytes.fromhex("93cf0000000000000015d3000000000000000102"),
+        frame("NEXT", stream_id=1, item=2),
+        "decoders accept any msgpack encoding of a value, not only the shortest",
+    )
+    decode_only(
+        "hello_unknown_setting",
+        pack([1, "rsnet", [1], {"compression": "zstd", "max_streams": 8}]),
+        frame("HELLO", magic="rsnet", versions=[1], settings={"compression": "zstd", "max_streams": 8}),
+        "unknown settings are kept and ignored",
+    )
+    decode_only(
+        "extension_frame_ignored",
+        pack([64, "anything", {"x": 1}]),
+        None,
+        "types >= 64 are extensions: a receiver that does not know one ignores it",
+    )
 
     for v in vectors:  # rsnet must agree before anything is written
         decoded = [parse_frame(fields) for fields in FrameDecoder().frames(bytes.fromhex(v["hex"]))]
@@ -213,44 +296,74 @@ def frame_vectors() -> list[dict[str, Any]]:
 class Script:
     """Drives a client and a server Connection through a scripted timeline, checking each step."""
 
-    def __init__(self, name: str, note: str, *, client: dict[str, Any] | None = None,
-                 server: dict[str, Any] | None = None, roles: tuple[str, ...] = ("client", "server")) -> None:
+    def __init__(
+        self,
+        name: str,
+        note: str,
+        *,
+        client: dict[str, Any] | None = None,
+        server: dict[str, Any] | None = None,
+        roles: tuple[str, ...] = ("client", "server"),
+    ) -> None:
         self.config = {"client": client or {}, "server": server or {}}
         self.conns = {
             "client": Connection(Role.CLIENT, **self.config["client"]),
             "server": Connection(Role.SERVER, **self.config["server"]),
         }
-        self.vector: dict[str, Any] = {"name": name, "note": note, "roles": list(roles),
-                                       "config": tag(self.config), "steps": []}
+        self.vector: dict[str, Any] = {
+            "name": name,
+            "note": note,
+            "roles": list(roles),
+            "config": tag(self.config),
+            "steps": [],
+        }
         self.pending: dict[str, bytes] = {}
 
-    def send(self, side: str, action: Callable[[Connection], Any] | None, frames: list[dict[str, Any]],
-             note: str = "", *, auto: bool = False) -> bytes:
+    def send(
+        self,
+        side: str,
+        action: Callable[[Connection], Any] | None,
+        frames: list[dict[str, Any]],
+        note: str = "",
+        *,
+        auto: bool = False,
+    ) -> bytes:
         conn = self.conns[side]
         if action is not None:
             assert not conn.data_to_send(), "unexpected output before an action"
             action(conn)
         data = bytes(conn.data_to_send())
         got = decode_all(data)
-        assert len(got) == len(frames) and all(matches(e, g) for e, g in zip(frames, got)), (side, got)
+        assert len(got) == len(frames) and all(matches(e, g) for e, g in zip(frames, got, strict=False)), (side, got)
         if not auto:  # the bytes must be exactly the spec's encoding of the frames
             assert data == b"".join(pack(wire_fields(f)) for f in frames), (side, got)
-        step = {"step": "send", "side": side, **({"note": note} if note else {}),
-                "frames": tag(frames if not auto else got), "hex": data.hex()}
+        step = {
+            "step": "send",
+            "side": side,
+            **({"note": note} if note else {}),
+            "frames": tag(frames if not auto else got),
+            "hex": data.hex(),
+        }
         if auto:
             step["auto"] = True
             step["compare"] = tag(frames)
         self.vector["steps"].append(step)
         return data
 
-    def receive(self, side: str, data: bytes, events: list[dict[str, Any]], note: str = "",
-                state: str | None = None) -> None:
+    def receive(
+        self, side: str, data: bytes, events: list[dict[str, Any]], note: str = "", state: str | None = None
+    ) -> None:
         conn = self.conns[side]
         conn.receive_data(data)
         got = [e for event in conn.events_received() for e in event_json(event)]
-        assert len(got) == len(events) and all(matches(e, g) for e, g in zip(events, got)), (side, got)
-        step = {"step": "receive", "side": side, **({"note": note} if note else {}), "hex": data.hex(),
-                "events": tag(events)}
+        assert len(got) == len(events) and all(matches(e, g) for e, g in zip(events, got, strict=False)), (side, got)
+        step = {
+            "step": "receive",
+            "side": side,
+            **({"note": note} if note else {}),
+            "hex": data.hex(),
+            "events": tag(events),
+        }
         if state is not None:
             assert conn.state.name == state, conn.state
             step["state"] = state
@@ -260,12 +373,20 @@ class Script:
         conn = self.conns[side]
         conn.receive_eof()
         got = [e for event in conn.events_received() for e in event_json(event)]
-        assert len(got) == len(events) and all(matches(e, g) for e, g in zip(events, got)), (side, got)
-        self.vector["steps"].append({"step": "eof", "side": side, **({"note": note} if note else {}),
-                                     "events": tag(events), "state": "CLOSED"})
+        assert len(got) == len(events) and all(matches(e, g) for e, g in zip(events, got, strict=False)), (side, got)
+        self.vector["steps"].append(
+            {"step": "eof", "side": side, **({"note": note} if note else {}), "events": tag(events), "state": "CLOSED"}
+        )
 
-    def exchange(self, side: str, action: Callable[[Connection], Any] | None, frames: list[dict[str, Any]],
-                 events: list[dict[str, Any]], note: str = "", state: str | None = None) -> None:
+    def exchange(
+        self,
+        side: str,
+        action: Callable[[Connection], Any] | None,
+        frames: list[dict[str, Any]],
+        events: list[dict[str, Any]],
+        note: str = "",
+        state: str | None = None,
+    ) -> None:
         """``side`` sends, the other side receives at once."""
         data = self.send(side, action, frames, note)
         self.receive(other(side), data, events, state=state)
@@ -273,15 +394,25 @@ class Script:
     def handshake(self, welcome_metadata: dict[str, Any] | None = None) -> None:
         cs = {**CLIENT_SETTINGS, **self.config["client"]}
         hello = frame("HELLO", magic="rsnet", versions=[1], settings=cs)
-        self.exchange("client", None, [hello], [{"event": "HELLO", "versions": [1], "settings": cs}],
-                      "the client's first frame", state="AWAIT_ACCEPT")
+        self.exchange(
+            "client",
+            None,
+            [hello],
+            [{"event": "HELLO", "versions": [1], "settings": cs}],
+            "the client's first frame",
+            state="AWAIT_ACCEPT",
+        )
         ss = {**CLIENT_SETTINGS, **{k: v for k, v in self.config["server"].items() if k in CLIENT_SETTINGS}}
         if welcome_metadata is not None:
             ss["metadata"] = welcome_metadata
-        self.exchange("server", lambda c: c.send_welcome(welcome_metadata),
-                      [frame("WELCOME", version=1, settings=ss)],
-                      [{"event": "WELCOME", "version": 1, "settings": ss}],
-                      "the server accepts; both sides are OPEN", state="OPEN")
+        self.exchange(
+            "server",
+            lambda c: c.send_welcome(welcome_metadata),
+            [frame("WELCOME", version=1, settings=ss)],
+            [{"event": "WELCOME", "version": 1, "settings": ss}],
+            "the server accepts; both sides are OPEN",
+            state="OPEN",
+        )
 
     def done(self) -> dict[str, Any]:
         for side in self.vector["roles"]:
@@ -304,175 +435,313 @@ def conversations() -> list[dict[str, Any]]:
     s.handshake({"server": "rsnet-py"})
     out.append(s.done())
 
-    s = Script("subscribe_demand_items_complete",
-               "The complete life of a subscription: SUBSCRIBE with initial demand, ACCEPT, items within "
-               "demand, more demand, a BATCH, COMPLETE")
+    s = Script(
+        "subscribe_demand_items_complete",
+        "The complete life of a subscription: SUBSCRIBE with initial demand, ACCEPT, items within "
+        "demand, more demand, a BATCH, COMPLETE",
+    )
     s.handshake()
-    s.exchange("client", lambda c: c.send_subscribe("ticks", {"symbol": "ACME"}, initial_demand=2),
-               [frame("SUBSCRIBE", stream_id=1, name="ticks", params={"symbol": "ACME"}, initial_demand=2, metadata={})],
-               [ev("SUBSCRIBE", stream_id=1, name="ticks", params={"symbol": "ACME"}, initial_demand=2)],
-               "client streams have odd ids, starting at 1")
-    s.exchange("server", lambda c: (c.send_accept(1), c.send_next(1, 10.5), c.send_next(1, 11.25)),
-               [frame("ACCEPT", stream_id=1, metadata={}), frame("NEXT", stream_id=1, item=10.5),
-                frame("NEXT", stream_id=1, item=11.25)],
-               [ev("ACCEPT", stream_id=1), ev("NEXT", stream_id=1, item=10.5), ev("NEXT", stream_id=1, item=11.25)],
-               "ACCEPT, then exactly the 2 items requested")
-    s.exchange("client", lambda c: c.send_request(1, 3), [frame("REQUEST", stream_id=1, n=3)],
-               [ev("REQUEST", stream_id=1, n=3)])
-    s.exchange("server", lambda c: (c.send_batch(1, [12.0, 12.5, 13.0]), c.send_complete(1)),
-               [frame("BATCH", stream_id=1, items=[12.0, 12.5, 13.0]), frame("COMPLETE", stream_id=1)],
-               [ev("NEXT", stream_id=1, item=12.0), ev("NEXT", stream_id=1, item=12.5),
-                ev("NEXT", stream_id=1, item=13.0), ev("COMPLETE", stream_id=1)],
-               "a BATCH spends demand like as many NEXT frames; COMPLETE ends the stream")
+    s.exchange(
+        "client",
+        lambda c: c.send_subscribe("ticks", {"symbol": "ACME"}, initial_demand=2),
+        [frame("SUBSCRIBE", stream_id=1, name="ticks", params={"symbol": "ACME"}, initial_demand=2, metadata={})],
+        [ev("SUBSCRIBE", stream_id=1, name="ticks", params={"symbol": "ACME"}, initial_demand=2)],
+        "client streams have odd ids, starting at 1",
+    )
+    s.exchange(
+        "server",
+        lambda c: (c.send_accept(1), c.send_next(1, 10.5), c.send_next(1, 11.25)),
+        [
+            frame("ACCEPT", stream_id=1, metadata={}),
+            frame("NEXT", stream_id=1, item=10.5),
+            frame("NEXT", stream_id=1, item=11.25),
+        ],
+        [ev("ACCEPT", stream_id=1), ev("NEXT", stream_id=1, item=10.5), ev("NEXT", stream_id=1, item=11.25)],
+        "ACCEPT, then exactly the 2 items requested",
+    )
+    s.exchange(
+        "client",
+        lambda c: c.send_request(1, 3),
+        [frame("REQUEST", stream_id=1, n=3)],
+        [ev("REQUEST", stream_id=1, n=3)],
+    )
+    s.exchange(
+        "server",
+        lambda c: (c.send_batch(1, [12.0, 12.5, 13.0]), c.send_complete(1)),
+        [frame("BATCH", stream_id=1, items=[12.0, 12.5, 13.0]), frame("COMPLETE", stream_id=1)],
+        [
+            ev("NEXT", stream_id=1, item=12.0),
+            ev("NEXT", stream_id=1, item=12.5),
+            ev("NEXT", stream_id=1, item=13.0),
+            ev("COMPLETE", stream_id=1),
+        ],
+        "a BATCH spends demand like as many NEXT frames; COMPLETE ends the stream",
+    )
     out.append(s.done())
 
-    s = Script("worked_example", "The annotated conversation of SPEC.md, \"Worked example\"",
-               client={"keepalive_interval": 15000})
+    s = Script(
+        "worked_example",
+        'The annotated conversation of SPEC.md, "Worked example"',
+        client={"keepalive_interval": 15000},
+    )
     s.handshake()
-    s.exchange("client", lambda c: c.send_subscribe("ticks", {"symbol": "ACME"}, initial_demand=2),
-               [frame("SUBSCRIBE", stream_id=1, name="ticks", params={"symbol": "ACME"}, initial_demand=2, metadata={})],
-               [ev("SUBSCRIBE", stream_id=1, name="ticks", params={"symbol": "ACME"}, initial_demand=2)])
-    s.exchange("server", lambda c: (c.send_accept(1), c.send_next(1, 101), c.send_next(1, 102)),
-               [frame("ACCEPT", stream_id=1, metadata={}), frame("NEXT", stream_id=1, item=101),
-                frame("NEXT", stream_id=1, item=102)],
-               [ev("ACCEPT", stream_id=1), ev("NEXT", stream_id=1, item=101), ev("NEXT", stream_id=1, item=102)])
-    s.exchange("client", lambda c: (c.send_request(1, 2), c.send_subscribe("news", initial_demand=1)),
-               [frame("REQUEST", stream_id=1, n=2),
-                frame("SUBSCRIBE", stream_id=3, name="news", params=None, initial_demand=1, metadata={})],
-               [ev("REQUEST", stream_id=1, n=2), ev("SUBSCRIBE", stream_id=3, name="news", initial_demand=1)])
-    s.exchange("server", lambda c: (c.send_batch(1, [103, 104]), c.send_accept(3), c.send_next(3, "hi")),
-               [frame("BATCH", stream_id=1, items=[103, 104]), frame("ACCEPT", stream_id=3, metadata={}),
-                frame("NEXT", stream_id=3, item="hi")],
-               [ev("NEXT", stream_id=1, item=103), ev("NEXT", stream_id=1, item=104), ev("ACCEPT", stream_id=3),
-                ev("NEXT", stream_id=3, item="hi")])
+    s.exchange(
+        "client",
+        lambda c: c.send_subscribe("ticks", {"symbol": "ACME"}, initial_demand=2),
+        [frame("SUBSCRIBE", stream_id=1, name="ticks", params={"symbol": "ACME"}, initial_demand=2, metadata={})],
+        [ev("SUBSCRIBE", stream_id=1, name="ticks", params={"symbol": "ACME"}, initial_demand=2)],
+    )
+    s.exchange(
+        "server",
+        lambda c: (c.send_accept(1), c.send_next(1, 101), c.send_next(1, 102)),
+        [
+            frame("ACCEPT", stream_id=1, metadata={}),
+            frame("NEXT", stream_id=1, item=101),
+            frame("NEXT", stream_id=1, item=102),
+        ],
+        [ev("ACCEPT", stream_id=1), ev("NEXT", stream_id=1, item=101), ev("NEXT", stream_id=1, item=102)],
+    )
+    s.exchange(
+        "client",
+        lambda c: (c.send_request(1, 2), c.send_subscribe("news", initial_demand=1)),
+        [
+            frame("REQUEST", stream_id=1, n=2),
+            frame("SUBSCRIBE", stream_id=3, name="news", params=None, initial_demand=1, metadata={}),
+        ],
+        [ev("REQUEST", stream_id=1, n=2), ev("SUBSCRIBE", stream_id=3, name="news", initial_demand=1)],
+    )
+    s.exchange(
+        "server",
+        lambda c: (c.send_batch(1, [103, 104]), c.send_accept(3), c.send_next(3, "hi")),
+        [
+            frame("BATCH", stream_id=1, items=[103, 104]),
+            frame("ACCEPT", stream_id=3, metadata={}),
+            frame("NEXT", stream_id=3, item="hi"),
+        ],
+        [
+            ev("NEXT", stream_id=1, item=103),
+            ev("NEXT", stream_id=1, item=104),
+            ev("ACCEPT", stream_id=3),
+            ev("NEXT", stream_id=3, item="hi"),
+        ],
+    )
     s.exchange("client", lambda c: c.send_cancel(3), [frame("CANCEL", stream_id=3)], [ev("CANCEL", stream_id=3)])
-    s.exchange("server", lambda c: c.send_complete(1), [frame("COMPLETE", stream_id=1)],
-               [ev("COMPLETE", stream_id=1)])
+    s.exchange("server", lambda c: c.send_complete(1), [frame("COMPLETE", stream_id=1)], [ev("COMPLETE", stream_id=1)])
     out.append(s.done())
 
-    s = Script("cancel_with_late_frames",
-               "The client cancels while the server is still sending: frames already in flight cross the "
-               "CANCEL and are dropped by the client (rules 2.8, 3.12); the server drops the CANCEL for a "
-               "stream it already completed")
+    s = Script(
+        "cancel_with_late_frames",
+        "The client cancels while the server is still sending: frames already in flight cross the "
+        "CANCEL and are dropped by the client (rules 2.8, 3.12); the server drops the CANCEL for a "
+        "stream it already completed",
+    )
     s.handshake()
-    s.exchange("client", lambda c: c.send_subscribe("ticks", initial_demand=5),
-               [frame("SUBSCRIBE", stream_id=1, name="ticks", params=None, initial_demand=5, metadata={})],
-               [ev("SUBSCRIBE", stream_id=1, initial_demand=5)])
-    s.exchange("server", lambda c: (c.send_accept(1), c.send_next(1, "a")),
-               [frame("ACCEPT", stream_id=1, metadata={}), frame("NEXT", stream_id=1, item="a")],
-               [ev("ACCEPT", stream_id=1), ev("NEXT", stream_id=1, item="a")])
+    s.exchange(
+        "client",
+        lambda c: c.send_subscribe("ticks", initial_demand=5),
+        [frame("SUBSCRIBE", stream_id=1, name="ticks", params=None, initial_demand=5, metadata={})],
+        [ev("SUBSCRIBE", stream_id=1, initial_demand=5)],
+    )
+    s.exchange(
+        "server",
+        lambda c: (c.send_accept(1), c.send_next(1, "a")),
+        [frame("ACCEPT", stream_id=1, metadata={}), frame("NEXT", stream_id=1, item="a")],
+        [ev("ACCEPT", stream_id=1), ev("NEXT", stream_id=1, item="a")],
+    )
     cancel = s.send("client", lambda c: c.send_cancel(1), [frame("CANCEL", stream_id=1)], "the client cancels...")
-    late = s.send("server", lambda c: (c.send_next(1, "b"), c.send_complete(1)),
-                  [frame("NEXT", stream_id=1, item="b"), frame("COMPLETE", stream_id=1)],
-                  "...while the server, not having seen it yet, sends one more item and completes")
+    late = s.send(
+        "server",
+        lambda c: (c.send_next(1, "b"), c.send_complete(1)),
+        [frame("NEXT", stream_id=1, item="b"), frame("COMPLETE", stream_id=1)],
+        "...while the server, not having seen it yet, sends one more item and completes",
+    )
     s.receive("client", late, [], "late frames after CANCEL: dropped, no events")
     s.receive("server", cancel, [], "CANCEL for a stream the server already completed: dropped")
-    s.exchange("client", lambda c: c.send_subscribe("ticks", initial_demand=1),
-               [frame("SUBSCRIBE", stream_id=3, name="ticks", params=None, initial_demand=1, metadata={})],
-               [ev("SUBSCRIBE", stream_id=3)], "ids are never reused: the next stream is 3")
+    s.exchange(
+        "client",
+        lambda c: c.send_subscribe("ticks", initial_demand=1),
+        [frame("SUBSCRIBE", stream_id=3, name="ticks", params=None, initial_demand=1, metadata={})],
+        [ev("SUBSCRIBE", stream_id=3)],
+        "ids are never reused: the next stream is 3",
+    )
     out.append(s.done())
 
     s = Script("rejected_subscribe", "An ERROR in answer to SUBSCRIBE, before ACCEPT, rejects it")
     s.handshake()
-    s.exchange("client", lambda c: c.send_subscribe("tickz", initial_demand=8),
-               [frame("SUBSCRIBE", stream_id=1, name="tickz", params=None, initial_demand=8, metadata={})],
-               [ev("SUBSCRIBE", stream_id=1, name="tickz")])
-    s.exchange("server", lambda c: c.send_error(1, UNKNOWN_PUBLISHER, "no publisher 'tickz'", {"known": ["ticks"]}),
-               [frame("ERROR", stream_id=1, code=UNKNOWN_PUBLISHER, message="no publisher 'tickz'",
-                      data={"known": ["ticks"]})],
-               [ev("ERROR", stream_id=1, code=UNKNOWN_PUBLISHER, message="no publisher 'tickz'",
-                   data={"known": ["ticks"]})])
+    s.exchange(
+        "client",
+        lambda c: c.send_subscribe("tickz", initial_demand=8),
+        [frame("SUBSCRIBE", stream_id=1, name="tickz", params=None, initial_demand=8, metadata={})],
+        [ev("SUBSCRIBE", stream_id=1, name="tickz")],
+    )
+    s.exchange(
+        "server",
+        lambda c: c.send_error(1, UNKNOWN_PUBLISHER, "no publisher 'tickz'", {"known": ["ticks"]}),
+        [
+            frame(
+                "ERROR", stream_id=1, code=UNKNOWN_PUBLISHER, message="no publisher 'tickz'", data={"known": ["ticks"]}
+            )
+        ],
+        [ev("ERROR", stream_id=1, code=UNKNOWN_PUBLISHER, message="no publisher 'tickz'", data={"known": ["ticks"]})],
+    )
     out.append(s.done())
 
-    s = Script("offer_push_with_backpressure",
-               "A producer pushes into the server: it OFFERs a publisher, the server accepts and requests, "
-               "the producer sends only what was requested, then completes")
+    s = Script(
+        "offer_push_with_backpressure",
+        "A producer pushes into the server: it OFFERs a publisher, the server accepts and requests, "
+        "the producer sends only what was requested, then completes",
+    )
     s.handshake()
-    s.exchange("client", lambda c: c.send_offer("orders", {"partition": 0}),
-               [frame("OFFER", stream_id=1, name="orders", params={"partition": 0}, metadata={})],
-               [ev("OFFER", stream_id=1, name="orders", params={"partition": 0})])
-    s.exchange("server", lambda c: (c.send_accept(1), c.send_request(1, 2)),
-               [frame("ACCEPT", stream_id=1, metadata={}), frame("REQUEST", stream_id=1, n=2)],
-               [ev("ACCEPT", stream_id=1), ev("REQUEST", stream_id=1, n=2)],
-               "the subscriber side of an OFFER accepts first, then requests")
-    s.exchange("client", lambda c: c.send_batch(1, [{"id": 1}, {"id": 2}]),
-               [frame("BATCH", stream_id=1, items=[{"id": 1}, {"id": 2}])],
-               [ev("NEXT", stream_id=1, item={"id": 1}), ev("NEXT", stream_id=1, item={"id": 2})])
-    s.exchange("server", lambda c: c.send_request(1, 1), [frame("REQUEST", stream_id=1, n=1)],
-               [ev("REQUEST", stream_id=1, n=1)])
-    s.exchange("client", lambda c: (c.send_next(1, {"id": 3}), c.send_complete(1)),
-               [frame("NEXT", stream_id=1, item={"id": 3}), frame("COMPLETE", stream_id=1)],
-               [ev("NEXT", stream_id=1, item={"id": 3}), ev("COMPLETE", stream_id=1)])
+    s.exchange(
+        "client",
+        lambda c: c.send_offer("orders", {"partition": 0}),
+        [frame("OFFER", stream_id=1, name="orders", params={"partition": 0}, metadata={})],
+        [ev("OFFER", stream_id=1, name="orders", params={"partition": 0})],
+    )
+    s.exchange(
+        "server",
+        lambda c: (c.send_accept(1), c.send_request(1, 2)),
+        [frame("ACCEPT", stream_id=1, metadata={}), frame("REQUEST", stream_id=1, n=2)],
+        [ev("ACCEPT", stream_id=1), ev("REQUEST", stream_id=1, n=2)],
+        "the subscriber side of an OFFER accepts first, then requests",
+    )
+    s.exchange(
+        "client",
+        lambda c: c.send_batch(1, [{"id": 1}, {"id": 2}]),
+        [frame("BATCH", stream_id=1, items=[{"id": 1}, {"id": 2}])],
+        [ev("NEXT", stream_id=1, item={"id": 1}), ev("NEXT", stream_id=1, item={"id": 2})],
+    )
+    s.exchange(
+        "server",
+        lambda c: c.send_request(1, 1),
+        [frame("REQUEST", stream_id=1, n=1)],
+        [ev("REQUEST", stream_id=1, n=1)],
+    )
+    s.exchange(
+        "client",
+        lambda c: (c.send_next(1, {"id": 3}), c.send_complete(1)),
+        [frame("NEXT", stream_id=1, item={"id": 3}), frame("COMPLETE", stream_id=1)],
+        [ev("NEXT", stream_id=1, item={"id": 3}), ev("COMPLETE", stream_id=1)],
+    )
     out.append(s.done())
 
-    s = Script("both_directions",
-               "Either side may open streams: the server subscribes to a publisher the client hosts, "
-               "while the client's own subscription runs; server ids are even")
+    s = Script(
+        "both_directions",
+        "Either side may open streams: the server subscribes to a publisher the client hosts, "
+        "while the client's own subscription runs; server ids are even",
+    )
     s.handshake()
-    s.exchange("client", lambda c: c.send_subscribe("ticks", initial_demand=MAX),
-               [frame("SUBSCRIBE", stream_id=1, name="ticks", params=None, initial_demand=MAX, metadata={})],
-               [ev("SUBSCRIBE", stream_id=1, initial_demand=MAX)], "unbounded demand")
-    s.exchange("server", lambda c: (c.send_accept(1), c.send_subscribe("status", initial_demand=1)),
-               [frame("ACCEPT", stream_id=1, metadata={}),
-                frame("SUBSCRIBE", stream_id=2, name="status", params=None, initial_demand=1, metadata={})],
-               [ev("ACCEPT", stream_id=1), ev("SUBSCRIBE", stream_id=2, name="status")])
-    s.exchange("client", lambda c: (c.send_accept(2), c.send_next(2, "ok"), c.send_complete(2)),
-               [frame("ACCEPT", stream_id=2, metadata={}), frame("NEXT", stream_id=2, item="ok"),
-                frame("COMPLETE", stream_id=2)],
-               [ev("ACCEPT", stream_id=2), ev("NEXT", stream_id=2, item="ok"), ev("COMPLETE", stream_id=2)])
-    s.exchange("server", lambda c: (c.send_batch(1, list(range(5))), c.send_next(1, 5)),
-               [frame("BATCH", stream_id=1, items=[0, 1, 2, 3, 4]), frame("NEXT", stream_id=1, item=5)],
-               [ev("NEXT", stream_id=1, item=i) for i in range(6)], "unbounded demand is never used up")
-    s.exchange("server", lambda c: c.send_error(1, 4101, "feed lost", {"feed": "xnys"}),
-               [frame("ERROR", stream_id=1, code=4101, message="feed lost", data={"feed": "xnys"})],
-               [ev("ERROR", stream_id=1, code=4101, message="feed lost", data={"feed": "xnys"})],
-               "an application error code is delivered as is")
+    s.exchange(
+        "client",
+        lambda c: c.send_subscribe("ticks", initial_demand=MAX),
+        [frame("SUBSCRIBE", stream_id=1, name="ticks", params=None, initial_demand=MAX, metadata={})],
+        [ev("SUBSCRIBE", stream_id=1, initial_demand=MAX)],
+        "unbounded demand",
+    )
+    s.exchange(
+        "server",
+        lambda c: (c.send_accept(1), c.send_subscribe("status", initial_demand=1)),
+        [
+            frame("ACCEPT", stream_id=1, metadata={}),
+            frame("SUBSCRIBE", stream_id=2, name="status", params=None, initial_demand=1, metadata={}),
+        ],
+        [ev("ACCEPT", stream_id=1), ev("SUBSCRIBE", stream_id=2, name="status")],
+    )
+    s.exchange(
+        "client",
+        lambda c: (c.send_accept(2), c.send_next(2, "ok"), c.send_complete(2)),
+        [
+            frame("ACCEPT", stream_id=2, metadata={}),
+            frame("NEXT", stream_id=2, item="ok"),
+            frame("COMPLETE", stream_id=2),
+        ],
+        [ev("ACCEPT", stream_id=2), ev("NEXT", stream_id=2, item="ok"), ev("COMPLETE", stream_id=2)],
+    )
+    s.exchange(
+        "server",
+        lambda c: (c.send_batch(1, list(range(5))), c.send_next(1, 5)),
+        [frame("BATCH", stream_id=1, items=[0, 1, 2, 3, 4]), frame("NEXT", stream_id=1, item=5)],
+        [ev("NEXT", stream_id=1, item=i) for i in range(6)],
+        "unbounded demand is never used up",
+    )
+    s.exchange(
+        "server",
+        lambda c: c.send_error(1, 4101, "feed lost", {"feed": "xnys"}),
+        [frame("ERROR", stream_id=1, code=4101, message="feed lost", data={"feed": "xnys"})],
+        [ev("ERROR", stream_id=1, code=4101, message="feed lost", data={"feed": "xnys"})],
+        "an application error code is delivered as is",
+    )
     out.append(s.done())
 
-    s = Script("keepalive_and_graceful_shutdown",
-               "PING is answered by PONG automatically; GO_AWAY stops new streams, refuses one that "
-               "crossed it, lets the open stream finish; then the transport closes")
+    s = Script(
+        "keepalive_and_graceful_shutdown",
+        "PING is answered by PONG automatically; GO_AWAY stops new streams, refuses one that "
+        "crossed it, lets the open stream finish; then the transport closes",
+    )
     s.handshake()
-    s.exchange("client", lambda c: c.send_subscribe("ticks", initial_demand=1),
-               [frame("SUBSCRIBE", stream_id=1, name="ticks", params=None, initial_demand=1, metadata={})],
-               [ev("SUBSCRIBE", stream_id=1)])
-    s.exchange("server", lambda c: (c.send_accept(1), c.send_ping(99)),
-               [frame("ACCEPT", stream_id=1, metadata={}), frame("PING", token=99)],
-               [ev("ACCEPT", stream_id=1)], "PING is not an event: the connection answers it")
+    s.exchange(
+        "client",
+        lambda c: c.send_subscribe("ticks", initial_demand=1),
+        [frame("SUBSCRIBE", stream_id=1, name="ticks", params=None, initial_demand=1, metadata={})],
+        [ev("SUBSCRIBE", stream_id=1)],
+    )
+    s.exchange(
+        "server",
+        lambda c: (c.send_accept(1), c.send_ping(99)),
+        [frame("ACCEPT", stream_id=1, metadata={}), frame("PING", token=99)],
+        [ev("ACCEPT", stream_id=1)],
+        "PING is not an event: the connection answers it",
+    )
     pong = s.send("client", None, [frame("PONG", token=99)], "the automatic answer", auto=True)
     s.receive("server", pong, [ev("PONG", token=99)])
     go_away = s.send("server", lambda c: c.send_go_away("restarting"), [frame("GO_AWAY", message="restarting")])
-    crossing = s.send("client", lambda c: c.send_subscribe("other", initial_demand=1),
-                      [frame("SUBSCRIBE", stream_id=3, name="other", params=None, initial_demand=1, metadata={})],
-                      "sent before the client saw GO_AWAY")
+    crossing = s.send(
+        "client",
+        lambda c: c.send_subscribe("other", initial_demand=1),
+        [frame("SUBSCRIBE", stream_id=3, name="other", params=None, initial_demand=1, metadata={})],
+        "sent before the client saw GO_AWAY",
+    )
     s.receive("client", go_away, [ev("GO_AWAY", message="restarting")])
     s.receive("server", crossing, [], "the server refuses it itself, with no event")
     refusal = s.send("server", None, [frame("ERROR", stream_id=3, code=GOING_AWAY)], auto=True)
-    s.receive("client", refusal, [ev("ERROR", stream_id=3, code=GOING_AWAY)],
-              "retry on another connection: the stream was not processed")
-    s.exchange("server", lambda c: (c.send_next(1, "last"), c.send_complete(1)),
-               [frame("NEXT", stream_id=1, item="last"), frame("COMPLETE", stream_id=1)],
-               [ev("NEXT", stream_id=1, item="last"), ev("COMPLETE", stream_id=1)],
-               "the open stream drains; no streams remain, so the server closes the transport")
+    s.receive(
+        "client",
+        refusal,
+        [ev("ERROR", stream_id=3, code=GOING_AWAY)],
+        "retry on another connection: the stream was not processed",
+    )
+    s.exchange(
+        "server",
+        lambda c: (c.send_next(1, "last"), c.send_complete(1)),
+        [frame("NEXT", stream_id=1, item="last"), frame("COMPLETE", stream_id=1)],
+        [ev("NEXT", stream_id=1, item="last"), ev("COMPLETE", stream_id=1)],
+        "the open stream drains; no streams remain, so the server closes the transport",
+    )
     s.eof("client", [ev("CLOSED", code=None, by_peer=True)])
     out.append(s.done())
 
-    s = Script("version_rejected", "The server speaks no version the client offers: CONN_ERROR, then close",
-               roles=("server",))
+    s = Script(
+        "version_rejected", "The server speaks no version the client offers: CONN_ERROR, then close", roles=("server",)
+    )
     hello = frame("HELLO", magic="rsnet", versions=[7, 8], settings={})
-    s.receive("server", pack(wire_fields(hello)),
-              [ev("CLOSED", code=UNSUPPORTED_VERSION, by_peer=False)], state="CLOSED")
+    s.receive(
+        "server", pack(wire_fields(hello)), [ev("CLOSED", code=UNSUPPORTED_VERSION, by_peer=False)], state="CLOSED"
+    )
     s.send("server", None, [frame("CONN_ERROR", code=UNSUPPORTED_VERSION, data={"versions": [1]})], auto=True)
     out.append(s.done())
 
-    s = Script("unauthorized", "The server application rejects the client's credentials",
-               client={"auth_token": "wrong"})
+    s = Script(
+        "unauthorized", "The server application rejects the client's credentials", client={"auth_token": "wrong"}
+    )
     cs = {**CLIENT_SETTINGS, "auth_token": "wrong"}
-    s.exchange("client", None, [frame("HELLO", magic="rsnet", versions=[1], settings=cs)],
-               [ev("HELLO", settings=cs)])
-    s.exchange("server", lambda c: c.send_conn_error(UNAUTHORIZED, "bad token"),
-               [frame("CONN_ERROR", code=UNAUTHORIZED, message="bad token", data=None)],
-               [ev("CLOSED", code=UNAUTHORIZED, message="bad token", by_peer=True)], state="CLOSED")
+    s.exchange("client", None, [frame("HELLO", magic="rsnet", versions=[1], settings=cs)], [ev("HELLO", settings=cs)])
+    s.exchange(
+        "server",
+        lambda c: c.send_conn_error(UNAUTHORIZED, "bad token"),
+        [frame("CONN_ERROR", code=UNAUTHORIZED, message="bad token", data=None)],
+        [ev("CLOSED", code=UNAUTHORIZED, message="bad token", by_peer=True)],
+        state="CLOSED",
+    )
     out.append(s.done())
     return out
 
@@ -488,16 +757,18 @@ def invalid_vectors() -> list[dict[str, Any]]:
         s.handshake()
         return s
 
-    def connection_error(s: Script, bad: bytes, code: int, side: str = "server",
-                         before: tuple[dict[str, Any], ...] = ()) -> None:
+    def connection_error(
+        s: Script, bad: bytes, code: int, side: str = "server", before: tuple[dict[str, Any], ...] = ()
+    ) -> None:
         """``bad`` closes the connection; ``before`` are the events of frames preceding the fault."""
         s.receive(side, bad, [*before, ev("CLOSED", code=code, by_peer=False)], state="CLOSED")
         s.send(side, None, [frame("CONN_ERROR", code=code)], auto=True)
         s.vector["error"] = {"scope": "connection", "code": code}
         out.append(s.done())
 
-    def stream_error(s: Script, bad: bytes, stream_id: int, code: int, events: list[dict[str, Any]],
-                     side: str = "server") -> None:
+    def stream_error(
+        s: Script, bad: bytes, stream_id: int, code: int, events: list[dict[str, Any]], side: str = "server"
+    ) -> None:
         s.receive(side, bad, events, state="OPEN")
         s.send(side, None, [frame("ERROR", stream_id=stream_id, code=code)], auto=True)
         s.vector["error"] = {"scope": "stream", "stream_id": stream_id, "code": code}
@@ -505,21 +776,35 @@ def invalid_vectors() -> list[dict[str, Any]]:
 
     def subscribed(s: Script, demand: int = 0) -> None:
         """Client stream 1 subscribed with ``demand`` and accepted."""
-        s.exchange("client", lambda c: c.send_subscribe("ticks", initial_demand=demand),
-                   [frame("SUBSCRIBE", stream_id=1, name="ticks", params=None, initial_demand=demand, metadata={})],
-                   [ev("SUBSCRIBE", stream_id=1)])
-        s.exchange("server", lambda c: c.send_accept(1), [frame("ACCEPT", stream_id=1, metadata={})],
-                   [ev("ACCEPT", stream_id=1)])
+        s.exchange(
+            "client",
+            lambda c: c.send_subscribe("ticks", initial_demand=demand),
+            [frame("SUBSCRIBE", stream_id=1, name="ticks", params=None, initial_demand=demand, metadata={})],
+            [ev("SUBSCRIBE", stream_id=1)],
+        )
+        s.exchange(
+            "server",
+            lambda c: c.send_accept(1),
+            [frame("ACCEPT", stream_id=1, metadata={})],
+            [ev("ACCEPT", stream_id=1)],
+        )
 
     def client_with_stream(name: str, note: str, demand: int, accept: bool = True) -> Script:
         s = Script(name, note, roles=("client",))
         s.handshake()
-        s.exchange("client", lambda c: c.send_subscribe("ticks", initial_demand=demand),
-                   [frame("SUBSCRIBE", stream_id=1, name="ticks", params=None, initial_demand=demand, metadata={})],
-                   [ev("SUBSCRIBE", stream_id=1)])
+        s.exchange(
+            "client",
+            lambda c: c.send_subscribe("ticks", initial_demand=demand),
+            [frame("SUBSCRIBE", stream_id=1, name="ticks", params=None, initial_demand=demand, metadata={})],
+            [ev("SUBSCRIBE", stream_id=1)],
+        )
         if accept:
-            s.exchange("server", lambda c: c.send_accept(1), [frame("ACCEPT", stream_id=1, metadata={})],
-                       [ev("ACCEPT", stream_id=1)])
+            s.exchange(
+                "server",
+                lambda c: c.send_accept(1),
+                [frame("ACCEPT", stream_id=1, metadata={})],
+                [ev("ACCEPT", stream_id=1)],
+            )
         return s
 
     # --- stream errors: the rules of Reactive Streams across the wire
@@ -531,37 +816,56 @@ def invalid_vectors() -> list[dict[str, Any]]:
     subscribed(s, 4)
     stream_error(s, pack([19, 1, -5]), 1, INVALID_REQUEST, [ev("ERROR", stream_id=1, code=INVALID_REQUEST)])
 
-    s = client_with_stream("rule_1_1_next_beyond_demand",
-                           "One item more than requested: the receiver ends the stream with FLOW_CONTROL; "
-                           "the items within demand are delivered", demand=1)
-    stream_error(s, pack([21, 1, "ok"]) + pack([21, 1, "too many"]), 1, FLOW_CONTROL,
-                 [ev("NEXT", stream_id=1, item="ok"), ev("ERROR", stream_id=1, code=FLOW_CONTROL)], side="client")
+    s = client_with_stream(
+        "rule_1_1_next_beyond_demand",
+        "One item more than requested: the receiver ends the stream with FLOW_CONTROL; "
+        "the items within demand are delivered",
+        demand=1,
+    )
+    stream_error(
+        s,
+        pack([21, 1, "ok"]) + pack([21, 1, "too many"]),
+        1,
+        FLOW_CONTROL,
+        [ev("NEXT", stream_id=1, item="ok"), ev("ERROR", stream_id=1, code=FLOW_CONTROL)],
+        side="client",
+    )
 
-    s = client_with_stream("rule_1_1_batch_beyond_demand",
-                           "A BATCH larger than the outstanding demand: none of its items is delivered",
-                           demand=2)
-    stream_error(s, pack([22, 1, [1, 2, 3]]), 1, FLOW_CONTROL, [ev("ERROR", stream_id=1, code=FLOW_CONTROL)],
-                 side="client")
+    s = client_with_stream(
+        "rule_1_1_batch_beyond_demand",
+        "A BATCH larger than the outstanding demand: none of its items is delivered",
+        demand=2,
+    )
+    stream_error(
+        s, pack([22, 1, [1, 2, 3]]), 1, FLOW_CONTROL, [ev("ERROR", stream_id=1, code=FLOW_CONTROL)], side="client"
+    )
 
     s = client_with_stream("rule_1_1_next_without_demand", "NEXT when nothing was requested", demand=0)
     stream_error(s, pack([21, 1, 1]), 1, FLOW_CONTROL, [ev("ERROR", stream_id=1, code=FLOW_CONTROL)], side="client")
 
     s = client_with_stream("rule_2_13_nil_item", "A nil item is a stream PROTOCOL_ERROR", demand=3)
-    stream_error(s, pack([21, 1, None]), 1, PROTOCOL_ERROR, [ev("ERROR", stream_id=1, code=PROTOCOL_ERROR)],
-                 side="client")
+    stream_error(
+        s, pack([21, 1, None]), 1, PROTOCOL_ERROR, [ev("ERROR", stream_id=1, code=PROTOCOL_ERROR)], side="client"
+    )
 
-    s = client_with_stream("rule_2_13_nil_in_batch", "A nil item inside a BATCH is a stream PROTOCOL_ERROR",
-                           demand=3)
-    stream_error(s, pack([22, 1, [1, None]]), 1, PROTOCOL_ERROR, [ev("ERROR", stream_id=1, code=PROTOCOL_ERROR)],
-                 side="client")
+    s = client_with_stream("rule_2_13_nil_in_batch", "A nil item inside a BATCH is a stream PROTOCOL_ERROR", demand=3)
+    stream_error(
+        s, pack([22, 1, [1, None]]), 1, PROTOCOL_ERROR, [ev("ERROR", stream_id=1, code=PROTOCOL_ERROR)], side="client"
+    )
 
-    s = open_server("too_many_streams", "Beyond the max_streams the server announced, a new stream is refused "
-                    "with TOO_MANY_STREAMS; the connection lives on", server={"max_streams": 1})
+    s = open_server(
+        "too_many_streams",
+        "Beyond the max_streams the server announced, a new stream is refused "
+        "with TOO_MANY_STREAMS; the connection lives on",
+        server={"max_streams": 1},
+    )
     subscribed(s)
     stream_error(s, pack([16, 3, "ticks", None, 0, {}]), 3, TOO_MANY_STREAMS, [])
 
-    s = open_server("subscribe_after_go_away", "A stream opened after this side sent GO_AWAY is refused with "
-                    "GOING_AWAY (it crossed the GO_AWAY)")
+    s = open_server(
+        "subscribe_after_go_away",
+        "A stream opened after this side sent GO_AWAY is refused with GOING_AWAY (it crossed the GO_AWAY)",
+    )
     s.send("server", lambda c: c.send_go_away(), [frame("GO_AWAY", message="")])
     stream_error(s, pack([16, 1, "ticks", None, 0, {}]), 1, GOING_AWAY, [])
 
@@ -593,8 +897,11 @@ def invalid_vectors() -> list[dict[str, Any]]:
     malformed("request_n_string", pack([19, 1, "10"]), "REQUEST n is an integer")
     malformed("subscribe_name_not_str", pack([16, 3, b"ticks", None, 0, {}]), "names are strings")
     malformed("subscribe_metadata_not_map", pack([16, 3, "ticks", None, 0, []]), "metadata is a map")
-    malformed("metadata_int_key", pack([16, 3, "ticks", None, 0, {1: "x"}]),
-              "map keys are strings or binary everywhere; an integer key is not decodable")
+    malformed(
+        "metadata_int_key",
+        pack([16, 3, "ticks", None, 0, {1: "x"}]),
+        "map keys are strings or binary everywhere; an integer key is not decodable",
+    )
     malformed("subscribe_negative_demand", pack([16, 3, "ticks", None, -1, {}]), "initial_demand is 0..2**63-1")
     malformed("error_code_negative", pack([24, 1, -1, "x", None]), "codes are 0..2**63-1")
     malformed("error_message_not_str", pack([24, 1, 4096, None, None]), "messages are strings")
@@ -602,19 +909,27 @@ def invalid_vectors() -> list[dict[str, Any]]:
     # --- connection errors: state
     malformed("stream_id_wrong_parity", pack([16, 2, "ticks", None, 0, {}]), "clients open odd ids")
     malformed("stream_id_skipped", pack([16, 5, "ticks", None, 0, {}]), "ids go up by exactly 2: 3 comes next")
-    malformed("stream_id_reused", pack([20, 1]) + pack([16, 1, "ticks", None, 0, {}]),
-              "an id is never reused, even after its stream ended", ev("CANCEL", stream_id=1))
+    malformed(
+        "stream_id_reused",
+        pack([20, 1]) + pack([16, 1, "ticks", None, 0, {}]),
+        "an id is never reused, even after its stream ended",
+        ev("CANCEL", stream_id=1),
+    )
     malformed("never_opened_stream", pack([19, 9, 1]), "a frame for a stream id that was never opened")
     malformed("accept_from_opener", pack([18, 1, {}]), "the side that sent SUBSCRIBE cannot ACCEPT it")
     malformed("next_from_subscriber", pack([21, 1, 1]), "items flow from the publisher side only")
     malformed("complete_from_subscriber", pack([23, 1]), "COMPLETE flows from the publisher side only")
     malformed("hello_after_handshake", pack([1, "rsnet", [1], {}]), "one handshake per connection")
-    malformed("subscribe_after_own_go_away", pack([5, "bye"]) + pack([16, 3, "ticks", None, 0, {}]),
-              "a side that sent GO_AWAY opens no more streams", ev("GO_AWAY", message="bye"))
+    malformed(
+        "subscribe_after_own_go_away",
+        pack([5, "bye"]) + pack([16, 3, "ticks", None, 0, {}]),
+        "a side that sent GO_AWAY opens no more streams",
+        ev("GO_AWAY", message="bye"),
+    )
 
     s = Script("frame_before_hello", "The server's first frame must be HELLO", roles=("server",))
     connection_error(s, pack([16, 1, "ticks", None, 1, {}]), PROTOCOL_ERROR)
-    s = Script("hello_wrong_magic", "HELLO's second element is \"rsnet\"", roles=("server",))
+    s = Script("hello_wrong_magic", 'HELLO\'s second element is "rsnet"', roles=("server",))
     connection_error(s, pack([1, "rsocket", [1], {}]), PROTOCOL_ERROR)
     s = Script("hello_no_versions", "HELLO offers 1 to 16 versions", roles=("server",))
     connection_error(s, pack([1, "rsnet", [], {}]), PROTOCOL_ERROR)
@@ -622,23 +937,28 @@ def invalid_vectors() -> list[dict[str, Any]]:
     connection_error(s, pack([1, "rsnet", [1], {"max_frame_size": 1024}]), PROTOCOL_ERROR)
     s = Script("hello_keepalive_not_int", "known settings are type-checked", roles=("server",))
     connection_error(s, pack([1, "rsnet", [1], {"keepalive_interval": "20s"}]), PROTOCOL_ERROR)
-    s = Script("http_request", "A peer that is not rsnet: \"G\" decodes as the integer 71, not a frame",
-               roles=("server",))
+    s = Script(
+        "http_request", 'A peer that is not rsnet: "G" decodes as the integer 71, not a frame', roles=("server",)
+    )
     connection_error(s, b"GET / HTTP/1.1\r\n\r\n", PROTOCOL_ERROR)
 
-    s = Script("frame_before_welcome", "The client sends nothing but HELLO until WELCOME arrives",
-               roles=("server",))
-    s.exchange("client", None, [frame("HELLO", magic="rsnet", versions=[1], settings=CLIENT_SETTINGS)],
-               [ev("HELLO")], state="AWAIT_ACCEPT")
+    s = Script("frame_before_welcome", "The client sends nothing but HELLO until WELCOME arrives", roles=("server",))
+    s.exchange(
+        "client",
+        None,
+        [frame("HELLO", magic="rsnet", versions=[1], settings=CLIENT_SETTINGS)],
+        [ev("HELLO")],
+        state="AWAIT_ACCEPT",
+    )
     connection_error(s, pack([16, 1, "ticks", None, 1, {}]), PROTOCOL_ERROR)
 
-    s = Script("welcome_unoffered_version", "A WELCOME must choose a version the client offered",
-               roles=("client",))
+    s = Script("welcome_unoffered_version", "A WELCOME must choose a version the client offered", roles=("client",))
     s.send("client", None, [frame("HELLO", magic="rsnet", versions=[1], settings=CLIENT_SETTINGS)])
     connection_error(s, pack([2, 2, {}]), PROTOCOL_ERROR, side="client")
 
-    s = client_with_stream("next_before_accept", "Items only after ACCEPT (rule 1.9: on_subscribe comes first)",
-                           demand=1, accept=False)
+    s = client_with_stream(
+        "next_before_accept", "Items only after ACCEPT (rule 1.9: on_subscribe comes first)", demand=1, accept=False
+    )
     connection_error(s, pack([21, 1, 1]), PROTOCOL_ERROR, side="client")
 
     s = client_with_stream("double_accept", "A stream is accepted once", demand=1)
@@ -648,27 +968,35 @@ def invalid_vectors() -> list[dict[str, Any]]:
     connection_error(s, pack([19, 1, 1]), PROTOCOL_ERROR, side="client")
 
     s = open_server("request_on_offer_before_accept", "The subscriber side of an OFFER requests only after ACCEPT")
-    s.exchange("server", lambda c: c.send_offer("status"),
-               [frame("OFFER", stream_id=2, name="status", params=None, metadata={})],
-               [ev("OFFER", stream_id=2)])
+    s.exchange(
+        "server",
+        lambda c: c.send_offer("status"),
+        [frame("OFFER", stream_id=2, name="status", params=None, metadata={})],
+        [ev("OFFER", stream_id=2)],
+    )
     connection_error(s, pack([19, 2, 1]), PROTOCOL_ERROR)
 
     # --- connection errors: size
-    s = open_server("frame_too_large", "A frame longer than the receiver's max_frame_size",
-                    server={"max_frame_size": 16384})
+    s = open_server(
+        "frame_too_large", "A frame longer than the receiver's max_frame_size", server={"max_frame_size": 16384}
+    )
     subscribed(s)
     connection_error(s, pack([24, 1, 4096, "x" * 16384, None]), FRAME_TOO_LARGE)
 
     # A receiver may refuse a length header that cannot fit, or wait for the limit to be
     # reached; the padding makes both end the same way.
     padding = b"\x00" * 16384
-    s = open_server("frame_too_large_declared_string", "A string header declaring 2**32-1 bytes",
-                    server={"max_frame_size": 16384})
+    s = open_server(
+        "frame_too_large_declared_string", "A string header declaring 2**32-1 bytes", server={"max_frame_size": 16384}
+    )
     subscribed(s)
     connection_error(s, b"\x95\x18\x01\xcd\x10\x00\xdb\xff\xff\xff\xff" + padding, FRAME_TOO_LARGE)
 
-    s = open_server("frame_too_large_declared_array", "An array header declaring more elements than the limit "
-                    "has bytes", server={"max_frame_size": 16384})
+    s = open_server(
+        "frame_too_large_declared_array",
+        "An array header declaring more elements than the limit has bytes",
+        server={"max_frame_size": 16384},
+    )
     subscribed(s)
     connection_error(s, b"\x93\x16\x01\xdd\x00\x01\x00\x00" + padding, FRAME_TOO_LARGE)
     return out
@@ -676,9 +1004,14 @@ def invalid_vectors() -> list[dict[str, Any]]:
 
 def main() -> None:
     files = {
-        "frames.json": {"description": "Single frames: structure, msgpack array, exact bytes", "vectors": frame_vectors()},
-        "conversations.json": {"description": "Whole conversations, step by step, both sides",
-                               "vectors": conversations()},
+        "frames.json": {
+            "description": "Single frames: structure, msgpack array, exact bytes",
+            "vectors": frame_vectors(),
+        },
+        "conversations.json": {
+            "description": "Whole conversations, step by step, both sides",
+            "vectors": conversations(),
+        },
         "invalid.json": {"description": "Invalid inputs and the error each must produce", "vectors": invalid_vectors()},
     }
     for name, content in files.items():

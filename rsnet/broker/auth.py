@@ -249,8 +249,7 @@ class Authorizer:
         self.enabled = bool(self._entries)
         if not self.enabled:
             log.warning(
-                "auth is off: no tokens configured in [auth]; every client may publish and "
-                "subscribe to every topic"
+                "auth is off: no tokens configured in [auth]; every client may publish and subscribe to every topic"
             )
 
     @property

@@ -28,7 +28,8 @@ from __future__ import annotations
 import dataclasses
 import logging
 import pathlib
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import trio
 
@@ -157,12 +158,16 @@ class Broker:
         except CorruptData as damage:
             aside = path.with_name(f"{path.name}.corrupt-{now_ms()}")
             path.rename(aside)
-            log.error("cursors of %s are corrupt (%s); moved to %s, every cursor restarts", path.parent.name, damage, aside)
+            log.error(
+                "cursors of %s are corrupt (%s); moved to %s, every cursor restarts", path.parent.name, damage, aside
+            )
             return CursorStore.open(path)
 
     def commit(self, topic: Topic, cursor: str, offset: int) -> None:
         if not 0 <= offset <= topic.log.next_offset:
-            raise StreamError(ErrorCode.REJECTED, f"cannot commit offset {offset} of {topic.name!r} (next is {topic.log.next_offset})")
+            raise StreamError(
+                ErrorCode.REJECTED, f"cannot commit offset {offset} of {topic.name!r} (next is {topic.log.next_offset})"
+            )
         store = self._cursors[topic.name]
         if isinstance(store, dict):
             store[cursor] = offset
@@ -189,7 +194,9 @@ class Broker:
     def open_publisher(self, name: str, params: Any, context: StreamContext) -> Publisher[Any]:
         params = _params(params)
         if name == "$topics":  # only the topics this client may subscribe to
-            return _Snapshot(self, lambda topic: self.authorize is None or self.authorize(context.principal, "subscribe", topic))
+            return _Snapshot(
+                self, lambda topic: self.authorize is None or self.authorize(context.principal, "subscribe", topic)
+            )
         if name == "$commit":
             topic_name, cursor, offset = params.get("topic"), params.get("cursor"), params.get("offset")
             if not isinstance(topic_name, str) or not isinstance(cursor, str) or not isinstance(offset, int):
@@ -215,7 +222,9 @@ class Broker:
             if cursor is not None:
                 raise StreamError(ErrorCode.REJECTED, "cursors are per topic: subscribe to a topic name, not a pattern")
             if start not in ("earliest", "latest") and not (isinstance(start, dict) and "timestamp" in start):
-                raise StreamError(ErrorCode.REJECTED, "a pattern subscription starts at 'earliest', 'latest' or a timestamp")
+                raise StreamError(
+                    ErrorCode.REJECTED, "a pattern subscription starts at 'earliest', 'latest' or a timestamp"
+                )
             self._check(context, "subscribe", name)
             return _PatternPublisher(self, name, start)
         _validated(validate_topic, name)
@@ -249,18 +258,22 @@ class Broker:
         result = []
         for name in sorted(self.topics):
             topic = self.topics[name]
-            result.append({
-                "topic": name,
-                "first_offset": topic.log.first_offset,
-                "next_offset": topic.log.next_offset,
-                "bytes": topic.log.size_bytes,
-                "policy": topic.policy.value,
-                "records_in": topic.records_in,
-                "records_out": topic.records_out,
-                "dropped": topic.dropped,
-                "subscribers": [{"lag": reader.lag(topic), "delivered": reader.delivered} for reader in topic.readers],
-                "producers": len(topic.sinks),
-            })
+            result.append(
+                {
+                    "topic": name,
+                    "first_offset": topic.log.first_offset,
+                    "next_offset": topic.log.next_offset,
+                    "bytes": topic.log.size_bytes,
+                    "policy": topic.policy.value,
+                    "records_in": topic.records_in,
+                    "records_out": topic.records_out,
+                    "dropped": topic.dropped,
+                    "subscribers": [
+                        {"lag": reader.lag(topic), "delivered": reader.delivered} for reader in topic.readers
+                    ],
+                    "producers": len(topic.sinks),
+                }
+            )
         return result
 
 
@@ -371,8 +384,7 @@ class _AckSubscription(Subscription):
         self._emitting = True
         try:
             while (
-                self.subscriber is not None and self.requested and self.latest is not None
-                and self.latest != self.sent
+                self.subscriber is not None and self.requested and self.latest is not None and self.latest != self.sent
             ):
                 self.sent = self.latest
                 if self.requested != MAX_DEMAND:
@@ -382,4 +394,3 @@ class _AckSubscription(Subscription):
                 )
         finally:
             self._emitting = False
-

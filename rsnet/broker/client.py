@@ -15,14 +15,14 @@ connection from the wrong task).
 from __future__ import annotations
 
 import uuid
-from typing import Any, AsyncIterable, AsyncIterator, Iterable
+from collections.abc import AsyncIterable, AsyncIterator, Iterable
+from typing import Any
 
 import trio
 
 from ..client import Client, connect
-from ..errors import ConnectionLost, StreamError, single_errors
+from ..errors import ConnectionLost, HandshakeError, StreamError, single_errors
 from ..protocol import ErrorCode
-from ..errors import HandshakeError
 from ..streams import Publisher, from_async_iterable, from_iterable, ops
 from ..transport import TransportClosed
 

@@ -86,8 +86,9 @@ import dataclasses
 import ipaddress
 import re
 import tomllib
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal, Mapping
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
@@ -104,7 +105,15 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from .auth import InvalidName, is_token_hash, is_wildcard, pattern_covers, topic_matches, validate_pattern, validate_topic
+from .auth import (
+    InvalidName,
+    is_token_hash,
+    is_wildcard,
+    pattern_covers,
+    topic_matches,
+    validate_pattern,
+    validate_topic,
+)
 
 ENV_PREFIX = "RSNET_BROKER__"
 
@@ -429,7 +438,7 @@ def load_config(
         if not name.upper().startswith(ENV_PREFIX):
             continue
         source = f"environment variable {name}"
-        keys = name[len(ENV_PREFIX):].lower().split("__")
+        keys = name[len(ENV_PREFIX) :].lower().split("__")
         _apply(raw, keys, _parse_env_value(env[name]), source, sources)
     for key, value in (overrides or {}).items():
         if value is not None:

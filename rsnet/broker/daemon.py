@@ -96,10 +96,18 @@ def metrics_refresher(broker: Broker, server: Server) -> Any:
             metrics.auth_denied("forbidden")
         denied = broker.denied
         topics = list(broker.topics.values())
-        follow("publish", sum(len(t.sinks) for t in topics),
-               lambda: metrics.stream_opened("publish"), lambda: metrics.stream_closed("publish"))
-        follow("subscribe", sum(len(t.readers) for t in topics),
-               lambda: metrics.stream_opened("subscribe"), lambda: metrics.stream_closed("subscribe"))
+        follow(
+            "publish",
+            sum(len(t.sinks) for t in topics),
+            lambda: metrics.stream_opened("publish"),
+            lambda: metrics.stream_closed("publish"),
+        )
+        follow(
+            "subscribe",
+            sum(len(t.readers) for t in topics),
+            lambda: metrics.stream_opened("subscribe"),
+            lambda: metrics.stream_closed("subscribe"),
+        )
         live: set[str] = set()
         live_producers: set[tuple[str, str]] = set()
         for name, topic in broker.topics.items():
@@ -157,7 +165,12 @@ async def run_broker(args: argparse.Namespace) -> int:
 
     def health() -> dict[str, Any]:
         damaged = {name: report.damaged for name, report in broker.recovery.items() if report.damaged}
-        return {"healthy": True, "topics": len(broker.topics), "connections": len(server.sessions), "recovered_damage": damaged}
+        return {
+            "healthy": True,
+            "topics": len(broker.topics),
+            "connections": len(server.sessions),
+            "recovered_damage": damaged,
+        }
 
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with trio.open_nursery() as nursery:
@@ -167,17 +180,26 @@ async def run_broker(args: argparse.Namespace) -> int:
             log.info("configuration: %s", json.dumps(config.describe()))
             scheme = "tls" if tls else "tcp"
             if config.listen.tcp is not None:
-                port = await nursery.start(lambda task_status: server.serve_tcp(
-                    config.listen.tcp.host, config.listen.tcp.port, ssl_context=tls, task_status=task_status))
+                port = await nursery.start(
+                    lambda task_status: server.serve_tcp(
+                        config.listen.tcp.host, config.listen.tcp.port, ssl_context=tls, task_status=task_status
+                    )
+                )
                 _announce(f"serving {scheme}://{config.listen.tcp.host}:{port}")
             if config.listen.ws is not None:
-                port = await nursery.start(lambda task_status: server.serve_websocket(
-                    config.listen.ws.host, config.listen.ws.port, ssl_context=tls, task_status=task_status))
+                port = await nursery.start(
+                    lambda task_status: server.serve_websocket(
+                        config.listen.ws.host, config.listen.ws.port, ssl_context=tls, task_status=task_status
+                    )
+                )
                 _announce(f"serving {'wss' if tls else 'ws'}://{config.listen.ws.host}:{port}/")
             if config.metrics is not None:
                 listeners = await nursery.start(
-                    serve_http, metrics, config.metrics.listen.host, config.metrics.listen.port, health)
-                _announce(f"metrics on http://{config.metrics.listen.host}:{listeners[0].socket.getsockname()[1]}/metrics")
+                    serve_http, metrics, config.metrics.listen.host, config.metrics.listen.port, health
+                )
+                _announce(
+                    f"metrics on http://{config.metrics.listen.host}:{listeners[0].socket.getsockname()[1]}/metrics"
+                )
             storage = f"durable in {config.data_dir} (fsync {config.fsync})" if config.data_dir else "in memory"
             _announce(f"topics {storage}; auth {'on' if authorizer.enabled else 'off'}")
             async for _ in signals:

@@ -44,7 +44,7 @@ class JsonFormatter(logging.Formatter):
     """Formats a record as one line of JSON (see the module docstring)."""
 
     def format(self, record: logging.LogRecord) -> str:
-        created = datetime.datetime.fromtimestamp(record.created, tz=datetime.timezone.utc)
+        created = datetime.datetime.fromtimestamp(record.created, tz=datetime.UTC)
         entry: dict[str, Any] = {
             "time": created.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
             "level": record.levelname.lower(),
@@ -74,7 +74,9 @@ class TextFormatter(logging.Formatter):
         if not fields:
             return text
         head, newline, rest = text.partition("\n")  # keep a traceback below the fields
-        suffix = " ".join(f"{key}={value!r}" if isinstance(value, str) else f"{key}={value}" for key, value in fields.items())
+        suffix = " ".join(
+            f"{key}={value!r}" if isinstance(value, str) else f"{key}={value}" for key, value in fields.items()
+        )
         return f"{head} {suffix}{newline}{rest}"
 
 

@@ -49,7 +49,8 @@ from __future__ import annotations
 import json
 import logging
 from collections import defaultdict
-from typing import Any, Callable, Literal
+from collections.abc import Callable
+from typing import Any, Literal
 
 import h11
 import trio
@@ -101,10 +102,16 @@ class BrokerMetrics:
             registry=r,
         )
         self._lag = Gauge(
-            "rsnet_broker_subscriber_lag", "Records between a subscriber and the topic's head.", ["topic", "subscriber"], registry=r
+            "rsnet_broker_subscriber_lag",
+            "Records between a subscriber and the topic's head.",
+            ["topic", "subscriber"],
+            registry=r,
         )
         self._demand = Gauge(
-            "rsnet_broker_subscriber_demand", "Records a subscriber requested and has not received.", ["subscriber"], registry=r
+            "rsnet_broker_subscriber_demand",
+            "Records a subscriber requested and has not received.",
+            ["subscriber"],
+            registry=r,
         )
         self._producer_demand = Gauge(
             "rsnet_broker_producer_demand",
@@ -113,7 +120,9 @@ class BrokerMetrics:
             registry=r,
         )
         self._storage_bytes = Gauge("rsnet_broker_storage_bytes", "Bytes held by a topic's log.", ["topic"], registry=r)
-        self._storage_records = Gauge("rsnet_broker_storage_records", "Records held by a topic's log.", ["topic"], registry=r)
+        self._storage_records = Gauge(
+            "rsnet_broker_storage_records", "Records held by a topic's log.", ["topic"], registry=r
+        )
         self._auth_denials = Counter(
             "rsnet_broker_auth_denials", "Refused connections and requests, by reason.", ["reason"], registry=r
         )
@@ -164,8 +173,14 @@ class BrokerMetrics:
 
     def remove_topic(self, topic: str) -> None:
         """Forget every series of a deleted topic, including its subscribers' lag and producers."""
-        for metric in (self._records_in, self._records_out, self._dropped, self._slow_disconnects,
-                       self._storage_bytes, self._storage_records):
+        for metric in (
+            self._records_in,
+            self._records_out,
+            self._dropped,
+            self._slow_disconnects,
+            self._storage_bytes,
+            self._storage_records,
+        ):
             _remove(metric, topic)
         for subscriber, topics in list(self._lag_topics.items()):
             if topic in topics:
@@ -293,7 +308,9 @@ async def _serve_connection(
         if conn.our_state in (h11.IDLE, h11.SEND_RESPONSE):
             status = error.error_status_hint
             with trio.move_on_after(request_timeout):
-                await _send_quietly(stream, conn, status, _text_headers(close=True), f"{status} {_reason(status)}\n".encode())
+                await _send_quietly(
+                    stream, conn, status, _text_headers(close=True), f"{status} {_reason(status)}\n".encode()
+                )
             await _linger(stream)
     except (trio.BrokenResourceError, trio.ClosedResourceError) as error:
         log.debug("metrics connection ended: %r", error)

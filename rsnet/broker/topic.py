@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import enum
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import trio
 
@@ -37,7 +38,7 @@ READ_BATCH = 256
 """Records read from the log per step of a subscription's drain loop."""
 
 
-class SlowPolicy(str, enum.Enum):
+class SlowPolicy(enum.StrEnum):
     BACKPRESSURE = "backpressure"
     DROP = "drop"
     DISCONNECT = "disconnect"
@@ -118,7 +119,9 @@ class Topic:
             if not values:
                 continue
             offsets = self.log.append(
-                values, timestamp_ms=timestamp, producer=sink.producer,
+                values,
+                timestamp_ms=timestamp,
+                producer=sink.producer,
                 first_sequence=sink.next_sequence if sink.producer is not None else None,
             )
             # A duplicate's original is somewhere below the head: count it stored once
@@ -342,7 +345,12 @@ class TopicReader(DrainLoop, Subscription):
             for record in records:
                 if self.cancelled or self._failure is not None:
                     break
-                item = {"topic": topic.name, "offset": record.offset, "timestamp": record.timestamp_ms, "value": record.value}
+                item = {
+                    "topic": topic.name,
+                    "offset": record.offset,
+                    "timestamp": record.timestamp_ms,
+                    "value": record.value,
+                }
                 skipped = self.skipped.pop(topic, 0)
                 if skipped:
                     item["skipped"] = skipped
@@ -396,5 +404,7 @@ def resolve_start(topic: Topic, start: Any) -> int:
                 {"topic": topic.name, "requested": start, "next": log.next_offset},
             )
         return start
-    raise StreamError(ErrorCode.REJECTED, f"invalid start position {start!r}: use 'earliest', 'latest', an offset or {{'timestamp': ms}}")
-
+    raise StreamError(
+        ErrorCode.REJECTED,
+        f"invalid start position {start!r}: use 'earliest', 'latest', an offset or {{'timestamp': ms}}",
+    )

@@ -14,7 +14,8 @@ This module imports msgpack and the standard library only: no sockets, no trio, 
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import msgpack
 
@@ -43,7 +44,7 @@ class FrameDecoder:
     choose hash collisions and make decoding quadratic.
     """
 
-    __slots__ = ("_unpacker", "_limit", "_fed", "_frame_start")
+    __slots__ = ("_fed", "_frame_start", "_limit", "_unpacker")
 
     def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
         # No frame can hold more array elements than bytes, nor more map entries than half
@@ -99,7 +100,7 @@ class FrameDecoder:
                     unpacker.feed(data)
                     taken = end
                 else:
-                    chunk = data[pos:pos + room]
+                    chunk = data[pos : pos + room]
                     unpacker.feed(chunk)
                     taken = len(chunk)
                 pos += taken
@@ -118,9 +119,7 @@ class FrameDecoder:
                 raise RemoteProtocolError(
                     ErrorCode.FRAME_TOO_LARGE, f"a length header exceeds max_frame_size: {exc}"
                 ) from None
-            raise RemoteProtocolError(
-                ErrorCode.PROTOCOL_ERROR, f"bytes are not a msgpack value: {exc}"
-            ) from None
+            raise RemoteProtocolError(ErrorCode.PROTOCOL_ERROR, f"bytes are not a msgpack value: {exc}") from None
         finally:
             self._fed = fed
             self._frame_start = start

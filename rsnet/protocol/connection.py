@@ -20,6 +20,7 @@ keepalive scheduling belong to the I/O layer that drives it.
 from __future__ import annotations
 
 import enum
+import itertools
 from typing import Any
 
 from .codec import FrameDecoder, new_packer
@@ -83,7 +84,7 @@ class State(enum.Enum):
 class _Stream:
     """One open stream, from this side's point of view."""
 
-    __slots__ = ("publishing", "accepted", "demand", "next_prefix")
+    __slots__ = ("accepted", "demand", "next_prefix", "publishing")
 
     def __init__(self, stream_id: int, publishing: bool, demand: int, pack: Any) -> None:
         self.publishing = publishing
@@ -234,10 +235,7 @@ class Connection:
                 # check keeps msgpack's true and 1.0 from passing for stream id 1.
                 if type(fields) is list and len(fields) == 3:
                     frame_type, stream_id, item = fields
-                    if (
-                        frame_type is _NEXT and stream_id == run_id and item is not None
-                        and type(stream_id) is int
-                    ):
+                    if frame_type is _NEXT and stream_id == run_id and item is not None and type(stream_id) is int:
                         demand = run_stream.demand
                         if demand:
                             if demand != MAX_INT:
@@ -291,7 +289,7 @@ class Connection:
         cuts = self._cuts
         out = self.data_to_send()
         bounds = [0, *cuts, len(out)]
-        return [bytes(out[a:b]) for a, b in zip(bounds, bounds[1:]) if b > a]
+        return [bytes(out[a:b]) for a, b in itertools.pairwise(bounds) if b > a]
 
     # ------------------------------------------------------------------ connection frames
 
@@ -711,7 +709,8 @@ class Connection:
             raise _violation(f"REQUEST on stream {request.stream_id}, where the peer may not request")
         if request.n <= 0:
             self._stream_error(
-                request.stream_id, ErrorCode.INVALID_REQUEST,
+                request.stream_id,
+                ErrorCode.INVALID_REQUEST,
                 f"rule 3.9: request({request.n}) is not positive",
             )
             return
@@ -748,7 +747,8 @@ class Connection:
             return None
         if len(items) > stream.demand:
             self._stream_error(
-                stream_id, ErrorCode.FLOW_CONTROL,
+                stream_id,
+                ErrorCode.FLOW_CONTROL,
                 f"rule 1.1: {len(items)} items with {stream.demand} outstanding demand",
             )
             return None

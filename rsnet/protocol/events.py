@@ -12,7 +12,17 @@ import dataclasses
 from typing import Any
 
 from .frames import (
-    Accept, Cancel, Complete, Error, GoAway, Hello, Offer, Pong, Request, Subscribe, Welcome,
+    Accept,
+    Cancel,
+    Complete,
+    Error,
+    GoAway,
+    Hello,
+    Offer,
+    Pong,
+    Request,
+    Subscribe,
+    Welcome,
 )
 
 
@@ -43,6 +53,17 @@ class ConnectionClosed:
 
 
 Event = (
-    Hello | Welcome | Pong | GoAway | ConnectionClosed
-    | Subscribe | Offer | Accept | Request | Cancel | Items | Complete | Error
+    Hello
+    | Welcome
+    | Pong
+    | GoAway
+    | ConnectionClosed
+    | Subscribe
+    | Offer
+    | Accept
+    | Request
+    | Cancel
+    | Items
+    | Complete
+    | Error
 )

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from typing import Any, Callable, ClassVar
+from collections.abc import Callable
+from typing import Any, ClassVar
 
 from .errors import ErrorCode, RemoteProtocolError
 
@@ -335,15 +336,41 @@ class Error:
 
 
 Frame = (
-    Hello | Welcome | Ping | Pong | GoAway | ConnError
-    | Subscribe | Offer | Accept | Request | Cancel | Next | Batch | Complete | Error
+    Hello
+    | Welcome
+    | Ping
+    | Pong
+    | GoAway
+    | ConnError
+    | Subscribe
+    | Offer
+    | Accept
+    | Request
+    | Cancel
+    | Next
+    | Batch
+    | Complete
+    | Error
 )
 
 _CLASSES: dict[int, type[Any]] = {
     cls.TYPE.value: cls
     for cls in (
-        Hello, Welcome, Ping, Pong, GoAway, ConnError,
-        Subscribe, Offer, Accept, Request, Cancel, Next, Batch, Complete, Error,
+        Hello,
+        Welcome,
+        Ping,
+        Pong,
+        GoAway,
+        ConnError,
+        Subscribe,
+        Offer,
+        Accept,
+        Request,
+        Cancel,
+        Next,
+        Batch,
+        Complete,
+        Error,
     )
 }
 _NAMES: dict[type[Any], tuple[str, ...]] = {
@@ -375,10 +402,12 @@ def parse_frame(fields: Any) -> Frame | None:
             ErrorCode.PROTOCOL_ERROR,
             f"{cls.TYPE.name} needs {len(names)} fields, got {len(fields) - 1}",
         )
-    return cls(*[
-        check(value, f"{cls.TYPE.name}.{name}")
-        for check, value, name in zip(cls.CHECKS, fields[1:], names)
-    ])
+    return cls(
+        *[
+            check(value, f"{cls.TYPE.name}.{name}")
+            for check, value, name in zip(cls.CHECKS, fields[1:], names, strict=False)
+        ]
+    )
 
 
 def frame_fields(frame: Frame) -> list[Any]:

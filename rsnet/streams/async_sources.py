@@ -14,7 +14,8 @@ only while there is outstanding demand, so the source never runs ahead of its su
 
 from __future__ import annotations
 
-from typing import Any, AsyncIterable, AsyncIterator, Callable
+from collections.abc import AsyncIterable, AsyncIterator, Callable
+from typing import Any
 
 import trio
 
@@ -28,11 +29,9 @@ class ProducerCancelledError(Exception):
 
 
 class _ProducerSubscription(EmittingSubscription):
-    __slots__ = ("_release", "_scope", "_demand")
+    __slots__ = ("_demand", "_release", "_scope")
 
-    def __init__(
-        self, subscriber: Subscriber[Any], release: Callable[[], None] | None = None
-    ) -> None:
+    def __init__(self, subscriber: Subscriber[Any], release: Callable[[], None] | None = None) -> None:
         super().__init__(subscriber)
         self._release = release
         self._scope = trio.CancelScope()
@@ -45,7 +44,7 @@ class _ProducerSubscription(EmittingSubscription):
         try:
             iterator = open_iterator()
             nursery.start_soon(self._produce, iterator)
-        except Exception as error:  # noqa: BLE001 - rule 1.9: reject with on_error
+        except Exception as error:
             # (RuntimeError from start_soon means the nursery is closed to new tasks)
             self._signal_error(error)
 
@@ -65,9 +64,7 @@ class _ProducerSubscription(EmittingSubscription):
                 await self._pump(iterator)
             except trio.Cancelled:
                 if not self._scope.cancel_called:
-                    self._signal_error(
-                        ProducerCancelledError("the nursery running this producer was cancelled")
-                    )
+                    self._signal_error(ProducerCancelledError("the nursery running this producer was cancelled"))
                 raise
             finally:
                 aclose = getattr(iterator, "aclose", None)
@@ -86,7 +83,7 @@ class _ProducerSubscription(EmittingSubscription):
             except StopAsyncIteration:
                 self._signal_complete()
                 return
-            except Exception as error:  # noqa: BLE001 - rule 1.4
+            except Exception as error:
                 if not self.cancelled:  # else it is the source noticing our cancel
                     self._signal_error(error)
                 return
@@ -114,7 +111,7 @@ class AsyncIterablePublisher(Publisher[Any]):
     ``__aiter__`` is called once per subscriber.
     """
 
-    __slots__ = ("_source", "_nursery")
+    __slots__ = ("_nursery", "_source")
 
     def __init__(
         self,
@@ -166,9 +163,7 @@ class ChannelPublisher(Publisher[Any]):
     def subscribe(self, subscriber: Subscriber[Any]) -> None:
         check_subscriber(subscriber)
         if self._taken:
-            subscribe_failed(
-                subscriber, RuntimeError("rule 1.11: this channel publisher is unicast")
-            )
+            subscribe_failed(subscriber, RuntimeError("rule 1.11: this channel publisher is unicast"))
             return
         self._taken = True
         channel = self._channel
@@ -179,8 +174,6 @@ class ChannelPublisher(Publisher[Any]):
         subscription.start(channel.__aiter__, self._nursery)
 
 
-def from_channel(
-    channel: trio.MemoryReceiveChannel[Any], *, nursery: trio.Nursery
-) -> Publisher[Any]:
+def from_channel(channel: trio.MemoryReceiveChannel[Any], *, nursery: trio.Nursery) -> Publisher[Any]:
     """A unicast publisher of the items received on ``channel`` (see :class:`ChannelPublisher`)."""
     return ChannelPublisher(channel, nursery)

@@ -13,7 +13,8 @@ This module imports nothing but the standard library.
 from __future__ import annotations
 
 import abc
-from typing import Any, Callable, Generic, TypeVar
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
 R = TypeVar("R")

@@ -37,7 +37,7 @@ CANCEL_CHECK_INTERVAL = 64
 class _BufferingSubscriber(Subscriber[Any]):
     """Buffers up to ``prefetch`` items for the iterator and wakes it."""
 
-    __slots__ = ("prefetch", "queue", "subscription", "terminal", "error", "wakeup")
+    __slots__ = ("error", "prefetch", "queue", "subscription", "terminal", "wakeup")
 
     def __init__(self, prefetch: int) -> None:
         self.prefetch = prefetch
@@ -62,9 +62,7 @@ class _BufferingSubscriber(Subscriber[Any]):
         if len(self.queue) >= self.prefetch:
             self.subscription.cancel()  # type: ignore[union-attr]
             self._terminate(
-                MissingBackpressureError(
-                    f"rule 1.1: publisher sent more than the {self.prefetch} items requested"
-                )
+                MissingBackpressureError(f"rule 1.1: publisher sent more than the {self.prefetch} items requested")
             )
             return
         self.queue.append(item)
@@ -85,9 +83,7 @@ class _BufferingSubscriber(Subscriber[Any]):
         queue.extend(items[:room])  # what was requested; the next one breaks rule 1.1
         self.subscription.cancel()  # type: ignore[union-attr]
         self._terminate(
-            MissingBackpressureError(
-                f"rule 1.1: publisher sent more than the {self.prefetch} items requested"
-            )
+            MissingBackpressureError(f"rule 1.1: publisher sent more than the {self.prefetch} items requested")
         )
 
     def on_error(self, error: BaseException) -> None:

@@ -37,7 +37,7 @@ class ProcessorCancelledError(Exception):
 
 
 class _MulticastSubscription(Subscription):
-    __slots__ = ("_processor", "subscriber", "requested", "cancelled", "error")
+    __slots__ = ("_processor", "cancelled", "error", "requested", "subscriber")
 
     def __init__(self, processor: MulticastProcessor, subscriber: Subscriber[Any]) -> None:
         self._processor = processor

@@ -13,7 +13,8 @@ This module imports nothing but the standard library.
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 MAX_DEMAND = 2**63 - 1
 """Demand at or above this is unbounded (rule 3.17)."""

@@ -8,14 +8,14 @@ re-iterable source (a list, a ``range``) supports any number of subscribers (rul
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Iterator
 from itertools import islice, repeat
 from operator import is_
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any
 
 from .interfaces import Publisher, Subscriber
 from .rules import check_signal_argument, check_subscriber
 from .subscriptions import NOOP_SUBSCRIPTION, EmittingSubscription, subscribe_failed
-
 
 _UNFETCHED: Any = object()
 
@@ -34,7 +34,7 @@ class _IteratorSubscription(EmittingSubscription):
     items in the same order, without a Python call per item.
     """
 
-    __slots__ = ("_iterator", "_ahead", "_many")
+    __slots__ = ("_ahead", "_iterator", "_many")
 
     def __init__(self, subscriber: Subscriber[Any], iterator: Iterator[Any]) -> None:
         super().__init__(subscriber)
@@ -49,7 +49,7 @@ class _IteratorSubscription(EmittingSubscription):
         failure: BaseException | None = None
         try:
             items.extend(islice(self._iterator, wanted))
-        except Exception as error:  # noqa: BLE001 - the source failed: rule 1.4
+        except Exception as error:
             failure = error  # the items fetched before it are still delivered
         if any(map(is_, items, repeat(None))):
             items = items[: next(i for i, item in enumerate(items) if item is None)]
@@ -78,7 +78,7 @@ class _IteratorSubscription(EmittingSubscription):
                 except StopIteration:
                     self._signal_complete()
                     return False
-                except Exception as error:  # noqa: BLE001 - the source failed: rule 1.4
+                except Exception as error:
                     self._signal_error(error)
                     return False
                 if item is None:
@@ -110,7 +110,7 @@ class IterablePublisher(Publisher[Any]):
         check_subscriber(subscriber)
         try:
             iterator = iter(self._iterable)
-        except Exception as error:  # noqa: BLE001 - rule 1.9: reject via on_error
+        except Exception as error:
             subscribe_failed(subscriber, error)
             return
         subscriber.on_subscribe(_IteratorSubscription(subscriber, iterator))
@@ -164,9 +164,7 @@ class _Terminated(Publisher[Any]):
             subscriber.on_subscribe(NOOP_SUBSCRIPTION)
             subscriber.on_complete()
             return
-        subscribe_failed(
-            subscriber, failure if isinstance(failure, BaseException) else failure()
-        )
+        subscribe_failed(subscriber, failure if isinstance(failure, BaseException) else failure())
 
 
 def defer(factory: Callable[[], Publisher[Any]]) -> Publisher[Any]:
@@ -184,7 +182,7 @@ class _Deferred(Publisher[Any]):
         check_subscriber(subscriber)
         try:
             publisher = self._factory()
-        except Exception as failure:  # noqa: BLE001 - rule 1.9: reject via on_error
+        except Exception as failure:
             subscribe_failed(subscriber, failure)
             return
         publisher.subscribe(subscriber)

@@ -64,7 +64,7 @@ def deliver_safely(signal: Any, *args: Any) -> bool:
     """
     try:
         signal(*args)
-    except Exception as error:  # noqa: BLE001 - the subscriber broke rule 2.13
+    except Exception as error:
         report_undeliverable(error)
         return False
     return True
@@ -83,7 +83,7 @@ class EmittingSubscription(Subscription):
     decremented (rule 3.17). ``cancelled`` is also true after a terminal signal (rule 1.6).
     """
 
-    __slots__ = ("_subscriber", "requested", "cancelled", "_draining", "_bad_request")
+    __slots__ = ("_bad_request", "_draining", "_subscriber", "cancelled", "requested")
 
     def __init__(self, subscriber: Subscriber[Any]) -> None:
         self._subscriber: Subscriber[Any] | None = subscriber
@@ -203,7 +203,7 @@ class ForwardingSubscriber(Subscriber[Any], Subscription):
     :meth:`fail` when a user function raises.
     """
 
-    __slots__ = ("downstream", "upstream", "done")
+    __slots__ = ("done", "downstream", "upstream")
 
     def __init__(self, downstream: Subscriber[Any]) -> None:
         self.downstream = downstream
@@ -266,7 +266,7 @@ class SubscriptionArbiter(Subscription):
     ``on_bad_request`` so the owning operator can signal it (rule 3.9).
     """
 
-    __slots__ = ("_current", "requested", "cancelled", "_on_bad_request")
+    __slots__ = ("_current", "_on_bad_request", "cancelled", "requested")
 
     def __init__(self, on_bad_request: Any) -> None:
         self._current: Subscription | None = None
@@ -356,7 +356,7 @@ class PrefetchingInner(Subscriber[Any]):
     operator takes items (:meth:`taken`). More items than requested is a rule 1.1 violation,
     reported to the operator rather than queued."""
 
-    __slots__ = ("_parent", "subscription", "queue", "done", "_consumed")
+    __slots__ = ("_consumed", "_parent", "done", "queue", "subscription")
 
     def __init__(self, parent: Coordinator) -> None:
         self._parent = parent

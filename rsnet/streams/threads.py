@@ -15,7 +15,8 @@ callbacks in the order they were submitted, so signals keep their order (rule 1.
 from __future__ import annotations
 
 import queue
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import trio
 
@@ -98,7 +99,7 @@ class _QueueSubscriber(Subscriber[Any]):
     the worker requests only as it consumes, so ``put_nowait`` cannot block the trio thread.
     """
 
-    __slots__ = ("_queue", "_prefetch", "subscription", "_terminated")
+    __slots__ = ("_prefetch", "_queue", "_terminated", "subscription")
 
     def __init__(self, signals: queue.Queue[Any], prefetch: int) -> None:
         self._queue = signals

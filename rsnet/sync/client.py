@@ -28,7 +28,8 @@ import contextlib
 import ssl
 import time
 from collections import deque
-from typing import Any, Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 from ..errors import ConnectionLost, StreamError, error_frame_fields
 from ..protocol import (
@@ -66,7 +67,7 @@ once instead of waiting for a full chunk, so a slow source's items are not held 
 class _Stream:
     """A stream this client opened: the items received and not yet taken, and how it ended."""
 
-    __slots__ = ("items", "ended", "error")
+    __slots__ = ("ended", "error", "items")
 
     def __init__(self) -> None:
         self.items: deque[Any] = deque()

@@ -199,9 +199,7 @@ class WebSocketTransport:
 Transport = SocketTransport | WebSocketTransport
 
 
-def open_transport(
-    url: str, *, ssl_context: ssl.SSLContext | None, max_frame_size: int, deadline: float
-) -> Transport:
+def open_transport(url: str, *, ssl_context: ssl.SSLContext | None, max_frame_size: int, deadline: float) -> Transport:
     """Connect to ``url`` (see :data:`SCHEMES`) and complete TLS and WebSocket handshakes
     before ``deadline`` (a ``time.monotonic()`` value).
 

@@ -45,15 +45,12 @@ import collections
 import itertools
 import os
 import threading
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
 from typing import (
     Any,
-    AsyncIterator,
-    Awaitable,
-    Callable,
     ClassVar,
     Generic,
-    Iterator,
     NoReturn,
     TypeVar,
 )
@@ -155,9 +152,7 @@ class TestEnvironment:
         gc_timeout_ms: float = DEFAULT_GC_TIMEOUT_MS,
     ) -> None:
         self.timeout_ms = timeout_ms
-        self.no_signals_timeout_ms = (
-            timeout_ms if no_signals_timeout_ms is None else no_signals_timeout_ms
-        )
+        self.no_signals_timeout_ms = timeout_ms if no_signals_timeout_ms is None else no_signals_timeout_ms
         self.gc_timeout_ms = gc_timeout_ms
         self.async_errors: list[AssertionError] = []
 
@@ -236,8 +231,7 @@ class TestEnvironment:
         """``publisher.subscribe(subscriber)`` and wait for ``on_subscribe`` (rule 1.9)."""
         publisher.subscribe(subscriber)
         await subscriber.subscription.expect_completion(
-            f"Could not subscribe {subscriber!r} to Publisher {publisher!r}: "
-            "on_subscribe was not called (rule 1.9)",
+            f"Could not subscribe {subscriber!r} to Publisher {publisher!r}: on_subscribe was not called (rule 1.9)",
             timeout_ms,
         )
         self.verify_no_async_errors_no_delay()
@@ -307,8 +301,7 @@ class Promise(Generic[V]):
         """Set the value; a second completion is recorded as a failure and ignored."""
         if self._completed:
             self._env.flop(
-                f"Cannot complete a promise more than once! Present value: {self._value!r}, "
-                f"attempted to set: {value!r}"
+                f"Cannot complete a promise more than once! Present value: {self._value!r}, attempted to set: {value!r}"
             )
             return
         self._value = value
@@ -317,9 +310,7 @@ class Promise(Generic[V]):
 
     async def expect_completion(self, message: str, timeout_ms: float | None = None) -> V:
         """Wait for the value; raise ``AssertionError(message ...)`` on timeout."""
-        if not await self._notifier.wait_for(
-            lambda: self._completed, self._env.deadline(timeout_ms)
-        ):
+        if not await self._notifier.wait_for(lambda: self._completed, self._env.deadline(timeout_ms)):
             raise AssertionError(f"{message} within {self._env.ms(timeout_ms)}")
         return self.value
 
@@ -368,14 +359,10 @@ class Receptacle(Generic[T]):
     def add(self, element: T) -> None:
         with self._lock:
             if self._terminated:
-                self._env.flop(
-                    f"Unexpected element {element!r} received after the stream terminated (rule 1.7)"
-                )
+                self._env.flop(f"Unexpected element {element!r} received after the stream terminated (rule 1.7)")
                 return
             if self._capacity is not None and self._elements >= self._capacity:
-                if (
-                    not self._overflowed
-                ):  # once: a runaway publisher must not fill memory with these
+                if not self._overflowed:  # once: a runaway publisher must not fill memory with these
                     self._overflowed = True
                     self._env.flop(
                         f"Received more than {self._capacity} undrained on_next signals (dropped {element!r} and "
@@ -386,14 +373,10 @@ class Receptacle(Generic[T]):
             self._entries.append(element)
         self._notifier.notify()
 
-    def _terminate(
-        self, entry: object, description: str, cause: BaseException | None = None
-    ) -> None:
+    def _terminate(self, entry: object, description: str, cause: BaseException | None = None) -> None:
         with self._lock:
             if self._terminated:
-                self._env.flop(
-                    f"Unexpected additional terminal signal {description} (rule 1.7)", cause
-                )
+                self._env.flop(f"Unexpected additional terminal signal {description} (rule 1.7)", cause)
                 return
             self._terminated = True
             if isinstance(entry, _ErrorSignal):
@@ -424,30 +407,22 @@ class Receptacle(Generic[T]):
             raise AssertionError(f"{message} within {self._env.ms(timeout_ms)}")
         return self._pop()
 
-    async def next(
-        self, message: str, timeout_ms: float | None = None, deadline: float | None = None
-    ) -> T:
+    async def next(self, message: str, timeout_ms: float | None = None, deadline: float | None = None) -> T:
         """The next element; raises if a terminal signal or nothing comes first."""
         if deadline is None:
             deadline = self._env.deadline(timeout_ms)
         entry = await self._next_entry(message, deadline, timeout_ms)
         if entry is _END or isinstance(entry, _ErrorSignal):
             cause = entry.error if isinstance(entry, _ErrorSignal) else None
-            raise AssertionError(
-                f"{message}: expected an element but got {_describe(entry)}"
-            ) from cause
+            raise AssertionError(f"{message}: expected an element but got {_describe(entry)}") from cause
         return entry  # type: ignore[return-value]
 
     async def next_n(self, n: int, message: str, timeout_ms: float | None = None) -> list[T]:
         """The next ``n`` elements, all within one timeout."""
         deadline = self._env.deadline(timeout_ms)
-        return [
-            await self.next(f"{message} (got {i} of {n})", timeout_ms, deadline) for i in range(n)
-        ]
+        return [await self.next(f"{message} (got {i} of {n})", timeout_ms, deadline) for i in range(n)]
 
-    async def next_or_end_of_stream(
-        self, message: str, timeout_ms: float | None = None
-    ) -> T | None:
+    async def next_or_end_of_stream(self, message: str, timeout_ms: float | None = None) -> T | None:
         """The next element, or ``None`` for ``on_complete`` (elements are never ``None``)."""
         entry = await self._next_entry(message, self._env.deadline(timeout_ms), timeout_ms)
         if entry is _END:
@@ -462,9 +437,7 @@ class Receptacle(Generic[T]):
         entry = await self._next_entry(message, self._env.deadline(timeout_ms), timeout_ms)
         if entry is not _END:
             cause = entry.error if isinstance(entry, _ErrorSignal) else None
-            raise AssertionError(
-                f"{message}: expected on_complete but got {_describe(entry)}"
-            ) from cause
+            raise AssertionError(f"{message}: expected on_complete but got {_describe(entry)}") from cause
 
     async def expect_error(
         self, expected: type[BaseException], message: str, timeout_ms: float | None = None
@@ -485,9 +458,7 @@ class Receptacle(Generic[T]):
 
     async def expect_none(self, message: str, timeout_ms: float | None = None) -> None:
         """Watch for ``timeout_ms`` (default: the no-signals timeout); raise if anything arrived."""
-        await trio.sleep(
-            (self._env.no_signals_timeout_ms if timeout_ms is None else timeout_ms) / 1000
-        )
+        await trio.sleep((self._env.no_signals_timeout_ms if timeout_ms is None else timeout_ms) / 1000)
         if self._entries:
             entry = self._pop()
             cause = entry.error if isinstance(entry, _ErrorSignal) else None
@@ -536,9 +507,7 @@ class ManualSubscriber(Subscriber[T]):
         if subscription is None:
             self.env.flop(f"{self!r}.on_subscribe(None) was signalled (rule 2.13)")
         elif self.subscription.is_completed:
-            self.env.flop(
-                f"on_subscribe was called on an already-subscribed subscriber {self!r} (rules 1.9, 2.12)"
-            )
+            self.env.flop(f"on_subscribe was called on an already-subscribed subscriber {self!r} (rules 1.9, 2.12)")
         else:
             self.subscription.complete(subscription)
 
@@ -607,20 +576,14 @@ class ManualSubscriber(Subscriber[T]):
         self.request(1)
         return await self.next_element_or_end_of_stream(message)
 
-    async def request_end_of_stream(
-        self, message: str = "Did not receive expected stream completion"
-    ) -> None:
+    async def request_end_of_stream(self, message: str = "Did not receive expected stream completion") -> None:
         self.request(1)
         await self.expect_completion(message)
 
     async def expect_next(self, expected: T, timeout_ms: float | None = None) -> None:
-        element = await self.next_element(
-            "Did not receive expected element on downstream", timeout_ms
-        )
+        element = await self.next_element("Did not receive expected element on downstream", timeout_ms)
         if element != expected:
-            raise AssertionError(
-                f"Expected element {expected!r} on downstream but received {element!r}"
-            )
+            raise AssertionError(f"Expected element {expected!r} on downstream but received {element!r}")
 
     async def expect_completion(
         self,
@@ -698,26 +661,18 @@ class SubscriberProbe(Generic[T]):
             self.error.complete(error)
 
     async def expect_next(self, expected: T) -> None:
-        element = await self.elements.next(
-            f"Subscriber {self._sub()!r} did not call register_on_next({expected!r})"
-        )
+        element = await self.elements.next(f"Subscriber {self._sub()!r} did not call register_on_next({expected!r})")
         if element != expected:
             raise AssertionError(
                 f"Subscriber {self._sub()!r} called register_on_next({element!r}) rather than register_on_next({expected!r})"
             )
 
     async def expect_completion(self) -> None:
-        await self.elements.expect_completion(
-            f"Subscriber {self._sub()!r} did not call register_on_complete()"
-        )
+        await self.elements.expect_completion(f"Subscriber {self._sub()!r} did not call register_on_complete()")
 
-    async def expect_error(
-        self, expected: BaseException | type[BaseException] = BaseException
-    ) -> BaseException:
+    async def expect_error(self, expected: BaseException | type[BaseException] = BaseException) -> BaseException:
         """Wait for ``register_on_error``: the very ``expected`` error, or any instance of a type."""
-        error = await self.error.expect_completion(
-            f"Subscriber {self._sub()!r} did not call register_on_error"
-        )
+        error = await self.error.expect_completion(f"Subscriber {self._sub()!r} did not call register_on_error")
         if isinstance(expected, BaseException) and error is not expected:
             raise AssertionError(
                 f"Subscriber {self._sub()!r} called register_on_error({error!r}) rather than register_on_error({expected!r})"
@@ -792,15 +747,11 @@ class ManualPublisher(Publisher[T]):
         """The next ``request(n)``; ``n <= 0`` is a failure of the subscriber (rule 3.9 is for them)."""
         n = await self.requests.next(message, timeout_ms)
         if n <= 0:
-            raise AssertionError(
-                f"Requests cannot be zero or negative but received request({n}) (rule 3.9)"
-            )
+            raise AssertionError(f"Requests cannot be zero or negative but received request({n}) (rule 3.9)")
         return n
 
     async def expect_cancelling(self, timeout_ms: float | None = None) -> None:
-        await self.cancelled.expect_close(
-            "Did not receive expected cancelling of upstream subscription", timeout_ms
-        )
+        await self.cancelled.expect_close("Did not receive expected cancelling of upstream subscription", timeout_ms)
 
     @property
     def is_cancelled(self) -> bool:
@@ -833,9 +784,7 @@ class _HelperPublisher(Publisher[T]):
     must not depend on the code it verifies.
     """
 
-    def __init__(
-        self, nursery: trio.Nursery, elements: int, create_element: Callable[[int], T]
-    ) -> None:
+    def __init__(self, nursery: trio.Nursery, elements: int, create_element: Callable[[int], T]) -> None:
         self._nursery = nursery
         self._elements = elements
         self._create_element = create_element
@@ -843,18 +792,14 @@ class _HelperPublisher(Publisher[T]):
     def subscribe(self, subscriber: Subscriber[T]) -> None:
         if subscriber is None:
             raise TypeError("rule 1.9: subscribe() requires a Subscriber, got None")
-        self._nursery.start_soon(
-            _HelperSubscription(subscriber, self._elements, self._create_element).run
-        )
+        self._nursery.start_soon(_HelperSubscription(subscriber, self._elements, self._create_element).run)
 
     def __repr__(self) -> str:
         return f"<TCK helper publisher of {self._elements} elements>"
 
 
 class _HelperSubscription(Subscription):
-    def __init__(
-        self, subscriber: Subscriber[T], elements: int, create_element: Callable[[int], T]
-    ) -> None:
+    def __init__(self, subscriber: Subscriber[T], elements: int, create_element: Callable[[int], T]) -> None:
         self._subscriber: Subscriber[T] | None = subscriber
         self._elements = elements
         self._create_element = create_element
@@ -864,9 +809,7 @@ class _HelperSubscription(Subscription):
 
     def request(self, n: int) -> None:
         if n <= 0:
-            self._invalid_request = ValueError(
-                f"rule 3.9: non-positive subscription request: request({n})"
-            )
+            self._invalid_request = ValueError(f"rule 3.9: non-positive subscription request: request({n})")
         else:
             self._demand = min(self._demand + n, MAX_DEMAND)
         self._notifier.notify()
@@ -957,9 +900,7 @@ class Verification:
         """
         yield
 
-    def run_test(
-        self, body: Callable[[], Awaitable[None]], *, optional_rule: str | None = None
-    ) -> None:
+    def run_test(self, body: Callable[[], Awaitable[None]], *, optional_rule: str | None = None) -> None:
         """Run ``body()`` in a fresh ``trio.run`` with :attr:`env` and :attr:`nursery` set.
 
         After the body, recorded asynchronous failures fail the test. Any exception other than
@@ -989,13 +930,11 @@ class Verification:
                         recorded_before_teardown = len(self.env.async_errors)
                         nursery.cancel_scope.cancel()
 
-        clock = (
-            trio.testing.MockClock(rate=1.0, autojump_threshold=0) if self.virtual_time else None
-        )
+        clock = trio.testing.MockClock(rate=1.0, autojump_threshold=0) if self.virtual_time else None
         outcome: BaseException | None = None
         try:
             trio.run(main, clock=clock)
-        except BaseException as error:  # noqa: B036 -- sorted out below, outside the except block
+        except BaseException as error:
             outcome = error
         finally:
             self.__dict__.pop("nursery", None)  # closed now; fail loudly if used after the run
@@ -1036,9 +975,7 @@ class Verification:
         # on_subscribe ...) usually happened first and explains a later timeout: lead with it.
         message = f"{recorded[0]}\n(then the test failed: {primary})"
         if len(recorded) > 1:
-            message += (
-                "\n(more failures recorded:\n" + "\n".join(f"  - {e}" for e in recorded[1:]) + ")"
-            )
+            message += "\n(more failures recorded:\n" + "\n".join(f"  - {e}" for e in recorded[1:]) + ")"
         combined = AssertionError(message)
         combined.__cause__ = primary
         return combined

@@ -37,7 +37,8 @@ inside the test's ``trio.run``, where ``self.nursery`` is available.
 
 from __future__ import annotations
 
-from typing import Awaitable, Callable, ClassVar, TypeVar
+from collections.abc import Awaitable, Callable
+from typing import ClassVar, TypeVar
 
 import pytest
 
@@ -76,9 +77,7 @@ class _ProcessorStage(ManualPublisher[T]):
     async def send_next_from_upstream(self) -> T:
         element = await self.tees.request_next_element()
         if element in self._seen:
-            raise AssertionError(
-                f"Helper publisher illegally produced the same element {element!r} twice"
-            )
+            raise AssertionError(f"Helper publisher illegally produced the same element {element!r} twice")
         self._seen.append(element)
         self.send_next(element)
         return element
@@ -86,9 +85,7 @@ class _ProcessorStage(ManualPublisher[T]):
     async def expect_next_element(self, sub: ManualSubscriber[T], expected: T, hint: str = "") -> None:
         element = await sub.next_element(f"timeout while awaiting {expected!r}{hint}")
         if element != expected:
-            raise AssertionError(
-                f"Received `on_next({element!r})` on downstream but expected `on_next({expected!r})`"
-            )
+            raise AssertionError(f"Received `on_next({element!r})` on downstream but expected `on_next({expected!r})`")
 
 
 _COORDINATION_HINT = (
@@ -163,9 +160,7 @@ class IdentityProcessorVerification(PublisherVerification[T], SubscriberWhitebox
 
     def create_identity_processor(self, buffer_size: int) -> Processor[T, T]:
         """A processor passing elements on unchanged, able to buffer ``buffer_size`` of them."""
-        raise NotImplementedError(
-            f"{type(self).__name__} must implement create_identity_processor(buffer_size)"
-        )
+        raise NotImplementedError(f"{type(self).__name__} must implement create_identity_processor(buffer_size)")
 
     def create_publisher(self, elements: int) -> Publisher[T]:
         """The processor under test, fed by a helper publisher of ``elements`` items."""
@@ -181,9 +176,7 @@ class IdentityProcessorVerification(PublisherVerification[T], SubscriberWhitebox
 
     # -- harness ------------------------------------------------------------------------------
 
-    def _processor_test(
-        self, body: Callable[[_ProcessorStage[T]], Awaitable[None]], *, subscribers: int = 1
-    ) -> None:
+    def _processor_test(self, body: Callable[[_ProcessorStage[T]], Awaitable[None]], *, subscribers: int = 1) -> None:
         """Run ``body(stage)`` with the processor under test subscribed to a manual publisher."""
         if subscribers > self.max_supported_subscribers:
             pytest.skip(
@@ -193,9 +186,7 @@ class IdentityProcessorVerification(PublisherVerification[T], SubscriberWhitebox
 
         async def run() -> None:
             stage: _ProcessorStage[T] = _ProcessorStage(self.env)
-            stage.tees = await self.env.new_manual_subscriber(
-                self.create_helper_publisher(MAX_DEMAND)
-            )
+            stage.tees = await self.env.new_manual_subscriber(self.create_helper_publisher(MAX_DEMAND))
             stage.processor = self.create_identity_processor(self.processor_buffer_size)
             stage.subscribe(stage.processor)
             await body(stage)

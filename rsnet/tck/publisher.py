@@ -47,7 +47,8 @@ import gc
 import random
 import threading
 import weakref
-from typing import Any, Awaitable, Callable, ClassVar, Generic, TypeVar
+from collections.abc import Awaitable, Callable
+from typing import Any, ClassVar, Generic, TypeVar
 
 import pytest
 import trio
@@ -78,9 +79,7 @@ class PublisherVerification(Verification, Generic[T]):
 
     def create_publisher(self, elements: int) -> Publisher[T]:
         """A publisher of exactly ``elements`` items then ``on_complete`` (``MAX_DEMAND``: endless)."""
-        raise NotImplementedError(
-            f"{type(self).__name__} must implement create_publisher(elements)"
-        )
+        raise NotImplementedError(f"{type(self).__name__} must implement create_publisher(elements)")
 
     def create_failed_publisher(self) -> Publisher[T] | None:
         """A publisher that signals ``on_subscribe`` then ``on_error``, or ``None`` to skip those tests."""
@@ -143,9 +142,7 @@ class PublisherVerification(Verification, Generic[T]):
                 f"Timeout while waiting for next element from Publisher {pub!r}"
             )
             assert element is not None, f"Publisher {pub!r} produced no elements"
-            await sub.request_end_of_stream(
-                f"Publisher {pub!r} did not complete after its 1 element"
-            )
+            await sub.request_end_of_stream(f"Publisher {pub!r} did not complete after its 1 element")
 
         self._active_publisher_test(1, True, body)
 
@@ -158,26 +155,20 @@ class PublisherVerification(Verification, Generic[T]):
                 element = await sub.request_next_element_or_end_of_stream(
                     f"Timeout while waiting for next element from Publisher {pub!r}"
                 )
-                assert (
-                    element is not None
-                ), f"Publisher {pub!r} produced only {produced} element(s), expected 3"
-            await sub.request_end_of_stream(
-                f"Publisher {pub!r} did not complete after its 3 elements"
-            )
+                assert element is not None, f"Publisher {pub!r} produced only {produced} element(s), expected 3"
+            await sub.request_end_of_stream(f"Publisher {pub!r} did not complete after its 3 elements")
 
         self._active_publisher_test(3, True, body)
 
     def test_required_validate_max_elements_from_publisher(self) -> None:
         """The max_elements_from_publisher setting is >= 0."""
-        assert (
-            self.max_elements_from_publisher >= 0
-        ), "max_elements_from_publisher MUST be a number >= 0"
+        assert self.max_elements_from_publisher >= 0, "max_elements_from_publisher MUST be a number >= 0"
 
     def test_required_validate_bounded_depth_of_on_next_and_request_recursion(self) -> None:
         """The bounded_depth_of_on_next_and_request_recursion setting is >= 1."""
-        assert (
-            self.bounded_depth_of_on_next_and_request_recursion >= 1
-        ), "bounded_depth_of_on_next_and_request_recursion MUST be a number >= 1"
+        assert self.bounded_depth_of_on_next_and_request_recursion >= 1, (
+            "bounded_depth_of_on_next_and_request_recursion MUST be a number >= 1"
+        )
 
     # -- spec rules, section 1 ----------------------------------------------------------------
 
@@ -189,13 +180,9 @@ class PublisherVerification(Verification, Generic[T]):
         async def body(pub: Publisher[T]) -> None:
             sub = await self.env.new_manual_subscriber(pub)
             try:
-                await sub.expect_none(
-                    f"Publisher {pub!r} produced a signal before the first `request` (rule 1.1):"
-                )
+                await sub.expect_none(f"Publisher {pub!r} produced a signal before the first `request` (rule 1.1):")
                 sub.request(1)
-                await sub.next_element(
-                    f"Publisher {pub!r} produced no element after first `request`"
-                )
+                await sub.next_element(f"Publisher {pub!r} produced no element after first `request`")
                 await sub.expect_none(f"Publisher {pub!r} produced unrequested (rule 1.1):")
                 sub.request(1)
                 sub.request(2)
@@ -218,9 +205,7 @@ class PublisherVerification(Verification, Generic[T]):
             sub = await self.env.new_manual_subscriber(pub)
             sub.request(10)
             await sub.next_elements(3)
-            await sub.expect_completion(
-                f"Publisher {pub!r} did not complete after its 3 elements (rule 1.2)"
-            )
+            await sub.expect_completion(f"Publisher {pub!r} did not complete after its 3 elements (rule 1.2)")
 
         self._active_publisher_test(3, True, body)
 
@@ -237,16 +222,12 @@ class PublisherVerification(Verification, Generic[T]):
 
         async def run() -> None:
             for iteration in range(1, iterations + 1):
-                await self._spec103_iteration(
-                    self.create_publisher(elements), iteration, iterations, elements
-                )
+                await self._spec103_iteration(self.create_publisher(elements), iteration, iterations, elements)
                 self.env.verify_no_async_errors_no_delay()
 
         self.run_test(run)
 
-    async def _spec103_iteration(
-        self, pub: Publisher[T], iteration: int, iterations: int, elements: int
-    ) -> None:
+    async def _spec103_iteration(self, pub: Publisher[T], iteration: int, iterations: int, elements: int) -> None:
         subscriber = _SequentialSignalsSubscriber(self.env, elements)
         pub.subscribe(subscriber)
         await subscriber.completion.expect_close(
@@ -321,9 +302,7 @@ class PublisherVerification(Verification, Generic[T]):
             sub = await self.env.new_manual_subscriber(pub)
             sub.request(10)
             await sub.next_element()
-            await sub.expect_completion(
-                f"Publisher {pub!r} did not complete after its only element"
-            )
+            await sub.expect_completion(f"Publisher {pub!r} did not complete after its only element")
             sub.request(10)
             await sub.expect_none(f"Publisher {pub!r} signalled after on_complete (rule 1.7):")
 
@@ -355,9 +334,7 @@ class PublisherVerification(Verification, Generic[T]):
                     f"Publisher {pub!r} raised {error!r} for subscribe(None), but rule 1.9 requires TypeError"
                 ) from error
             else:
-                raise AssertionError(
-                    f"Publisher {pub!r} did not raise TypeError for subscribe(None) (rule 1.9)"
-                )
+                raise AssertionError(f"Publisher {pub!r} did not raise TypeError for subscribe(None) (rule 1.9)")
 
         self._active_publisher_test(0, False, body)
 
@@ -369,9 +346,7 @@ class PublisherVerification(Verification, Generic[T]):
             subscriber = _OnSubscribeFirstSubscriber(env)
             try:
                 pub.subscribe(subscriber)
-                await subscriber.on_subscribe_latch.expect_close(
-                    "Should have received on_subscribe (rule 1.9)"
-                )
+                await subscriber.on_subscribe_latch.expect_close("Should have received on_subscribe (rule 1.9)")
                 env.verify_no_async_errors_no_delay()
             finally:
                 if subscriber.subscription is not None:
@@ -388,9 +363,7 @@ class PublisherVerification(Verification, Generic[T]):
             env = self.env
             sub = _RejectionSubscriber(env)
             pub.subscribe(sub)
-            await sub.on_subscribe_latch.expect_close(
-                "Should have received on_subscribe (rule 1.9)"
-            )
+            await sub.on_subscribe_latch.expect_close("Should have received on_subscribe (rule 1.9)")
             await sub.on_error_latch.expect_close("Should have received on_error (rule 1.9)")
             env.verify_no_async_errors_no_delay()
 
@@ -477,9 +450,7 @@ class PublisherVerification(Verification, Generic[T]):
 
         self._active_publisher_test(5, True, body, optional_rule="1.11")
 
-    async def _three_subscribers_request_many_upfront(
-        self, pub: Publisher[T], expect_completion: bool
-    ) -> None:
+    async def _three_subscribers_request_many_upfront(self, pub: Publisher[T], expect_completion: bool) -> None:
         env = self.env
         subs = [await env.new_manual_subscriber(pub) for _ in range(3)]
         # A publisher may need to touch its source to notice it is drained, so ask for one more.
@@ -563,9 +534,7 @@ class PublisherVerification(Verification, Generic[T]):
             sub.request(1)
             sub.request(1)
             sub.request(1)
-            await sub.expect_none(
-                f"Publisher {pub!r} signalled after cancel() and request() (rule 3.6):"
-            )
+            await sub.expect_none(f"Publisher {pub!r} signalled after cancel() and request() (rule 3.6):")
             self.env.verify_no_async_errors_no_delay()
 
         self._active_publisher_test(3, False, body)
@@ -586,9 +555,7 @@ class PublisherVerification(Verification, Generic[T]):
 
         self._active_publisher_test(1, False, body)
 
-    async def _expect_invalid_request_error(
-        self, pub: Publisher[T], n: int, message_parts: list[str] | None
-    ) -> None:
+    async def _expect_invalid_request_error(self, pub: Publisher[T], n: int, message_parts: list[str] | None) -> None:
         sub = await self.env.new_manual_subscriber(pub)
         try:
             sub.request(n)
@@ -597,9 +564,7 @@ class PublisherVerification(Verification, Generic[T]):
                 f"Publisher {pub!r}: request({n}) raised {error!r}; rule 3.9 requires signalling "
                 "on_error(ValueError) instead, and rule 3.16 requires request to return normally"
             ) from error
-        message = (
-            f"Publisher {pub!r} did not signal on_error(ValueError) after request({n}) (rule 3.9)"
-        )
+        message = f"Publisher {pub!r} did not signal on_error(ValueError) after request({n}) (rule 3.9)"
         if message_parts is None:
             await sub.expect_error(ValueError, message)
         else:
@@ -689,9 +654,7 @@ class PublisherVerification(Verification, Generic[T]):
             gc.collect()
             sub = ref()
             if sub is not None:
-                holders = ", ".join(
-                    sorted({type(r).__name__ for r in gc.get_referrers(sub)} - {"frame"})
-                )
+                holders = ", ".join(sorted({type(r).__name__ for r in gc.get_referrers(sub)} - {"frame"}))
                 del sub
                 raise AssertionError(
                     f"Publisher {pub!r} did not drop its reference to the test subscriber "
@@ -710,9 +673,7 @@ class PublisherVerification(Verification, Generic[T]):
             sub = await self.env.new_manual_subscriber(pub)
             sub.request(MAX_DEMAND)
             await sub.next_elements(3)
-            await sub.expect_completion(
-                f"Publisher {pub!r} did not complete after request({MAX_DEMAND}) (rule 3.17)"
-            )
+            await sub.expect_completion(f"Publisher {pub!r} did not complete after request({MAX_DEMAND}) (rule 3.17)")
             self.env.verify_no_async_errors_no_delay()
 
         self._active_publisher_test(3, True, body)
@@ -875,9 +836,7 @@ class _SignalFloppingSubscriber(Subscriber[Any]):
         )
 
     def on_error(self, error: BaseException) -> None:
-        self._on_subscribe_latch.assert_closed(
-            "on_subscribe should be called prior to on_error always (rule 1.9)"
-        )
+        self._on_subscribe_latch.assert_closed("on_subscribe should be called prior to on_error always (rule 1.9)")
         self._on_error_latch.assert_open(
             f"Error-state Publisher {self._pub!r} called `on_error` twice on new Subscriber (rule 1.7)"
         )
@@ -900,19 +859,13 @@ class _OnSubscribeFirstSubscriber(Subscriber[Any]):
         self.on_subscribe_latch.close()
 
     def on_next(self, element: Any) -> None:
-        self.on_subscribe_latch.assert_closed(
-            "on_subscribe should be called prior to on_next always (rule 1.9)"
-        )
+        self.on_subscribe_latch.assert_closed("on_subscribe should be called prior to on_next always (rule 1.9)")
 
     def on_error(self, error: BaseException) -> None:
-        self.on_subscribe_latch.assert_closed(
-            "on_subscribe should be called prior to on_error always (rule 1.9)"
-        )
+        self.on_subscribe_latch.assert_closed("on_subscribe should be called prior to on_error always (rule 1.9)")
 
     def on_complete(self) -> None:
-        self.on_subscribe_latch.assert_closed(
-            "on_subscribe should be called prior to on_complete always (rule 1.9)"
-        )
+        self.on_subscribe_latch.assert_closed("on_subscribe should be called prior to on_complete always (rule 1.9)")
 
 
 class _RejectionSubscriber(ManualSubscriber[Any]):
@@ -928,9 +881,7 @@ class _RejectionSubscriber(ManualSubscriber[Any]):
         self.on_subscribe_latch.close()
 
     def on_error(self, error: BaseException) -> None:
-        self.on_subscribe_latch.assert_closed(
-            "on_subscribe should be called prior to on_error always (rule 1.9)"
-        )
+        self.on_subscribe_latch.assert_closed("on_subscribe should be called prior to on_error always (rule 1.9)")
         self.on_error_latch.assert_open("Only one on_error call expected (rule 1.7)")
         self.on_error_latch.close()
 

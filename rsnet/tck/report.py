@@ -137,9 +137,7 @@ _TCK_ITEMS = pytest.StashKey[dict[str, tuple[str, str, str]]]()
 _PRINTED = pytest.StashKey[bool]()
 
 
-def pytest_collection_modifyitems(
-    session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
-) -> None:
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
     """Remember which collected tests belong to a TCK verification class."""
     tck_items = config.stash.setdefault(_TCK_ITEMS, {})
     for item in items:

@@ -22,7 +22,8 @@ inside the test's ``trio.run``, where ``self.nursery`` is available.
 
 from __future__ import annotations
 
-from typing import Any, Awaitable, Callable, TypeVar
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 from rsnet.streams.interfaces import Subscriber, Subscription
 from rsnet.streams.rules import MAX_DEMAND
@@ -103,9 +104,7 @@ class SubscriberBlackboxVerification(Verification, _WithHelperPublisher[T]):
         async def run() -> None:
             stage: _BlackboxStage[T] = _BlackboxStage(self.env)
             if setup:
-                stage.tees = await self.env.new_manual_subscriber(
-                    self.create_helper_publisher(MAX_DEMAND)
-                )
+                stage.tees = await self.env.new_manual_subscriber(self.create_helper_publisher(MAX_DEMAND))
                 stage.proxy = _BlackboxSubscriberProxy(self.env, self.create_subscriber())
                 stage.subscribe(stage.proxy)
             await body(stage)
@@ -118,12 +117,8 @@ class SubscriberBlackboxVerification(Verification, _WithHelperPublisher[T]):
         except TypeError:
             return
         except Exception as error:
-            raise AssertionError(
-                f"{signal}(None) raised {error!r}, but rule 2.13 requires TypeError"
-            ) from error
-        raise AssertionError(
-            f"{signal}(None) did not raise TypeError (rule 2.13; Java: NullPointerException)"
-        )
+            raise AssertionError(f"{signal}(None) raised {error!r}, but rule 2.13 requires TypeError") from error
+        raise AssertionError(f"{signal}(None) did not raise TypeError (rule 2.13; Java: NullPointerException)")
 
     # -- spec rules, section 2 ----------------------------------------------------------------
 
@@ -219,9 +214,7 @@ class SubscriberBlackboxVerification(Verification, _WithHelperPublisher[T]):
 
         async def body(stage: _BlackboxStage[T]) -> None:
             self.trigger_request(stage.proxy.sub)
-            await stage.expect_request(
-                f"Subscriber {stage.proxy.sub!r} did not signal demand via request (rule 2.1)"
-            )
+            await stage.expect_request(f"Subscriber {stage.proxy.sub!r} did not signal demand via request (rule 2.1)")
             stage.send_completion()
             await stage.proxy.expect_completion()
 
@@ -245,9 +238,7 @@ class SubscriberBlackboxVerification(Verification, _WithHelperPublisher[T]):
 
         async def body(stage: _BlackboxStage[T]) -> None:
             self.trigger_request(stage.proxy.sub)
-            await stage.expect_request(
-                f"Subscriber {stage.proxy.sub!r} did not signal demand via request (rule 2.1)"
-            )
+            await stage.expect_request(f"Subscriber {stage.proxy.sub!r} did not signal demand via request (rule 2.1)")
             stage.send_error(TestException())
             await stage.proxy.expect_error(BaseException)
 

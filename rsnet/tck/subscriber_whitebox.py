@@ -33,7 +33,8 @@ inside the test's ``trio.run``, where ``self.nursery`` is available.
 
 from __future__ import annotations
 
-from typing import Any, Awaitable, Callable, Protocol, TypeVar
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol, TypeVar
 
 from rsnet.streams.interfaces import Subscriber, Subscription
 from rsnet.streams.rules import MAX_DEMAND
@@ -120,9 +121,7 @@ class SubscriberWhiteboxVerification(Verification, _WithHelperPublisher[T]):
         async def run() -> None:
             stage: _WhiteboxStage[T] = _WhiteboxStage(self.env)
             if setup:
-                stage.tees = await self.env.new_manual_subscriber(
-                    self.create_helper_publisher(MAX_DEMAND)
-                )
+                stage.tees = await self.env.new_manual_subscriber(self.create_helper_publisher(MAX_DEMAND))
                 stage.probe = WhiteboxSubscriberProbe(self.env, stage.subscriber)
                 stage.subscribe(self.create_subscriber(stage.probe))
                 await stage.probe.puppet.expect_completion(
@@ -138,12 +137,8 @@ class SubscriberWhiteboxVerification(Verification, _WithHelperPublisher[T]):
         except TypeError:
             return
         except Exception as error:
-            raise AssertionError(
-                f"{signal}(None) raised {error!r}, but rule 2.13 requires TypeError"
-            ) from error
-        raise AssertionError(
-            f"{signal}(None) did not raise TypeError (rule 2.13; Java: NullPointerException)"
-        )
+            raise AssertionError(f"{signal}(None) raised {error!r}, but rule 2.13 requires TypeError") from error
+        raise AssertionError(f"{signal}(None) did not raise TypeError (rule 2.13; Java: NullPointerException)")
 
     # -- test setup verification --------------------------------------------------------------
 
@@ -174,9 +169,7 @@ class SubscriberWhiteboxVerification(Verification, _WithHelperPublisher[T]):
 
         async def body(stage: _WhiteboxStage[T]) -> None:
             stage.puppet.trigger_request(1)
-            await stage.expect_request(
-                f"Subscriber {stage.sub!r} did not request after trigger_request(1) (rule 2.1)"
-            )
+            await stage.expect_request(f"Subscriber {stage.sub!r} did not request after trigger_request(1) (rule 2.1)")
             await stage.signal_next()
 
         self._subscriber_test(body)
@@ -184,9 +177,7 @@ class SubscriberWhiteboxVerification(Verification, _WithHelperPublisher[T]):
     def test_untested_spec202_should_asynchronously_dispatch(self) -> None:
         skip_untested("2.2")
 
-    async def _terminal_signal_test(
-        self, stage: _WhiteboxStage[T], send: Callable[[_WhiteboxStage[T]], None]
-    ) -> None:
+    async def _terminal_signal_test(self, stage: _WhiteboxStage[T], send: Callable[[_WhiteboxStage[T]], None]) -> None:
         stage.probe = WhiteboxSubscriberProbe(self.env, stage.subscriber)
         stage.subscribe(self.create_subscriber(stage.probe))
         # The stage records request/cancel called while on_complete/on_error runs (rule 2.3).

@@ -60,9 +60,7 @@ def describe_peer(stream: trio.abc.Stream) -> str:
     return f"{host}:{port}"
 
 
-async def open_stream(
-    host: str, port: int, ssl_context: ssl.SSLContext | None = None
-) -> trio.abc.Stream:
+async def open_stream(host: str, port: int, ssl_context: ssl.SSLContext | None = None) -> trio.abc.Stream:
     """A connected TCP stream, wrapped in TLS when ``ssl_context`` is given."""
     try:
         stream: trio.abc.Stream = await trio.open_tcp_stream(host, port)
@@ -77,9 +75,7 @@ async def open_stream(
     return stream
 
 
-async def connect_tcp(
-    host: str, port: int, ssl_context: ssl.SSLContext | None = None
-) -> TcpTransport:
+async def connect_tcp(host: str, port: int, ssl_context: ssl.SSLContext | None = None) -> TcpTransport:
     """Connect to ``host:port`` over TCP (TLS with ``ssl_context``)."""
     stream = await open_stream(host, port, ssl_context)
     return TcpTransport(stream, f"{host}:{port}")

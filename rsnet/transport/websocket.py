@@ -34,9 +34,7 @@ class WebSocketTransport(Transport):
 
     message_based = True
 
-    def __init__(
-        self, stream: trio.abc.Stream, protocol: ServerProtocol | ClientProtocol, peer: str
-    ) -> None:
+    def __init__(self, stream: trio.abc.Stream, protocol: ServerProtocol | ClientProtocol, peer: str) -> None:
         self._stream = stream
         self._protocol = protocol
         self._peer = peer

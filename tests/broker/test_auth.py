@@ -43,7 +43,9 @@ def authorizer() -> Authorizer:
             tokens=[
                 TokenConfig(name="ingest", hash=hash_token(INGEST), publish=["sensors.>"], subscribe=[]),
                 TokenConfig(name="dashboard", hash=hash_token(DASHBOARD), publish=[], subscribe=["sensors.*"]),
-                TokenConfig(name="ops", hash=hash_token(OPS), publish=["ops.log"], subscribe=["sensors.>", "ops.*.status"]),
+                TokenConfig(
+                    name="ops", hash=hash_token(OPS), publish=["ops.log"], subscribe=["sensors.>", "ops.*.status"]
+                ),
             ]
         )
     )
@@ -207,13 +209,17 @@ def test_pattern_covers(outer, inner, covers):
 LITERALS = ["a", "b"]
 UNIVERSE = ["a", "b", "z"]  # "z" appears in no pattern: what only a wildcard matches
 
-patterns = st.lists(st.sampled_from(["a", "b", "*"]), min_size=0, max_size=3).flatmap(
-    lambda head: st.sampled_from([head + [">"], head] if head else [[">"], ["*"]])
-).map(".".join)
+patterns = (
+    st.lists(st.sampled_from(["a", "b", "*"]), min_size=0, max_size=3)
+    .flatmap(lambda head: st.sampled_from([[*head, ">"], head] if head else [[">"], ["*"]]))
+    .map(".".join)
+)
 
 
 def regex_for(pattern: str) -> re.Pattern[str]:
-    parts = ["[^.]+" if seg == "*" else "[^.]+(?:\\.[^.]+)*" if seg == ">" else re.escape(seg) for seg in pattern.split(".")]
+    parts = [
+        "[^.]+" if seg == "*" else "[^.]+(?:\\.[^.]+)*" if seg == ">" else re.escape(seg) for seg in pattern.split(".")
+    ]
     return re.compile("\\.".join(parts))
 
 
@@ -431,7 +437,9 @@ def test_several_grants_each_judged_whole(authorizer, subscription, allowed):
     ],
 )
 def test_tricky_names_are_refused_for_publish_and_subscribe(name):
-    wide_open = Authorizer(AuthConfig(tokens=[TokenConfig(name="all", hash=hash_token(OPS), publish=[">"], subscribe=[">"])]))
+    wide_open = Authorizer(
+        AuthConfig(tokens=[TokenConfig(name="all", hash=hash_token(OPS), publish=[">"], subscribe=[">"])])
+    )
     principal = wide_open.authenticate(OPS)
     assert not wide_open.can_publish(principal, name)
     assert not wide_open.can_subscribe(principal, name)

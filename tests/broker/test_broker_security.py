@@ -14,7 +14,7 @@ import rsnet
 from rsnet.broker.auth import Authorizer, hash_token
 from rsnet.broker.client import commit, publish
 from rsnet.broker.config import load_config
-from rsnet.broker.daemon import metrics_refresher, build_broker
+from rsnet.broker.daemon import build_broker, metrics_refresher
 from rsnet.broker.metrics import BrokerMetrics
 from rsnet.protocol import ErrorCode
 
@@ -26,12 +26,16 @@ READER = "reader-token-0123456789abcdef"
 
 @pytest.fixture
 def config():
-    return load_config(None, {}, {
-        "auth.tokens": [
-            {"name": "ingest", "hash": hash_token(INGEST), "publish": ["sensors.>"], "subscribe": []},
-            {"name": "reader", "hash": hash_token(READER), "publish": [], "subscribe": ["sensors.*"]},
-        ]
-    })
+    return load_config(
+        None,
+        {},
+        {
+            "auth.tokens": [
+                {"name": "ingest", "hash": hash_token(INGEST), "publish": ["sensors.>"], "subscribe": []},
+                {"name": "reader", "hash": hash_token(READER), "publish": [], "subscribe": ["sensors.*"]},
+            ]
+        },
+    )
 
 
 async def serve(config, nursery, *, parts=None):
@@ -76,7 +80,9 @@ async def test_grants_hold_for_topics_and_patterns(config):
             for escaping in ("sensors.>", "*", ">", "sensors.kitchen.deep", "sensors.*.deep", "billing.invoices"):
                 await expect_refused(take(reader, escaping, 1), ErrorCode.UNAUTHORIZED)
             await expect_refused(publish(reader, "sensors.kitchen", [9]), ErrorCode.UNAUTHORIZED)
-            await expect_refused(take(reader, "$acks", 1, **{"producer": "p", "topic": "sensors.kitchen"}), ErrorCode.UNAUTHORIZED)
+            await expect_refused(
+                take(reader, "$acks", 1, **{"producer": "p", "topic": "sensors.kitchen"}), ErrorCode.UNAUTHORIZED
+            )
             await commit(reader, "sensors.kitchen", "dashboards", 1)
             await expect_refused(commit(ingest, "sensors.kitchen", "dashboards", 0), ErrorCode.UNAUTHORIZED)
             # $topics shows each client only what it may subscribe to

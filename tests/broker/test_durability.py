@@ -167,8 +167,10 @@ async def test_cursors_and_records_survive_a_restart_and_the_cli_sees_them(tmp_p
     broker, url = await start_broker(tmp_path)
     try:
         pub = await trio.run_process(
-            [*RSNET, "pub", url, "jobs", "--producer", "cli"], stdin=b'{"n": 1}\n{"n": 2}\n{"n": 3}\n',
-            capture_stdout=True, capture_stderr=True,
+            [*RSNET, "pub", url, "jobs", "--producer", "cli"],
+            stdin=b'{"n": 1}\n{"n": 2}\n{"n": 3}\n',
+            capture_stdout=True,
+            capture_stderr=True,
         )
         assert b"3 records stored" in pub.stderr
         async with rsnet.connect(url) as conn:

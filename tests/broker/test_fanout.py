@@ -51,7 +51,10 @@ async def fan_out(policy: SlowPolicy, *, records: int, max_lag: int, slow_delay:
                         slow = index % 2 == 1
                         results[index] = {"slow": slow, "records": [], "error": None}
                         subscribers.start_soon(
-                            _subscriber, conns[index % CONNECTIONS], records, slow_delay if slow else 0.0,
+                            _subscriber,
+                            conns[index % CONNECTIONS],
+                            records,
+                            slow_delay if slow else 0.0,
                             results[index],
                         )
                     while len(getattr(broker.topics.get("fan"), "readers", ())) < SUBSCRIBERS:

@@ -207,7 +207,11 @@ async def test_head_has_the_headers_and_no_body(endpoint):
 
 async def test_health_is_200_when_healthy_and_503_when_not(endpoint):
     status, headers, body = await get(endpoint.port, "/health")
-    assert (status, headers["content-type"], json.loads(body)) == (200, "application/json", {"healthy": True, "topics": 3})
+    assert (status, headers["content-type"], json.loads(body)) == (
+        200,
+        "application/json",
+        {"healthy": True, "topics": 3},
+    )
     endpoint.state["healthy"] = False
     status, _, body = await get(endpoint.port, "/health")
     assert (status, json.loads(body)["healthy"]) == (503, False)

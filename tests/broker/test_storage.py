@@ -6,13 +6,22 @@ What only a durable log does (files, rolling, reopening, recovery) is in the oth
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import msgpack
 import pytest
 
 from rsnet.broker.storage import (
-    FsyncPolicy, MemoryLog, OffsetBeyondEnd, OffsetTrimmed, Record, Retention, SegmentLog, StorageError, TopicLog,
+    FsyncPolicy,
+    MemoryLog,
+    OffsetBeyondEnd,
+    OffsetTrimmed,
+    Record,
+    Retention,
+    SegmentLog,
+    StorageError,
+    TopicLog,
 )
 
 MakeLog = Callable[..., TopicLog]
@@ -23,11 +32,13 @@ def make_log(request: pytest.FixtureRequest, tmp_path: Any) -> Any:
     """Opens a fresh log of the parametrized kind; segments are small so tests cross them."""
     logs: list[TopicLog] = []
 
-    def make(retention: Retention = Retention(), segment_bytes: int = 512) -> TopicLog:
+    def make(retention: Retention | None = None, segment_bytes: int = 512) -> TopicLog:
         if request.param == "memory":
-            log: TopicLog = MemoryLog(retention)
+            log: TopicLog = MemoryLog(retention or Retention())
         else:
-            log, report = SegmentLog.open(tmp_path / f"topic{len(logs)}", retention, FsyncPolicy.ALWAYS, segment_bytes)
+            log, report = SegmentLog.open(
+                tmp_path / f"topic{len(logs)}", retention or Retention(), FsyncPolicy.ALWAYS, segment_bytes
+            )
             assert report.clean
         logs.append(log)
         return log
@@ -77,8 +88,22 @@ def test_records_read_back_as_appended_with_timestamp_and_idempotency_key(make_l
 def test_every_msgpack_value_but_nil_round_trips_as_msgpack_decodes_it(make_log: MakeLog) -> None:
     log = make_log(segment_bytes=1 << 20)
     stored = [
-        0, -1, 2**64 - 1, -(2**63), 1.5, True, False, "", "unicode ✓", b"\x00\xff", [], {},
-        [1, [2, [3]]], {"a": {"b": [1, "c"]}, b"k": 2}, msgpack.ExtType(5, b"ext"), "x" * 10_000,
+        0,
+        -1,
+        2**64 - 1,
+        -(2**63),
+        1.5,
+        True,
+        False,
+        "",
+        "unicode ✓",
+        b"\x00\xff",
+        [],
+        {},
+        [1, [2, [3]]],
+        {"a": {"b": [1, "c"]}, b"k": 2},
+        msgpack.ExtType(5, b"ext"),
+        "x" * 10_000,
     ]
     log.append(stored, timestamp_ms=0)
     assert values(log) == stored
@@ -88,7 +113,13 @@ def test_every_msgpack_value_but_nil_round_trips_as_msgpack_decodes_it(make_log:
 
 @pytest.mark.parametrize(
     "bad, error",
-    [(None, ValueError), (object(), TypeError), ({1: "int key"}, ValueError), (2**64, ValueError), ("\ud800", ValueError)],
+    [
+        (None, ValueError),
+        (object(), TypeError),
+        ({1: "int key"}, ValueError),
+        (2**64, ValueError),
+        ("\ud800", ValueError),
+    ],
     ids=["none", "object", "int-map-key", "too-big-int", "lone-surrogate"],
 )
 def test_a_value_that_cannot_be_stored_fails_the_whole_batch(make_log: MakeLog, bad: Any, error: type) -> None:
@@ -226,8 +257,11 @@ def test_age_retention_ignores_trimmed_records_when_the_clock_went_backwards(mak
     assert values(log) == [1000]
 
 
-@pytest.mark.parametrize("floor", [Retention(max_records=1, max_age_ms=1), Retention(max_bytes=1, max_age_ms=1)],
-                         ids=["count-then-age", "bytes-then-age"])
+@pytest.mark.parametrize(
+    "floor",
+    [Retention(max_records=1, max_age_ms=1), Retention(max_bytes=1, max_age_ms=1)],
+    ids=["count-then-age", "bytes-then-age"],
+)
 def test_retention_drops_the_oldest_record_while_any_limit_expires_it(make_log: MakeLog, floor: Retention) -> None:
     log = make_log(floor, segment_bytes=1)
     log.append(["young"], timestamp_ms=1000)

@@ -17,12 +17,20 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from rsnet.broker.storage import (
-    FsyncPolicy, MemoryLog, OffsetBeyondEnd, OffsetTrimmed, Retention, SegmentLog, TopicLog,
+    FsyncPolicy,
+    MemoryLog,
+    OffsetBeyondEnd,
+    OffsetTrimmed,
+    Retention,
+    SegmentLog,
+    TopicLog,
 )
 from rsnet.broker.storage import segments as storage_segments
 
 PRODUCERS = st.sampled_from([None, "a", "b"])
-VALUES = st.lists(st.one_of(st.integers(-5, 5), st.text(max_size=8), st.lists(st.integers(0, 3), max_size=3)), max_size=6)
+VALUES = st.lists(
+    st.one_of(st.integers(-5, 5), st.text(max_size=8), st.lists(st.integers(0, 3), max_size=3)), max_size=6
+)
 
 
 class Logs(RuleBasedStateMachine):
@@ -32,7 +40,9 @@ class Logs(RuleBasedStateMachine):
         fsync=st.sampled_from(FsyncPolicy),
         segment_bytes=st.sampled_from([64, 200, 1000]),
     )
-    def open_logs(self, max_records: int | None, max_age_ms: int | None, fsync: FsyncPolicy, segment_bytes: int) -> None:
+    def open_logs(
+        self, max_records: int | None, max_age_ms: int | None, fsync: FsyncPolicy, segment_bytes: int
+    ) -> None:
         self.retention = Retention(max_records=max_records, max_age_ms=max_age_ms)
         self.fsync = fsync
         self.segment_bytes = segment_bytes
@@ -79,7 +89,9 @@ class Logs(RuleBasedStateMachine):
         if first_sequence is not None and values:
             self.highest[producer] = max(self.highest.get(producer, -1), first_sequence + len(values) - 1)  # type: ignore[index]
         for log in self.logs():
-            assert log.append(values, timestamp_ms=self.now, producer=producer, first_sequence=first_sequence) == expected
+            assert (
+                log.append(values, timestamp_ms=self.now, producer=producer, first_sequence=first_sequence) == expected
+            )
 
     @rule(data=st.data())
     def read(self, data: st.DataObject) -> None:
@@ -109,7 +121,9 @@ class Logs(RuleBasedStateMachine):
     def offset_for_timestamp(self, data: st.DataObject) -> None:
         t = data.draw(st.integers(self.now - 40, self.now + 3))
         for log in self.logs():
-            want = next((o for o in range(log.first_offset, len(self.records)) if self.records[o][1] >= t), len(self.records))
+            want = next(
+                (o for o in range(log.first_offset, len(self.records)) if self.records[o][1] >= t), len(self.records)
+            )
             assert log.offset_for_timestamp(t) == want
 
     @rule(advance=st.integers(0, 40))
@@ -121,7 +135,9 @@ class Logs(RuleBasedStateMachine):
             expected = max(expected, len(self.records) - self.retention.max_records)
         if self.retention.max_age_ms is not None:
             cutoff = self.now - self.retention.max_age_ms
-            young = next((o for o in range(first, len(self.records)) if self.records[o][1] >= cutoff), len(self.records))
+            young = next(
+                (o for o in range(first, len(self.records)) if self.records[o][1] >= cutoff), len(self.records)
+            )
             expected = max(expected, young)
         assert self.memory.enforce_retention(self.now) == expected - first
         assert self.memory.first_offset == expected
@@ -157,7 +173,10 @@ class Logs(RuleBasedStateMachine):
 
 
 Logs.TestCase.settings = settings(
-    max_examples=60, stateful_step_count=30, derandomize=True, deadline=None,
+    max_examples=60,
+    stateful_step_count=30,
+    derandomize=True,
+    deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
 test_logs_agree_with_the_model = Logs.TestCase

@@ -48,7 +48,11 @@ class Written:
         return max(earlier) if earlier else end - self.frame_size(offset)
 
     def frame_size(self, offset: int) -> int:
-        return len(encode_record(msgpack.Packer(use_bin_type=True), offset, offset, {"n": offset, "pad": "x" * 30}, "p", offset))
+        return len(
+            encode_record(
+                msgpack.Packer(use_bin_type=True), offset, offset, {"n": offset, "pad": "x" * 30}, "p", offset
+            )
+        )
 
     def flip(self, name: str, position: int) -> None:
         data = bytearray(self.path(name).read_bytes())
@@ -174,7 +178,9 @@ def test_a_well_formed_record_with_the_wrong_offset_ends_the_log(written: Writte
         file.write(encode_record(msgpack.Packer(use_bin_type=True), 5, 0, "replayed", None, None))
     log, report = written.reopen()
     with log:
-        assert report.damaged[0].startswith(f"{last}: at byte {end} (offset 60): record holds offset 5 where 60 was expected")
+        assert report.damaged[0].startswith(
+            f"{last}: at byte {end} (offset 60): record holds offset 5 where 60 was expected"
+        )
         check_kept(log, 60)
 
 
@@ -188,9 +194,12 @@ def test_damage_in_an_earlier_segment_removes_every_later_one(written: Written) 
     cut_bytes = os.path.getsize(written.path(second)) - written.start_of(damaged)
     log, report = written.reopen()
     with log:
-        assert report.damaged[0].startswith(f"{second}: at byte {written.start_of(damaged)} (offset {damaged}): CRC mismatch")
+        assert report.damaged[0].startswith(
+            f"{second}: at byte {written.start_of(damaged)} (offset {damaged}): CRC mismatch"
+        )
         assert report.damaged[1] == (
-            f"removed {len(names) - 2} segment file(s), {later_bytes} bytes, from the damage on: " + ", ".join(names[2:])
+            f"removed {len(names) - 2} segment file(s), {later_bytes} bytes, from the damage on: "
+            + ", ".join(names[2:])
         )
         assert report.truncated_bytes == cut_bytes + later_bytes
         assert written.segments() == names[:2]
@@ -222,7 +231,10 @@ def test_when_the_only_segment_is_unreadable_the_log_restarts_empty_at_its_offse
     log, report = SegmentLog.open(tmp_path, Retention(), FsyncPolicy.ALWAYS, 256)
     with log:
         assert report.damaged[0] == f"{first:020d}.log: header cut off at byte 5"
-        assert report.damaged[-1] == f"the log restarts empty at offset {first}; the producers' sequences stored before it are lost"
+        assert (
+            report.damaged[-1]
+            == f"the log restarts empty at offset {first}; the producers' sequences stored before it are lost"
+        )
         assert (log.first_offset, log.next_offset) == (first, first)
         assert log.append(["again"], timestamp_ms=0) == [first]
 

@@ -9,15 +9,25 @@ import pathlib
 import pytest
 
 from rsnet.broker.storage import (
-    CorruptData, FsyncPolicy, LogFailed, Retention, SegmentLog, StorageError,
+    CorruptData,
+    FsyncPolicy,
+    LogFailed,
+    Retention,
+    SegmentLog,
+    StorageError,
 )
 from rsnet.broker.storage import files as storage_files
 from rsnet.broker.storage import segments as storage_segments
 
 
-def open_log(directory: pathlib.Path, retention: Retention = Retention(), *, fsync: FsyncPolicy = FsyncPolicy.ALWAYS,
-             segment_bytes: int = 1024) -> SegmentLog:
-    log, report = SegmentLog.open(directory, retention, fsync, segment_bytes)
+def open_log(
+    directory: pathlib.Path,
+    retention: Retention | None = None,
+    *,
+    fsync: FsyncPolicy = FsyncPolicy.ALWAYS,
+    segment_bytes: int = 1024,
+) -> SegmentLog:
+    log, report = SegmentLog.open(directory, retention or Retention(), fsync, segment_bytes)
     assert report.clean, report.damaged
     return log
 
@@ -27,7 +37,7 @@ def segment_files(directory: pathlib.Path) -> list[str]:
 
 
 def append_numbered(log: SegmentLog, count: int, *, size: int = 40, timestamp_ms: int = 0) -> None:
-    for i in range(count):
+    for _i in range(count):
         n = log.next_offset
         log.append([{"n": n, "pad": "x" * size}], timestamp_ms=timestamp_ms + n, producer="p", first_sequence=n)
 
@@ -87,7 +97,11 @@ def test_files_that_are_not_segments_are_left_alone(tmp_path: pathlib.Path) -> N
     log.close()
     log = open_log(tmp_path)
     log.close()
-    for name, data in [("cursors.json", b"cursor store"), ("cursors.json.tmp", b"its temporary"), ("notes.txt", b"operator notes")]:
+    for name, data in [
+        ("cursors.json", b"cursor store"),
+        ("cursors.json.tmp", b"its temporary"),
+        ("notes.txt", b"operator notes"),
+    ]:
         assert (tmp_path / name).read_bytes() == data
 
 
@@ -102,7 +116,13 @@ def test_reopening_keeps_every_record_offset_timestamp_and_size(tmp_path: pathli
     log, report = SegmentLog.open(tmp_path, Retention(), FsyncPolicy.ALWAYS, 1024)
     assert report.clean and report.truncated_bytes == 0
     assert (report.records, report.segments) == (120, len(segment_files(tmp_path)))
-    assert (log.read(0, 1000), log.first_offset, log.next_offset, log.size_bytes, log.offset_for_timestamp(5060)) == before
+    assert (
+        log.read(0, 1000),
+        log.first_offset,
+        log.next_offset,
+        log.size_bytes,
+        log.offset_for_timestamp(5060),
+    ) == before
     assert log.durable_offset == 120
     assert log.append(["next"], timestamp_ms=0) == [120]
     log.close()
@@ -170,7 +190,7 @@ def test_retention_deletes_whole_segments_oldest_first_never_the_active_one(tmp_
     names = segment_files(tmp_path)
     dropped = log.enforce_retention(now_ms=0)
     remaining = segment_files(tmp_path)
-    assert remaining == names[len(names) - len(remaining):] and remaining[-1] == names[-1]
+    assert remaining == names[len(names) - len(remaining) :] and remaining[-1] == names[-1]
     assert log.first_offset == dropped == int(remaining[0][:-4])
     # The oldest segment left still holds a record among the newest 25: it could not go.
     first_segment_end = int(remaining[1][:-4])
@@ -317,7 +337,9 @@ def test_a_record_damaged_after_opening_is_reported_when_read(tmp_path: pathlib.
         byte = file.read(1)
         file.seek(-1, os.SEEK_CUR)
         file.write(bytes([byte[0] ^ 0xFF]))
-    with pytest.raises(CorruptData, match=r"00000000000000000000\.log: corrupt data at byte \d+: .*CRC mismatch") as error:
+    with pytest.raises(
+        CorruptData, match=r"00000000000000000000\.log: corrupt data at byte \d+: .*CRC mismatch"
+    ) as error:
         log.read(0, 100)
     assert error.value.path == str(first)
     assert log.read(int(segment_files(tmp_path)[1][:-4]), 1)  # other segments still read

@@ -23,9 +23,10 @@ from rsnet.broker.storage import segments as storage_segments
 SEGMENT_BYTES = 1024
 
 
-def open_log(directory: pathlib.Path, retention: Retention = Retention(),
-             fsync: FsyncPolicy = FsyncPolicy.ALWAYS) -> tuple[SegmentLog, RecoveryReport]:
-    return SegmentLog.open(directory, retention, fsync, SEGMENT_BYTES)
+def open_log(
+    directory: pathlib.Path, retention: Retention | None = None, fsync: FsyncPolicy = FsyncPolicy.ALWAYS
+) -> tuple[SegmentLog, RecoveryReport]:
+    return SegmentLog.open(directory, retention or Retention(), fsync, SEGMENT_BYTES)
 
 
 def files(directory: pathlib.Path, suffix: str) -> list[str]:
@@ -37,18 +38,38 @@ def write(directory: pathlib.Path, count: int = 120, fsync: FsyncPolicy = FsyncP
     with open_log(directory, fsync=fsync)[0] as log:
         for n in range(count):
             producer = ("a", "b", "c")[n % 3] if n < count // 2 else "late"  # a, b, c only in sealed segments
-            log.append([{"n": n, "pad": "x" * 30}], timestamp_ms=1000 + n - 7 * (n % 5), producer=producer,
-                       first_sequence=10 * n)
+            log.append(
+                [{"n": n, "pad": "x" * 30}],
+                timestamp_ms=1000 + n - 7 * (n % 5),
+                producer=producer,
+                first_sequence=10 * n,
+            )
 
 
 def state(log: SegmentLog) -> Any:
     """Everything a log shows, and its in-memory index, to compare two opens."""
     return (
-        log.read(log.first_offset, 10**6), log.first_offset, log.next_offset, log.durable_offset, log.size_bytes,
+        log.read(log.first_offset, 10**6),
+        log.first_offset,
+        log.next_offset,
+        log.durable_offset,
+        log.size_bytes,
         [log.offset_for_timestamp(t) for t in range(950, 1150, 3)],
         {p: log.last_sequence(p) for p in ("a", "b", "c", "late", "none")},
-        [(s.path, s.base_offset, s.size, s.next_offset, s.max_timestamp, list(s._offsets), list(s._positions),
-          list(s._maxima), s._indexed_at) for s in log._segments],
+        [
+            (
+                s.path,
+                s.base_offset,
+                s.size,
+                s.next_offset,
+                s.max_timestamp,
+                list(s._offsets),
+                list(s._positions),
+                list(s._maxima),
+                s._indexed_at,
+            )
+            for s in log._segments
+        ],
     )
 
 
@@ -182,7 +203,9 @@ def test_a_sidecar_for_a_segment_of_another_size_is_ignored(tmp_path: pathlib.Pa
             f"{segments[1][:-4]}.idx: says the segment is {size} bytes, but it is {size + 16}; scanned {segments[1]} instead"
         ]
         # Scanned exactly as without sidecars: the zeros end the log there.
-        assert report.damaged[0].startswith(f"{segments[1]}: at byte {size} (offset {int(segments[2][:-4])}): impossible frame length 0")
+        assert report.damaged[0].startswith(
+            f"{segments[1]}: at byte {size} (offset {int(segments[2][:-4])}): impossible frame length 0"
+        )
         assert log.next_offset == int(segments[2][:-4])
         assert files(tmp_path, ".idx") == [segments[0][:-4] + ".idx"]  # none for the now active segment
 
@@ -283,7 +306,9 @@ def test_a_sidecar_that_cannot_be_written_does_not_stop_the_log(
     log, report = open_log(tmp_path)
     with log:
         assert report.clean and report.sidecars_used == 0
-        assert report.sidecars_ignored == [f"{name[:-4]}.idx: missing; scanned {name} instead" for name in segments[:-1]]
+        assert report.sidecars_ignored == [
+            f"{name[:-4]}.idx: missing; scanned {name} instead" for name in segments[:-1]
+        ]
         assert log.next_offset == 120
     assert files(tmp_path, ".idx") == [name[:-4] + ".idx" for name in segments[:-1]]  # written by that open
 

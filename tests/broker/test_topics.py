@@ -43,7 +43,9 @@ async def test_start_positions_latest_offset_and_timestamp():
 
 
 async def test_a_trimmed_offset_is_a_coded_error_never_silent():
-    broker = Broker(settings_for=lambda name: TopicSettings(retention=Retention(max_records=5, max_bytes=None, max_age_ms=None)))
+    broker = Broker(
+        settings_for=lambda name: TopicSettings(retention=Retention(max_records=5, max_bytes=None, max_age_ms=None))
+    )
     async with broker_running(broker) as url, rsnet.connect(url) as conn:
         await publish(conn, "short", list(range(20)))
         broker.topics["short"].log.enforce_retention(0)

@@ -9,8 +9,8 @@ import trio.testing
 
 import rsnet
 from rsnet import ops
-from rsnet.protocol import ErrorCode
 from rsnet.errors import HandshakeError
+from rsnet.protocol import ErrorCode
 
 from .support import demo_server, endless_server, running
 
@@ -20,9 +20,7 @@ TRANSPORTS = ["tcp", "ws"]
 @pytest.mark.parametrize("transport", TRANSPORTS)
 async def test_subscribe_receives_all_items_then_completes(transport):
     async with running(demo_server()) as urls, rsnet.connect(urls[transport]) as conn:
-        assert [x async for x in conn.subscribe("range", start=5, count=1000, prefetch=64)] == list(
-            range(5, 1005)
-        )
+        assert [x async for x in conn.subscribe("range", start=5, count=1000, prefetch=64)] == list(range(5, 1005))
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)

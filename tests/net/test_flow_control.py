@@ -5,7 +5,6 @@ from __future__ import annotations
 import itertools
 import os
 
-
 import rsnet
 from rsnet import ops
 

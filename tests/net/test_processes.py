@@ -25,9 +25,7 @@ class Process:
 
     @classmethod
     async def start(cls, *args: str) -> Process:
-        process = await trio.lowlevel.open_process(
-            [*RSNET, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE
-        )
+        process = await trio.lowlevel.open_process([*RSNET, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         return cls(process)
 
     async def line(self, stream: str = "stdout", timeout: float = 10.0) -> str:
@@ -153,7 +151,7 @@ async def test_a_killed_server_process_fails_every_subscription_with_connection_
 
 
 async def test_serve_shuts_down_gracefully_on_sigterm():
-    server, url = await start_demo_server()
+    server, _url = await start_demo_server()
     try:
         server.process.send_signal(signal.SIGTERM)
         assert await server.wait() == 0

@@ -18,15 +18,25 @@ from rsnet.protocol import Connection, ConnectionClosed, FrameDecoder, Items, Ro
 
 VECTORS = pathlib.Path(__file__).resolve().parents[2] / "protocol" / "vectors"
 
-PROPERTY = settings(
-    max_examples=150, derandomize=True, deadline=None, suppress_health_check=[HealthCheck.too_slow]
-)
+PROPERTY = settings(max_examples=150, derandomize=True, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 """Deterministic and quick: the suite must stay within seconds."""
 
 NAMES = {
-    1: "HELLO", 2: "WELCOME", 3: "PING", 4: "PONG", 5: "GO_AWAY", 6: "CONN_ERROR",
-    16: "SUBSCRIBE", 17: "OFFER", 18: "ACCEPT", 19: "REQUEST", 20: "CANCEL",
-    21: "NEXT", 22: "BATCH", 23: "COMPLETE", 24: "ERROR",
+    1: "HELLO",
+    2: "WELCOME",
+    3: "PING",
+    4: "PONG",
+    5: "GO_AWAY",
+    6: "CONN_ERROR",
+    16: "SUBSCRIBE",
+    17: "OFFER",
+    18: "ACCEPT",
+    19: "REQUEST",
+    20: "CANCEL",
+    21: "NEXT",
+    22: "BATCH",
+    23: "COMPLETE",
+    24: "ERROR",
 }
 
 
@@ -55,7 +65,7 @@ def structure(frame: Any) -> dict[str, Any]:
     """A frame object as the vectors write it: {"type": NAME, field: value, ...}."""
     fields = frame_fields(frame)
     names = [field.name for field in dataclasses.fields(frame)]
-    return {"type": NAMES[fields[0]], **dict(zip(names, fields[1:]))}
+    return {"type": NAMES[fields[0]], **dict(zip(names, fields[1:], strict=False))}
 
 
 def decode(data: bytes) -> list[Any]:
@@ -73,8 +83,15 @@ def flatten(events: list[Any]) -> list[dict[str, Any]]:
         if isinstance(event, Items):
             out += [{"event": "NEXT", "stream_id": event.stream_id, "item": item} for item in event.items]
         elif isinstance(event, ConnectionClosed):
-            out.append({"event": "CLOSED", "code": event.code, "message": event.message,
-                        "data": event.data, "by_peer": event.by_peer})
+            out.append(
+                {
+                    "event": "CLOSED",
+                    "code": event.code,
+                    "message": event.message,
+                    "data": event.data,
+                    "by_peer": event.by_peer,
+                }
+            )
         else:
             s = structure(event)
             out.append({"event": s.pop("type"), **s})
@@ -84,7 +101,7 @@ def flatten(events: list[Any]) -> list[dict[str, Any]]:
 def assert_subset(expected: list[dict[str, Any]], actual: list[dict[str, Any]]) -> None:
     """Each expected object's keys match the actual one's; keys it leaves out are not compared."""
     assert len(expected) == len(actual), (expected, actual)
-    for want, got in zip(expected, actual):
+    for want, got in zip(expected, actual, strict=False):
         assert {k: got.get(k) for k in want} == want, (want, got)
 
 

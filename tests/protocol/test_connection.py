@@ -7,14 +7,33 @@ what this end refuses to send, what it reports, and what state it is left in.
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 
 from rsnet.protocol import (
-    MAX_INT, MIN_MAX_FRAME_SIZE, Accept, Batch, Cancel, Complete, Connection, ConnectionClosed, Error,
-    ErrorCode, GoAway, Hello, Items, LocalProtocolError, Next, Pong, Request, Role, State, Subscribe,
-    Welcome, encode_frame,
+    MAX_INT,
+    MIN_MAX_FRAME_SIZE,
+    Accept,
+    Batch,
+    Cancel,
+    Complete,
+    Connection,
+    ConnectionClosed,
+    Error,
+    ErrorCode,
+    GoAway,
+    Hello,
+    Items,
+    LocalProtocolError,
+    Next,
+    Pong,
+    Request,
+    Role,
+    State,
+    Subscribe,
+    Welcome,
+    encode_frame,
 )
 
 from .support import decode, open_pair, subscribed, transfer
@@ -34,10 +53,17 @@ def refused(code: ErrorCode) -> Iterator[None]:
 def test_client_writes_hello_first_and_waits_for_welcome() -> None:
     client = Connection(Role.CLIENT, auth_token="t0k", metadata={"app": "x"})
     (hello,) = decode(bytes(client.data_to_send()))
-    assert hello == Hello("rsnet", [1], {
-        "max_frame_size": 1 << 20, "max_streams": 1024, "keepalive_interval": 20000,
-        "auth_token": "t0k", "metadata": {"app": "x"},
-    })
+    assert hello == Hello(
+        "rsnet",
+        [1],
+        {
+            "max_frame_size": 1 << 20,
+            "max_streams": 1024,
+            "keepalive_interval": 20000,
+            "auth_token": "t0k",
+            "metadata": {"app": "x"},
+        },
+    )
     assert client.state is State.AWAIT_WELCOME
     with refused(ErrorCode.PROTOCOL_ERROR):
         client.send_subscribe("ticks")
@@ -50,8 +76,9 @@ def test_server_reports_hello_and_the_application_decides() -> None:
     assert server.state is State.AWAIT_ACCEPT and not server.data_to_send()
     server.send_welcome({"node": "a"})
     (welcome,) = transfer(server, client)
-    assert welcome == Welcome(1, {"max_frame_size": 1 << 20, "max_streams": 1024, "keepalive_interval": 5000,
-                                  "metadata": {"node": "a"}})
+    assert welcome == Welcome(
+        1, {"max_frame_size": 1 << 20, "max_streams": 1024, "keepalive_interval": 5000, "metadata": {"node": "a"}}
+    )
     assert client.state is server.state is State.OPEN
     assert client.version == server.version == 1
     assert client.keepalive_interval == server.keepalive_interval == 5000, "the server's interval is used"
@@ -96,7 +123,7 @@ def test_rule_1_1_send_next_beyond_the_peers_demand_is_refused_locally() -> None
 
 
 def test_rule_1_1_send_batch_beyond_demand_is_refused_whole() -> None:
-    client, server, stream_id = subscribed(demand=2)
+    _client, server, stream_id = subscribed(demand=2)
     with refused(ErrorCode.FLOW_CONTROL):
         server.send_batch(stream_id, [1, 2, 3])
     assert not server.data_to_send() and server.outstanding_demand(stream_id) == 2
@@ -138,7 +165,7 @@ def test_rule_3_9_request_zero_is_a_stream_error() -> None:
 
 
 def test_rule_3_9_request_zero_is_never_sent() -> None:
-    client, server, stream_id = subscribed()
+    client, _server, stream_id = subscribed()
     for n in (0, -1):
         with refused(ErrorCode.INVALID_REQUEST):
             client.send_request(stream_id, n)
@@ -166,7 +193,7 @@ def test_initial_demand_counts_as_a_request_made_with_the_subscribe() -> None:
 
 
 def test_rule_2_13_none_is_never_sent_as_an_item() -> None:
-    client, server, stream_id = subscribed(demand=5)
+    _client, server, stream_id = subscribed(demand=5)
     with refused(ErrorCode.PROTOCOL_ERROR):
         server.send_next(stream_id, None)
     with refused(ErrorCode.PROTOCOL_ERROR):
@@ -185,7 +212,7 @@ def test_rule_1_9_items_only_after_accept() -> None:
 
 
 def test_unencodable_item_is_an_application_error_and_nothing_is_written() -> None:
-    client, server, stream_id = subscribed(demand=5)
+    _client, server, stream_id = subscribed(demand=5)
     with refused(ErrorCode.APPLICATION_ERROR):
         server.send_next(stream_id, {1, 2})
     assert not server.data_to_send() and server.outstanding_demand(stream_id) == 5
@@ -289,17 +316,27 @@ def test_client_ids_are_odd_server_ids_even_and_never_reused() -> None:
 
 def test_sends_on_never_opened_streams_raise() -> None:
     client, server = open_pair()
-    for send in (lambda: client.send_request(1, 1), lambda: client.send_cancel(3),
-                 lambda: server.send_next(2, 1), lambda: server.send_accept(1), lambda: client.send_error(0, 1)):
+    for send in (
+        lambda: client.send_request(1, 1),
+        lambda: client.send_cancel(3),
+        lambda: server.send_next(2, 1),
+        lambda: server.send_accept(1),
+        lambda: client.send_error(0, 1),
+    ):
         with refused(ErrorCode.PROTOCOL_ERROR):
             send()
 
 
 def test_each_side_only_sends_its_own_signals() -> None:
     client, server, stream_id = subscribed(demand=1)
-    for send in (lambda: client.send_next(stream_id, 1), lambda: client.send_complete(stream_id),
-                 lambda: server.send_request(stream_id, 1), lambda: server.send_cancel(stream_id),
-                 lambda: client.send_accept(stream_id), lambda: server.send_accept(stream_id)):
+    for send in (
+        lambda: client.send_next(stream_id, 1),
+        lambda: client.send_complete(stream_id),
+        lambda: server.send_request(stream_id, 1),
+        lambda: server.send_cancel(stream_id),
+        lambda: client.send_accept(stream_id),
+        lambda: server.send_accept(stream_id),
+    ):
         with refused(ErrorCode.PROTOCOL_ERROR):
             send()
 
@@ -308,7 +345,7 @@ def test_each_side_only_sends_its_own_signals() -> None:
 
 
 def test_max_streams_is_respected_by_the_opener() -> None:
-    client, server = open_pair(max_streams=2)
+    client, _server = open_pair(max_streams=2)
     client.send_subscribe("a")
     second = client.send_subscribe("b")
     with refused(ErrorCode.TOO_MANY_STREAMS):
@@ -328,7 +365,7 @@ def test_send_batch_splits_into_frames_the_peer_accepts() -> None:
     items = [f"{i:04d}" + "x" * 1000 for i in range(100)]
     server.send_batch(stream_id, items)
     data = bytes(server.data_to_send())
-    frames = decode(data[len(encode_frame(Accept(stream_id, {}))):])
+    frames = decode(data[len(encode_frame(Accept(stream_id, {}))) :])
     assert len(frames) > 6 and all(isinstance(f, Batch) for f in frames)
     assert all(len(encode_frame(f)) <= MIN_MAX_FRAME_SIZE for f in frames)
     client.receive_data(data)
@@ -381,7 +418,7 @@ def test_go_away_stops_new_streams_both_ways_and_lets_open_ones_drain() -> None:
 
 
 def test_a_peer_violation_closes_with_conn_error_and_reports_it() -> None:
-    client, server = open_pair()
+    _client, server = open_pair()
     server.receive_data(encode_frame(Next(9, 1)))
     (closed,) = server.events_received()
     assert closed.code == ErrorCode.PROTOCOL_ERROR and not closed.by_peer
@@ -391,7 +428,7 @@ def test_a_peer_violation_closes_with_conn_error_and_reports_it() -> None:
 
 
 def test_eof_ends_the_connection() -> None:
-    client, server, _ = subscribed()
+    client, _server, _ = subscribed()
     client.receive_eof()
     (closed,) = client.events_received()
     assert closed.code is None and closed.by_peer and client.state is State.CLOSED

@@ -8,14 +8,26 @@ property: each example runs in milliseconds and pytest's timeout guards the suit
 
 from __future__ import annotations
 
-from typing import Any, Callable
+import itertools
+from collections.abc import Callable
+from typing import Any
 
 from hypothesis import given
 from hypothesis import strategies as st
 
 from rsnet.protocol import (
-    MIN_MAX_FRAME_SIZE, Connection, FrameDecoder, Hello, LocalProtocolError, Offer, RemoteProtocolError, Request,
-    Role, State, Subscribe, Welcome,
+    MIN_MAX_FRAME_SIZE,
+    Connection,
+    FrameDecoder,
+    Hello,
+    LocalProtocolError,
+    Offer,
+    RemoteProtocolError,
+    Request,
+    Role,
+    State,
+    Subscribe,
+    Welcome,
 )
 
 from .support import PROPERTY, decode, load
@@ -86,11 +98,11 @@ def mutate(data: bytes, mutations: list[tuple[str, int, Any]]) -> bytes:
         elif kind == "insert":
             buf[at:at] = arg
         elif kind == "delete":
-            del buf[at:at + arg]
+            del buf[at : at + arg]
         elif kind == "truncate":
             del buf[at:]
         elif kind == "repeat":
-            buf[at:at] = buf[at:at + arg]
+            buf[at:at] = buf[at : at + arg]
     return bytes(buf)
 
 
@@ -111,7 +123,7 @@ ENDS: dict[str, Callable[[], Connection]] = {"client": client, "server": server}
 @given(st.sampled_from(["client", "server"]), st.data(), st.binary(max_size=300))
 def test_random_bytes_in_any_state_never_escape_receive_data(side: str, data: st.DataObject, noise: bytes) -> None:
     seed = data.draw(st.sampled_from(received(side)))
-    feed(ENDS[side](), seed[:data.draw(st.integers(0, len(seed)))] + [noise])
+    feed(ENDS[side](), [*seed[: data.draw(st.integers(0, len(seed)))], noise])
 
 
 @PROPERTY
@@ -135,7 +147,7 @@ def test_decoder_raises_only_protocol_errors_and_stays_bounded(
     decoder = FrameDecoder(MIN_MAX_FRAME_SIZE)
     bounds = sorted({0, len(stream), *[c % (len(stream) + 1) for c in cuts]})
     try:
-        for a, b in zip(bounds, bounds[1:]):
+        for a, b in itertools.pairwise(bounds):
             for _ in decoder.frames(stream[a:b]):
                 pass
             assert decoder.buffered < MIN_MAX_FRAME_SIZE

@@ -28,8 +28,25 @@ used = sorted({{
 print(json.dumps({{"loaded": loaded, "used": used}}))
 """
 
-IO_AND_CLOCKS = {"trio", "asyncio", "anyio", "sniffio", "socket", "_socket", "ssl", "select", "selectors",
-                 "threading", "sched", "time", "datetime", "random", "os", "websockets", "rsnet.streams"}
+IO_AND_CLOCKS = {
+    "trio",
+    "asyncio",
+    "anyio",
+    "sniffio",
+    "socket",
+    "_socket",
+    "ssl",
+    "select",
+    "selectors",
+    "threading",
+    "sched",
+    "time",
+    "datetime",
+    "random",
+    "os",
+    "websockets",
+    "rsnet.streams",
+}
 
 
 def test_importing_the_protocol_loads_no_io_thread_or_clock_module() -> None:

@@ -103,8 +103,21 @@ def test_invalid_input_yields_its_error_code(vector: dict[str, Any], role: str) 
 def test_vectors_cover_every_frame_type_and_error_code() -> None:
     types = {v["frame"]["type"] for v in FRAMES if v["frame"]}
     assert types == {
-        "HELLO", "WELCOME", "PING", "PONG", "GO_AWAY", "CONN_ERROR", "SUBSCRIBE", "OFFER", "ACCEPT",
-        "REQUEST", "CANCEL", "NEXT", "BATCH", "COMPLETE", "ERROR",
+        "HELLO",
+        "WELCOME",
+        "PING",
+        "PONG",
+        "GO_AWAY",
+        "CONN_ERROR",
+        "SUBSCRIBE",
+        "OFFER",
+        "ACCEPT",
+        "REQUEST",
+        "CANCEL",
+        "NEXT",
+        "BATCH",
+        "COMPLETE",
+        "ERROR",
     }
     codes = {v["error"]["code"] for v in INVALID}
     assert {1, 2, 3, 4, 9, 10} <= codes
@@ -116,7 +129,9 @@ def test_spec_worked_example_is_the_worked_example_vector() -> None:
     section = spec.split("## 13. Worked example")[1].split("\n## ")[0]
     blocks = section.split("```")[1::2]
     # Each line is hex bytes, then two or more spaces, then an annotation.
-    shown = ["".join(re.split(r"\s{2,}", line.strip())[0].replace(" ", "") for line in block.strip().splitlines())
-             for block in blocks]
+    shown = [
+        "".join(re.split(r"\s{2,}", line.strip())[0].replace(" ", "") for line in block.strip().splitlines())
+        for block in blocks
+    ]
     (vector,) = [v for v in CONVERSATIONS if v["name"] == "worked_example"]
     assert shown == [s["hex"] for s in vector["steps"] if s["step"] == "send"]

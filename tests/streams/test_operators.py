@@ -33,9 +33,7 @@ async def test_map_filter_distinct():
     assert await collect(rsnet.range_(0, 6).pipe(ops.map(lambda x: x * 10))) == [0, 10, 20, 30, 40, 50]
     assert await collect(rsnet.range_(0, 10).pipe(ops.filter(lambda x: x % 3 == 0))) == [0, 3, 6, 9]
     assert await collect(rsnet.just(1, 1, 2, 2, 2, 1, 3).pipe(ops.distinct_until_changed())) == [1, 2, 1, 3]
-    assert await collect(
-        rsnet.just("a", "A", "b").pipe(ops.distinct_until_changed(key=str.lower))
-    ) == ["a", "b"]
+    assert await collect(rsnet.just("a", "A", "b").pipe(ops.distinct_until_changed(key=str.lower))) == ["a", "b"]
 
 
 def test_filter_replaces_each_dropped_item_with_one_request_upstream():
@@ -161,12 +159,15 @@ async def test_concat_merge_zip_flat_map():
     assert await collect(ops.concat(rsnet.just(1, 2), rsnet.empty(), rsnet.just(3))) == [1, 2, 3]
     assert sorted(await collect(ops.merge(rsnet.just(1, 2), rsnet.just(3)))) == [1, 2, 3]
     assert await collect(ops.zip(rsnet.just(1, 2, 3), rsnet.just("a", "b"))) == [(1, "a"), (2, "b")]
-    assert await collect(
-        ops.zip(rsnet.range_(0, 3), rsnet.range_(10, 3), combine=lambda a, b: a + b)
-    ) == [10, 12, 14]
-    assert await collect(
-        rsnet.range_(0, 3).pipe(ops.flat_map(lambda i: rsnet.just(i, i), max_concurrency=1))
-    ) == [0, 0, 1, 1, 2, 2]
+    assert await collect(ops.zip(rsnet.range_(0, 3), rsnet.range_(10, 3), combine=lambda a, b: a + b)) == [10, 12, 14]
+    assert await collect(rsnet.range_(0, 3).pipe(ops.flat_map(lambda i: rsnet.just(i, i), max_concurrency=1))) == [
+        0,
+        0,
+        1,
+        1,
+        2,
+        2,
+    ]
 
 
 def test_concat_carries_unmet_demand_over_to_the_next_source():
@@ -306,9 +307,7 @@ async def test_timeout_fires_when_the_gap_is_too_long(autojump_clock):
         yield 2
 
     async with trio.open_nursery() as nursery:
-        publisher = rsnet.from_async_iterable(slow, nursery=nursery).pipe(
-            ops.timeout(1.0, nursery=nursery)
-        )
+        publisher = rsnet.from_async_iterable(slow, nursery=nursery).pipe(ops.timeout(1.0, nursery=nursery))
         seen = []
         with pytest.raises(StreamTimeoutError):
             async for item in rsnet.iterate(publisher):
@@ -323,9 +322,7 @@ async def test_timeout_does_not_fire_while_items_keep_coming(autojump_clock):
             yield i
 
     async with trio.open_nursery() as nursery:
-        publisher = rsnet.from_async_iterable(steady, nursery=nursery).pipe(
-            ops.timeout(1.0, nursery=nursery)
-        )
+        publisher = rsnet.from_async_iterable(steady, nursery=nursery).pipe(ops.timeout(1.0, nursery=nursery))
         assert await collect(publisher) == list(range(20))
 
 
@@ -349,9 +346,9 @@ def test_retry_resubscribes_and_gives_up_after_the_limit():
 
 def test_retry_should_retry_can_veto():
     recorder = Recorder(initial=1)
-    rsnet.error(KeyError("fatal")).pipe(
-        ops.retry(should_retry=lambda e: not isinstance(e, KeyError))
-    ).subscribe(recorder)
+    rsnet.error(KeyError("fatal")).pipe(ops.retry(should_retry=lambda e: not isinstance(e, KeyError))).subscribe(
+        recorder
+    )
     assert [type(e) for e in recorder.errors] == [KeyError]
 
 
@@ -377,7 +374,7 @@ def test_retry_carries_unmet_demand_to_the_new_subscription():
     ],
 )
 def test_rule_2_5_a_second_on_subscribe_is_cancelled(make):
-    source, recorder = run_with(make(), initial=1)
+    source, _recorder = run_with(make(), initial=1)
     stage_subscriber = source.subscribers[-1]
     intruder = ManualPublisher()
     intruder.subscribe(stage_subscriber)

@@ -39,7 +39,7 @@ def test_rule_1_5_completes_after_the_last_item_without_extra_demand():
 
 def test_rule_1_9_subscribe_none_raises_type_error():
     for publisher in (rsnet.range_(0, 1), rsnet.empty(), rsnet.error(ValueError())):
-        with pytest.raises(TypeError, match="1.9"):
+        with pytest.raises(TypeError, match=r"1\.9"):
             publisher.subscribe(None)  # type: ignore[arg-type]
 
 

@@ -70,9 +70,7 @@ async def test_subscribe_and_request_from_a_foreign_thread():
         def on_complete(self):
             done.set()
 
-    await trio.to_thread.run_sync(
-        lambda: subscribe_from_thread(rsnet.just(1, 2, 3), ThreadSubscriber(), token)
-    )
+    await trio.to_thread.run_sync(lambda: subscribe_from_thread(rsnet.just(1, 2, 3), ThreadSubscriber(), token))
     with trio.fail_after(5):
         while not done.is_set():
             await trio.sleep(0.001)

@@ -12,7 +12,8 @@ import dataclasses
 import itertools
 import socket
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import trio
 
@@ -209,7 +210,9 @@ class ServerThread:
                         "127.0.0.1", 0, ssl_context=context, task_status=task_status
                     )
                 )
-                scheme = listener.scheme if listener.ssl_context is None else {"tcp": "tls", "ws": "wss"}[listener.scheme]
+                scheme = (
+                    listener.scheme if listener.ssl_context is None else {"tcp": "tls", "ws": "wss"}[listener.scheme]
+                )
                 self._urls.append(f"{scheme}://127.0.0.1:{port}" + ("/" if listener.scheme == "ws" else ""))
             self._ready.set()
 

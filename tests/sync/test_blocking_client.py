@@ -40,7 +40,7 @@ def urls(probes):
     }
     keys = [(name, scheme) for name in servers for scheme in SCHEMES]
     with ServerThread([Listener(servers[name], scheme) for name, scheme in keys]) as thread:
-        yield dict(zip(keys, thread.urls))
+        yield dict(zip(keys, thread.urls, strict=False))
 
 
 @pytest.fixture
@@ -101,7 +101,7 @@ def test_two_streams_on_one_connection_interleave(urls, scheme):
     with rsnet.sync.connect(urls["plain", scheme]) as client:
         low = client.subscribe("range", count=1000, prefetch=8)
         high = client.subscribe("range", start=5000, count=1000, prefetch=32)
-        assert list(zip(low, high)) == [(i, 5000 + i) for i in range(1000)]
+        assert list(zip(low, high, strict=False)) == [(i, 5000 + i) for i in range(1000)]
         assert next(low, "done") == next(high, "done") == "done"
 
 
@@ -370,7 +370,7 @@ def server_process():
 
 @pytest.mark.parametrize("scheme", SCHEMES)
 def test_a_server_killed_mid_stream_ends_the_stream_with_connection_lost_at_once(server_process, scheme):
-    urls = dict(zip(SCHEMES, server_process.stdout.readline().split()))
+    urls = dict(zip(SCHEMES, server_process.stdout.readline().split(), strict=False))
     with rsnet.sync.connect(urls[scheme]) as client:
         items = client.subscribe("endless", prefetch=64)
         assert [next(items) for _ in range(100)] == list(range(100))

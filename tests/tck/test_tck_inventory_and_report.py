@@ -80,9 +80,7 @@ def test_every_test_of_the_official_tck_has_a_counterpart(
     found = _inventory(cls)
     assert sum(len(rules) for rules in found.values()) == total
     for status in ("required", "optional", "stochastic", "untested"):
-        assert sorted(found.get(status, []), key=_key) == sorted(
-            expected.get(status, []), key=_key
-        ), status
+        assert sorted(found.get(status, []), key=_key) == sorted(expected.get(status, []), key=_key), status
 
 
 @pytest.mark.parametrize(
@@ -129,9 +127,7 @@ def test_settings_come_from_arguments_unless_overridden_by_environment_variables
     assert TestEnvironment.from_environ().no_signals_timeout_ms == 200
 
     monkeypatch.setenv("RSNET_TCK_TIMEOUT_MS", "soon")
-    with pytest.raises(
-        ValueError, match="RSNET_TCK_TIMEOUT_MS='soon' is not a number of milliseconds"
-    ):
+    with pytest.raises(ValueError, match="RSNET_TCK_TIMEOUT_MS='soon' is not a number of milliseconds"):
         TestEnvironment.from_environ()
 
 
@@ -152,7 +148,8 @@ def test_a_verification_uses_its_class_attributes(monkeypatch: pytest.MonkeyPatc
 
 
 def test_report_plugin_prints_a_summary_per_class(tmp_path: Path) -> None:
-    (tmp_path / "test_sample.py").write_text(textwrap.dedent("""
+    (tmp_path / "test_sample.py").write_text(
+        textwrap.dedent("""
             from rsnet.streams.interfaces import Publisher, Subscription
             from rsnet.tck import PublisherVerification
 
@@ -186,7 +183,8 @@ def test_report_plugin_prints_a_summary_per_class(tmp_path: Path) -> None:
 
                 def create_failed_publisher(self):
                     return None
-            """))
+            """)
+    )
     # Registered twice (a conftest import and -p): printed once all the same.
     (tmp_path / "conftest.py").write_text(
         "from rsnet.tck.report import pytest_collection_modifyitems, pytest_terminal_summary\n"

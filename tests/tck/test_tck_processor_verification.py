@@ -141,7 +141,7 @@ class Inner(Subscription):
     def deliver(self) -> None:
         processor = self.processor
         while (subscriber := self.subscriber) is not None:
-            if self.invalid is not None or processor._error is not None and processor._done:
+            if self.invalid is not None or (processor._error is not None and processor._done):
                 error = self.invalid or processor._error
                 self.cancel()
                 subscriber.on_error(error)  # type: ignore[arg-type]
@@ -266,9 +266,7 @@ def _verification_of(
         ),
     ],
 )
-def test_broken_processor_is_caught(
-    processor_type: type[MulticastProcessor], test_name: str, explanation: str
-) -> None:
+def test_broken_processor_is_caught(processor_type: type[MulticastProcessor], test_name: str, explanation: str) -> None:
     with pytest.raises(AssertionError) as caught:
         getattr(_verification_of(processor_type)(), test_name)()
     assert explanation in str(caught.value)

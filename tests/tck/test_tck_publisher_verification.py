@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import AsyncIterator
 
 import pytest
 import trio
@@ -101,9 +101,7 @@ class RangePublisher(Publisher[int]):
 class AsyncRangePublisher(Publisher[int]):
     """Asynchronous: one producer task per subscriber, in the test's nursery."""
 
-    def __init__(
-        self, nursery: trio.Nursery, count: int, error: BaseException | None = None
-    ) -> None:
+    def __init__(self, nursery: trio.Nursery, count: int, error: BaseException | None = None) -> None:
         self._nursery = nursery
         self._count = count
         self._error = error
@@ -118,9 +116,7 @@ class AsyncRangePublisher(Publisher[int]):
 
 
 class AsyncRangeSubscription(Subscription):
-    def __init__(
-        self, subscriber: Subscriber[int], count: int, error: BaseException | None
-    ) -> None:
+    def __init__(self, subscriber: Subscriber[int], count: int, error: BaseException | None) -> None:
         self._subscriber: Subscriber[int] | None = subscriber
         self._count = count
         self._error = error
@@ -180,9 +176,7 @@ class ThreadedRangePublisher(Publisher[int]):
 
 
 class ThreadedRangeSubscription(Subscription):
-    def __init__(
-        self, subscriber: Subscriber[int], count: int, error: BaseException | None
-    ) -> None:
+    def __init__(self, subscriber: Subscriber[int], count: int, error: BaseException | None) -> None:
         self._subscriber: Subscriber[int] | None = subscriber
         self._count = count
         self._error = error
@@ -210,10 +204,7 @@ class ThreadedRangeSubscription(Subscription):
         while True:
             with self._changed:
                 while (
-                    self._subscriber is not None
-                    and self._error is None
-                    and index < self._count
-                    and self._demand == 0
+                    self._subscriber is not None and self._error is None and index < self._count and self._demand == 0
                 ):
                     self._changed.wait()
                 if self._subscriber is None:
@@ -349,11 +340,7 @@ class ErroringOnDemandOverflowSubscription(RangeSubscription):
     """Rule 3.17: signals an error instead of saturating when demand exceeds MAX_DEMAND."""
 
     def request(self, n: int) -> None:
-        if (
-            self.subscriber is not None
-            and self.demand != MAX_DEMAND
-            and self.demand + n > MAX_DEMAND
-        ):
+        if self.subscriber is not None and self.demand != MAX_DEMAND and self.demand + n > MAX_DEMAND:
             self.fail(OverflowError("demand overflow"))
         else:
             super().request(n)
@@ -547,9 +534,7 @@ def _verification_of(publisher_type: type[RangePublisher]) -> type[PublisherVeri
         ),
     ],
 )
-def test_broken_publisher_is_caught(
-    publisher_type: type[RangePublisher], test_name: str, explanation: str
-) -> None:
+def test_broken_publisher_is_caught(publisher_type: type[RangePublisher], test_name: str, explanation: str) -> None:
     verification = _verification_of(publisher_type)()
     with pytest.raises(AssertionError) as caught:
         getattr(verification, test_name)()
@@ -581,9 +566,7 @@ def test_required_test_skips_when_the_publisher_has_too_few_elements() -> None:
     class Short(RangeVerification):
         max_elements_from_publisher = 3
 
-    with pytest.raises(
-        pytest.skip.Exception, match="it needs 5 elements, but max_elements_from_publisher is 3"
-    ):
+    with pytest.raises(pytest.skip.Exception, match="it needs 5 elements, but max_elements_from_publisher is 3"):
         Short().test_required_spec101_subscription_request_must_result_in_the_correct_number_of_produced_elements()
     with pytest.raises(pytest.skip.Exception, match="it needs 2147483647 elements"):
         getattr(Short(), SPEC317_ABOVE)()
@@ -661,9 +644,7 @@ def test_skip_stochastic_tests() -> None:
 
 
 def test_untested_tests_skip_naming_their_rule() -> None:
-    with pytest.raises(
-        pytest.skip.Exception, match=r"untested: not verified by this TCK \(rule 3\.4\)"
-    ):
+    with pytest.raises(pytest.skip.Exception, match=r"untested: not verified by this TCK \(rule 3\.4\)"):
         RangeVerification().test_untested_spec304_request_should_not_perform_heavy_computations()
 
 

@@ -334,5 +334,5 @@ def test_whitebox_subscriber_that_does_not_register_with_the_probe_fails_setup()
         def create_element(self, element: int) -> int:
             return element
 
-    with pytest.raises(AssertionError, match="did not call probe.register_on_subscribe"):
+    with pytest.raises(AssertionError, match=r"did not call probe\.register_on_subscribe"):
         Unregistered().test_required_spec201_must_signal_demand_via_subscription_request()

@@ -85,7 +85,14 @@ each new segment's header.
 
 from .cursors import CursorStore
 from .log import (
-    CorruptData, FsyncPolicy, LogFailed, OffsetBeyondEnd, OffsetTrimmed, Retention, StorageError, TopicLog,
+    CorruptData,
+    FsyncPolicy,
+    LogFailed,
+    OffsetBeyondEnd,
+    OffsetTrimmed,
+    Retention,
+    StorageError,
+    TopicLog,
 )
 from .memory import MemoryLog
 from .records import Record

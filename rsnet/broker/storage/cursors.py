@@ -18,9 +18,9 @@ import struct
 
 import msgpack
 
+from .files import datasync, sync_directory, write_all
 from .log import CorruptData
 from .records import BadRecord, check_frame, frame, unpack
-from .files import datasync, sync_directory, write_all
 
 MAGIC = b"rsnetcur"
 FORMAT_VERSION = 1

@@ -12,7 +12,8 @@ from __future__ import annotations
 import abc
 import dataclasses
 import enum
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from .records import MAX_INT64, MIN_INT64, Record, encode_record, new_packer
 
@@ -21,9 +22,7 @@ class OffsetTrimmed(LookupError):
     """The requested offset was removed by retention: records start at ``first_available``."""
 
     def __init__(self, requested: int, first_available: int) -> None:
-        super().__init__(
-            f"offset {requested} was removed by retention; the earliest retained is {first_available}"
-        )
+        super().__init__(f"offset {requested} was removed by retention; the earliest retained is {first_available}")
         self.requested = requested
         self.first_available = first_available
 

@@ -82,9 +82,7 @@ def check_frame(data: bytes | memoryview | bytearray, position: int) -> memoryvi
     if length == 0 or length > MAX_BODY_BYTES:
         raise BadRecord(f"impossible frame length {length}")
     if available - FRAME_HEAD.size < length:
-        raise BadRecord(
-            f"frame cut off: its length says {length} body bytes, {available - FRAME_HEAD.size} present"
-        )
+        raise BadRecord(f"frame cut off: its length says {length} body bytes, {available - FRAME_HEAD.size} present")
     view = memoryview(data)
     start = position + FRAME_HEAD.size
     body = view[start : start + length]

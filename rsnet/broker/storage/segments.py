@@ -71,7 +71,7 @@ import struct
 import sys
 import zlib
 from array import array
-from typing import Iterator
+from collections.abc import Iterator
 
 import msgpack
 
@@ -427,7 +427,9 @@ class SegmentLog(TopicLog):
         offset, skip = wanted, wanted - offset
         produced = 0
         try:
-            for position, body in _frames(fd, position, segment.size, READ_CHUNK, first_chunk, skip):
+            # The loop rebinds ``position`` on purpose: the except clause names the failing frame's.
+            frames = _frames(fd, position, segment.size, READ_CHUNK, first_chunk, skip)
+            for position, body in frames:  # noqa: B007 - read in the except clause below
                 record = decode_record(body)
                 if record.offset != offset:
                     raise BadRecord(f"record holds offset {record.offset} where {offset} was expected")
@@ -496,7 +498,9 @@ class SegmentLog(TopicLog):
             if kept and base != kept[-1].segment.next_offset:
                 end = kept[-1].segment.next_offset
                 if base < end:
-                    damaged.append(f"{name}: starts at offset {base}, inside the previous segment (which ends before {end})")
+                    damaged.append(
+                        f"{name}: starts at offset {base}, inside the previous segment (which ends before {end})"
+                    )
                     after_damage = names[index:]
                     break
                 damaged.append(
@@ -587,7 +591,9 @@ class SegmentLog(TopicLog):
             self._active_fd = os.open(self._active.path, os.O_RDWR | os.O_APPEND | os.O_CLOEXEC)
             for scan in kept:
                 if not scan.from_sidecar:  # its CRC, for the sidecar written when it is sealed
-                    scan.segment.crc = _file_crc(self._active_fd if scan is kept[-1] else None, scan.path, scan.valid_bytes)
+                    scan.segment.crc = _file_crc(
+                        self._active_fd if scan is kept[-1] else None, scan.path, scan.valid_bytes
+                    )
             self._active.sequences = dict(kept[-1].sequences)
             for scan in kept[:-1]:
                 if not scan.from_sidecar:  # sealed but scanned: give it a sidecar for next time
@@ -615,8 +621,17 @@ class _Segment:
     """One segment file's place in the log and its sparse index (in memory)."""
 
     __slots__ = (
-        "path", "base_offset", "size", "next_offset", "max_timestamp", "crc", "sequences",
-        "_offsets", "_positions", "_maxima", "_indexed_at",
+        "_indexed_at",
+        "_maxima",
+        "_offsets",
+        "_positions",
+        "base_offset",
+        "crc",
+        "max_timestamp",
+        "next_offset",
+        "path",
+        "sequences",
+        "size",
     )
 
     def __init__(self, path: str, base_offset: int, header_bytes: int) -> None:
@@ -798,12 +813,17 @@ def _parse_sidecar(data: bytes, base_offset: int) -> dict:
     if not (isinstance(facts, dict) and facts.keys() == SIDECAR_KEYS):
         raise BadRecord("body does not have the sidecar's fields")
     ints = ("base_offset", "next_offset", "size", "crc", "max_timestamp")
-    if not (all(type(facts[key]) is int for key in ints) and type(facts["index"]) is bytes
-            and isinstance(facts["sequences"], dict)
-            and all(type(k) is str and type(v) is int and v >= 0 for k, v in facts["sequences"].items())):
+    if not (
+        all(type(facts[key]) is int for key in ints)
+        and type(facts["index"]) is bytes
+        and isinstance(facts["sequences"], dict)
+        and all(type(k) is str and type(v) is int and v >= 0 for k, v in facts["sequences"].items())
+    ):
         raise BadRecord("fields have the wrong types")
     if facts["base_offset"] != base_offset or facts["next_offset"] <= base_offset:
-        raise BadRecord(f"describes offsets {facts['base_offset']} to {facts['next_offset'] - 1}, not a segment starting at {base_offset}")
+        raise BadRecord(
+            f"describes offsets {facts['base_offset']} to {facts['next_offset'] - 1}, not a segment starting at {base_offset}"
+        )
     index = facts["index"]
     if not index or len(index) % INDEX_ENTRY.size:
         raise BadRecord(f"index of {len(index)} bytes is not whole entries")
@@ -855,7 +875,10 @@ def _trust(path: str, base_offset: int) -> tuple[_Scan | None, str]:
             return None, "the segment's header is unreadable"
         offsets, positions, maxima = facts["index"]
         if positions[0] != scan.segment.size:
-            return None, f"its first index entry is at byte {positions[0]}, but the records start at {scan.segment.size}"
+            return (
+                None,
+                f"its first index entry is at byte {positions[0]}, but the records start at {scan.segment.size}",
+            )
         if _file_crc(fd, path, scan.file_bytes) != facts["crc"]:
             return None, "the segment's bytes do not match the CRC-32 recorded when it was sealed"
     finally:

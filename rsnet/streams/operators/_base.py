@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ..interfaces import Publisher, Subscriber
 from ..rules import check_subscriber
@@ -13,7 +14,7 @@ Operator = Callable[[Publisher[Any]], Publisher[Any]]
 class StagePublisher(Publisher[Any]):
     """Subscribes ``make_subscriber(downstream)`` to ``source`` for each downstream subscriber."""
 
-    __slots__ = ("_source", "_make_subscriber")
+    __slots__ = ("_make_subscriber", "_source")
 
     def __init__(
         self,

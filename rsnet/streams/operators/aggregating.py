@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ..interfaces import Subscriber, Subscription
 from ..rules import MAX_DEMAND, check_signal_argument, invalid_request
@@ -15,9 +16,7 @@ _NO_VALUE: Any = object()
 class _ScanSubscriber(ForwardingSubscriber):
     __slots__ = ("_accumulator", "_state")
 
-    def __init__(
-        self, downstream: Subscriber[Any], accumulator: Callable[[Any, Any], Any], seed: Any
-    ) -> None:
+    def __init__(self, downstream: Subscriber[Any], accumulator: Callable[[Any, Any], Any], seed: Any) -> None:
         super().__init__(downstream)
         self._accumulator = accumulator
         self._state = seed
@@ -31,7 +30,7 @@ class _ScanSubscriber(ForwardingSubscriber):
         else:
             try:
                 state = self._accumulator(self._state, item)
-            except Exception as error:  # noqa: BLE001
+            except Exception as error:
                 self.fail(error)
                 return
             if state is None:
@@ -54,11 +53,9 @@ def scan(accumulator: Callable[[Any, Any], Any], seed: Any = _NO_VALUE) -> Opera
 class _ReduceSubscriber(ForwardingSubscriber):
     """Consumes the whole upstream, then emits one value once downstream has asked for it."""
 
-    __slots__ = ("_accumulator", "_state", "_wanted", "_finished")
+    __slots__ = ("_accumulator", "_finished", "_state", "_wanted")
 
-    def __init__(
-        self, downstream: Subscriber[Any], accumulator: Callable[[Any, Any], Any], seed: Any
-    ) -> None:
+    def __init__(self, downstream: Subscriber[Any], accumulator: Callable[[Any, Any], Any], seed: Any) -> None:
         super().__init__(downstream)
         self._accumulator = accumulator
         self._state = seed
@@ -78,7 +75,7 @@ class _ReduceSubscriber(ForwardingSubscriber):
             return
         try:
             state = self._accumulator(self._state, item)
-        except Exception as error:  # noqa: BLE001
+        except Exception as error:
             self.fail(error)
             return
         if state is None:
@@ -128,7 +125,7 @@ def reduce(accumulator: Callable[[Any, Any], Any], seed: Any = _NO_VALUE) -> Ope
 
 
 class _BufferSubscriber(ForwardingSubscriber):
-    __slots__ = ("_count", "_buffer")
+    __slots__ = ("_buffer", "_count")
 
     def __init__(self, downstream: Subscriber[Any], count: int) -> None:
         super().__init__(downstream)

@@ -13,7 +13,8 @@ are not lost; an overflow under ``"error"`` fails the stream at once.
 from __future__ import annotations
 
 from collections import deque
-from typing import Any, Callable, Literal
+from collections.abc import Callable
+from typing import Any, Literal
 
 from ..interfaces import Subscriber, Subscription
 from ..rules import (
@@ -36,8 +37,18 @@ class BufferOverflowError(MissingBackpressureError):
 
 class _BackpressureSubscriber(DrainLoop, Subscriber[Any], Subscription):
     __slots__ = (
-        "downstream", "upstream", "_maxsize", "_overflow", "_on_drop", "_queue", "requested",
-        "cancelled", "_done", "_error", "_draining", "_missed",
+        "_done",
+        "_draining",
+        "_error",
+        "_maxsize",
+        "_missed",
+        "_on_drop",
+        "_overflow",
+        "_queue",
+        "cancelled",
+        "downstream",
+        "requested",
+        "upstream",
     )
 
     def __init__(
@@ -136,7 +147,7 @@ class _BackpressureSubscriber(DrainLoop, Subscriber[Any], Subscription):
         if self._on_drop is not None:
             try:
                 self._on_drop(item)
-            except Exception as error:  # noqa: BLE001
+            except Exception as error:
                 report_undeliverable(error)
 
     def _fail_now(self, error: BaseException) -> None:

@@ -6,7 +6,8 @@ each drop requests one replacement from upstream (rule 1.1 still holds downstrea
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ..interfaces import Subscriber
 from ..rules import check_signal_argument
@@ -27,7 +28,7 @@ class _MapSubscriber(ForwardingSubscriber):
             return
         try:
             result = self._fn(item)
-        except Exception as error:  # noqa: BLE001 - the mapper failed: end the stream
+        except Exception as error:
             self.fail(error)
             return
         if result is None:
@@ -36,7 +37,7 @@ class _MapSubscriber(ForwardingSubscriber):
         self.downstream.on_next(result)
 
 
-def map(fn: Callable[[Any], Any]) -> Operator:  # noqa: A001 - the operator's proper name
+def map(fn: Callable[[Any], Any]) -> Operator:
     """Emit ``fn(item)`` for each item; an exception from ``fn`` becomes on_error."""
     return stage(lambda downstream: _MapSubscriber(downstream, fn))
 
@@ -54,7 +55,7 @@ class _FilterSubscriber(ForwardingSubscriber):
             return
         try:
             keep = self._predicate(item)
-        except Exception as error:  # noqa: BLE001
+        except Exception as error:
             self.fail(error)
             return
         if keep:
@@ -63,7 +64,7 @@ class _FilterSubscriber(ForwardingSubscriber):
             self.upstream.request(1)  # type: ignore[union-attr]
 
 
-def filter(predicate: Callable[[Any], bool]) -> Operator:  # noqa: A001
+def filter(predicate: Callable[[Any], bool]) -> Operator:
     """Emit only the items for which ``predicate(item)`` is true."""
     return stage(lambda downstream: _FilterSubscriber(downstream, predicate))
 
@@ -86,7 +87,7 @@ class _DistinctUntilChangedSubscriber(ForwardingSubscriber):
         try:
             key = item if self._key is None else self._key(item)
             same = key == self._last
-        except Exception as error:  # noqa: BLE001
+        except Exception as error:
             self.fail(error)
             return
         self._last = key

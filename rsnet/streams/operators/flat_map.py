@@ -9,7 +9,8 @@ inners round-robin so a fast inner cannot starve a slow one. The outer source is
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ..interfaces import Publisher, Subscriber, Subscription
 from ..rules import (
@@ -20,8 +21,8 @@ from ..rules import (
     invalid_request,
     report_undeliverable,
 )
-from ..subscriptions import DISCARD, DrainLoop, PrefetchingInner
 from ..sources import from_iterable
+from ..subscriptions import DISCARD, DrainLoop, PrefetchingInner
 from ._base import Operator
 
 DEFAULT_INNER_PREFETCH = 128
@@ -29,8 +30,20 @@ DEFAULT_INNER_PREFETCH = 128
 
 class _FlatMapSubscriber(DrainLoop, Subscriber[Any], Subscription):
     __slots__ = (
-        "downstream", "_mapper", "_max_concurrency", "prefetch", "limit", "upstream", "inners",
-        "requested", "cancelled", "_outer_done", "_error", "_draining", "_missed", "_next_inner",
+        "_draining",
+        "_error",
+        "_mapper",
+        "_max_concurrency",
+        "_missed",
+        "_next_inner",
+        "_outer_done",
+        "cancelled",
+        "downstream",
+        "inners",
+        "limit",
+        "prefetch",
+        "requested",
+        "upstream",
     )
 
     def __init__(
@@ -74,7 +87,7 @@ class _FlatMapSubscriber(DrainLoop, Subscriber[Any], Subscription):
         try:
             publisher = self._mapper(item)
             check_signal_argument(publisher, "flat_map mapper result")
-        except Exception as error:  # noqa: BLE001
+        except Exception as error:
             self.upstream.cancel()  # type: ignore[union-attr]
             self._outer_done = True
             self.inner_error(error)
@@ -181,7 +194,7 @@ class _FlatMapSubscriber(DrainLoop, Subscriber[Any], Subscription):
 
 
 class FlatMapPublisher(Publisher[Any]):
-    __slots__ = ("_source", "_mapper", "_max_concurrency", "_prefetch")
+    __slots__ = ("_mapper", "_max_concurrency", "_prefetch", "_source")
 
     def __init__(
         self,
@@ -197,9 +210,7 @@ class FlatMapPublisher(Publisher[Any]):
 
     def subscribe(self, subscriber: Subscriber[Any]) -> None:
         check_subscriber(subscriber)
-        self._source.subscribe(
-            _FlatMapSubscriber(subscriber, self._mapper, self._max_concurrency, self._prefetch)
-        )
+        self._source.subscribe(_FlatMapSubscriber(subscriber, self._mapper, self._max_concurrency, self._prefetch))
 
 
 def flat_map(
@@ -225,6 +236,4 @@ def _identity(publisher: Publisher[Any]) -> Publisher[Any]:
 
 def merge(*sources: Publisher[Any], prefetch: int = DEFAULT_INNER_PREFETCH) -> Publisher[Any]:
     """Subscribe to all ``sources`` at once and interleave their items as they arrive."""
-    return FlatMapPublisher(
-        from_iterable(sources), _identity, max(1, len(sources)), prefetch
-    )
+    return FlatMapPublisher(from_iterable(sources), _identity, max(1, len(sources)), prefetch)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ..interfaces import Subscriber, Subscription
 from ..rules import MAX_DEMAND, add_demand, check_signal_argument
@@ -97,7 +98,7 @@ class _TakeWhileSubscriber(ForwardingSubscriber):
             return
         try:
             keep = self._predicate(item)
-        except Exception as error:  # noqa: BLE001
+        except Exception as error:
             self.fail(error)
             return
         if keep:
@@ -118,7 +119,7 @@ class _LimitRateSubscriber(ForwardingSubscriber):
     already requested upstream; so ``outstanding <= min(rate, requested)`` always holds.
     """
 
-    __slots__ = ("_rate", "_limit", "_requested", "_outstanding", "_consumed")
+    __slots__ = ("_consumed", "_limit", "_outstanding", "_rate", "_requested")
 
     def __init__(self, downstream: Subscriber[Any], rate: int) -> None:
         super().__init__(downstream)

@@ -8,7 +8,8 @@ loop, so a thousand sources that complete synchronously do not nest a thousand s
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from ..interfaces import Publisher, Subscriber, Subscription
 from ..rules import check_signal_argument, check_subscriber, report_undeliverable
@@ -23,8 +24,15 @@ class _SerialSubscriber(Subscriber[Any]):
     """
 
     __slots__ = (
-        "downstream", "arbiter", "_produced", "_subscribing", "_again", "_emitting",
-        "_pending_error", "_upstream_active", "done",
+        "_again",
+        "_emitting",
+        "_pending_error",
+        "_produced",
+        "_subscribing",
+        "_upstream_active",
+        "arbiter",
+        "done",
+        "downstream",
     )
 
     def __init__(self, downstream: Subscriber[Any]) -> None:
@@ -83,7 +91,7 @@ class _SerialSubscriber(Subscriber[Any]):
                     return
                 try:
                     source = self._next_source()
-                except Exception as error:  # noqa: BLE001
+                except Exception as error:
                     self._finish(error)
                     return
                 if source is None:
@@ -169,7 +177,7 @@ def concat(*sources: Publisher[Any]) -> Publisher[Any]:
 
 
 class _RetrySubscriber(_SerialSubscriber):
-    __slots__ = ("_origin", "_source", "_retries_left", "_should_retry")
+    __slots__ = ("_origin", "_retries_left", "_should_retry", "_source")
 
     def __init__(
         self,
@@ -198,7 +206,7 @@ class _RetrySubscriber(_SerialSubscriber):
             return
         try:
             again = self._should_retry is None or self._should_retry(error)
-        except Exception as failure:  # noqa: BLE001
+        except Exception as failure:
             failure.__context__ = error
             self._finish(failure)
             return
@@ -215,7 +223,7 @@ class _RetrySubscriber(_SerialSubscriber):
 
 
 class RetryPublisher(Publisher[Any]):
-    __slots__ = ("_source", "_retries", "_should_retry")
+    __slots__ = ("_retries", "_should_retry", "_source")
 
     def __init__(
         self,

@@ -22,7 +22,7 @@ class StreamTimeoutError(TimeoutError):
 
 
 class _TimeoutSubscriber(ForwardingSubscriber):
-    __slots__ = ("_seconds", "_nursery", "_scope", "_deadline")
+    __slots__ = ("_deadline", "_nursery", "_scope", "_seconds")
 
     def __init__(self, downstream: Subscriber[Any], seconds: float, nursery: trio.Nursery) -> None:
         super().__init__(downstream)

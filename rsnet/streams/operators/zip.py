@@ -8,7 +8,8 @@ combination can be formed; the other sources are then cancelled.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ..interfaces import Publisher, Subscriber, Subscription
 from ..rules import (
@@ -25,13 +26,19 @@ DEFAULT_ZIP_PREFETCH = 128
 
 class _ZipCoordinator(DrainLoop, Subscription):
     __slots__ = (
-        "downstream", "_combine", "prefetch", "limit", "inners", "requested", "cancelled",
-        "_error", "_draining", "_missed",
+        "_combine",
+        "_draining",
+        "_error",
+        "_missed",
+        "cancelled",
+        "downstream",
+        "inners",
+        "limit",
+        "prefetch",
+        "requested",
     )
 
-    def __init__(
-        self, downstream: Subscriber[Any], combine: Callable[..., Any], count: int, prefetch: int
-    ) -> None:
+    def __init__(self, downstream: Subscriber[Any], combine: Callable[..., Any], count: int, prefetch: int) -> None:
         self.downstream = downstream
         self._combine = combine
         self.prefetch = prefetch
@@ -89,7 +96,7 @@ class _ZipCoordinator(DrainLoop, Subscription):
             values = [inner.queue.popleft() for inner in inners]
             try:
                 combined = self._combine(*values)
-            except Exception as error:  # noqa: BLE001
+            except Exception as error:
                 self._terminate(error)
                 return True
             if combined is None:
@@ -109,11 +116,9 @@ class _ZipCoordinator(DrainLoop, Subscription):
 
 
 class ZipPublisher(Publisher[Any]):
-    __slots__ = ("_sources", "_combine", "_prefetch")
+    __slots__ = ("_combine", "_prefetch", "_sources")
 
-    def __init__(
-        self, sources: tuple[Publisher[Any], ...], combine: Callable[..., Any], prefetch: int
-    ) -> None:
+    def __init__(self, sources: tuple[Publisher[Any], ...], combine: Callable[..., Any], prefetch: int) -> None:
         self._sources = sources
         self._combine = combine
         self._prefetch = prefetch
@@ -132,7 +137,7 @@ def _as_tuple(*values: Any) -> tuple[Any, ...]:
     return values
 
 
-def zip(  # noqa: A001 - the operator's proper name
+def zip(
     *sources: Publisher[Any],
     combine: Callable[..., Any] = _as_tuple,
     prefetch: int = DEFAULT_ZIP_PREFETCH,
