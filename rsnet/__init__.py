@@ -14,11 +14,11 @@ from typing import Any
 __version__ = "0.1.0"
 
 _EXPORTS = {
-    "connect": "rsnet.client",
-    "Client": "rsnet.client",
-    "Server": "rsnet.server",
-    "StreamContext": "rsnet.session",
-    "RemotePublisher": "rsnet.session",
+    "connect": "rsnet.net.client",
+    "Client": "rsnet.net.client",
+    "Server": "rsnet.net.server",
+    "StreamContext": "rsnet.net.session",
+    "RemotePublisher": "rsnet.net.session",
     "ConnectionLost": "rsnet.errors",
     "StreamError": "rsnet.errors",
     "HandshakeError": "rsnet.errors",

@@ -29,10 +29,10 @@ from typing import Any
 
 import trio
 
-from .client import connect
-from .demo import add_demo_publishers
+from .demo.publishers import add_demo_publishers
 from .errors import RsnetError
-from .server import Server
+from .net.client import connect
+from .net.server import Server
 from .transport import TransportClosed
 
 
@@ -242,7 +242,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command != "broker":  # the broker configures logging from its config
         logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     if args.command == "demo":
-        from .live_demo import run_demo
+        from .demo.live import run_demo
 
         trio.run(run_demo, args.seconds)
         return 0

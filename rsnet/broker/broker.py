@@ -34,8 +34,8 @@ from typing import Any
 import trio
 
 from ..errors import StreamError
+from ..net.session import StreamContext
 from ..protocol import ErrorCode
-from ..session import StreamContext
 from ..streams import Publisher, Subscriber, Subscription, from_iterable, just
 from ..streams.rules import MAX_DEMAND, add_demand, check_subscriber, invalid_request
 from ..streams.subscriptions import deliver_safely

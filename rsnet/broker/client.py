@@ -20,8 +20,8 @@ from typing import Any
 
 import trio
 
-from ..client import Client, connect
 from ..errors import ConnectionLost, HandshakeError, StreamError, single_errors
+from ..net.client import Client, connect
 from ..protocol import ErrorCode
 from ..streams import Publisher, from_async_iterable, from_iterable, ops
 from ..transport import TransportClosed

@@ -21,7 +21,7 @@ from typing import Any
 
 import trio
 
-from ..server import Server
+from ..net.server import Server
 from .auth import Authorizer, Principal
 from .broker import Broker, TopicSettings
 from .config import BrokerConfig, ConfigError, declared_topics, load_config, topic_settings

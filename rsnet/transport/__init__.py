@@ -4,7 +4,7 @@ A :class:`Transport` moves opaque chunks; it knows nothing of frames or streams.
 transports carry any chunking; message transports (WebSocket) carry one protocol chunk per
 message, so the caller hands them whole frames grouped into messages (SPEC.md section 2.2).
 
-Layering: imports trio and websockets' sans-I/O core; never rsnet.server/client/broker.
+Layering: imports trio and websockets' sans-I/O core; never rsnet.net, rsnet.broker or the CLI.
 """
 
 from .base import Transport, TransportClosed

@@ -35,8 +35,8 @@ from typing import Any, Protocol
 
 import trio
 
-from .errors import ConnectionLost, HandshakeError, StreamError, error_frame_fields
-from .protocol import (
+from ..errors import ConnectionLost, HandshakeError, StreamError, error_frame_fields
+from ..protocol import (
     Accept,
     Cancel,
     Complete,
@@ -52,12 +52,12 @@ from .protocol import (
     State,
     Subscribe,
 )
-from .streams import Publisher, Subscriber, Subscription
-from .streams.rules import MAX_DEMAND, add_demand, check_signal_argument, check_subscriber, invalid_request
-from .streams.subscriptions import deliver_safely, subscribe_failed
-from .transport import Transport, TransportClosed
+from ..streams import Publisher, Subscriber, Subscription
+from ..streams.rules import MAX_DEMAND, add_demand, check_signal_argument, check_subscriber, invalid_request
+from ..streams.subscriptions import deliver_safely, subscribe_failed
+from ..transport import Transport, TransportClosed
 
-log = logging.getLogger("rsnet.session")
+log = logging.getLogger("rsnet.net.session")
 
 DEFAULT_SEND_WINDOW = 1024
 """Items a hosted publisher may have requested and not yet delivered, per stream."""
@@ -394,7 +394,7 @@ class RemotePublisher(Publisher[Any]):
     """A publisher the peer hosts, as a true Reactive Streams Publisher.
 
     Each ``subscribe`` opens a stream (SUBSCRIBE); demand requested from the subscription
-    crosses the network (coalesced, see :mod:`rsnet.session`). If the connection is closed,
+    crosses the network (coalesced, see :mod:`rsnet.net.session`). If the connection is closed,
     or the peer rejects the stream, the subscriber gets ``on_subscribe`` then ``on_error``
     (rule 1.9).
     """

@@ -27,8 +27,8 @@ from typing import Any
 
 import trio
 
-from .errors import ConnectionLost, HandshakeError, TransportClosed, single_errors
-from .protocol import (
+from ..errors import ConnectionLost, HandshakeError, TransportClosed, single_errors
+from ..protocol import (
     DEFAULT_HANDSHAKE_TIMEOUT,
     DEFAULT_KEEPALIVE_INTERVAL,
     DEFAULT_MAX_FRAME_SIZE,
@@ -39,11 +39,11 @@ from .protocol import (
     State,
     Welcome,
 )
+from ..streams import Publisher, Subscriber, iterate
+from ..streams.iterate import DEFAULT_PREFETCH, PublisherIterator
+from ..streams.subscriptions import subscribe_failed
+from ..transport import Transport, connect_tcp, connect_websocket
 from .session import Host, RemotePublisher, Session, complete_handshake
-from .streams import Publisher, Subscriber, iterate
-from .streams.iterate import DEFAULT_PREFETCH, PublisherIterator
-from .streams.subscriptions import subscribe_failed
-from .transport import Transport, connect_tcp, connect_websocket
 
 SCHEMES = ("tcp", "tls", "ws", "wss")
 
@@ -180,7 +180,7 @@ async def connect(
 ) -> AsyncIterator[Client]:
     """Connect and handshake; the connection lives for the ``async with`` block.
 
-    Raises :class:`~rsnet.session.HandshakeError` (a :class:`ConnectionLost`) if the server
+    Raises :class:`~rsnet.errors.HandshakeError` (a :class:`ConnectionLost`) if the server
     refuses (bad token, no common version, shutting down) or does not answer in time, and
     :class:`~rsnet.transport.TransportClosed` if it cannot be reached. ``host`` serves
     publishers the server may subscribe to. ``reconnect``: see :class:`Client`.

@@ -31,8 +31,8 @@ from typing import Any
 import pydantic
 import trio
 
-from .errors import HandshakeError, StreamError
-from .protocol import (
+from ..errors import HandshakeError, StreamError
+from ..protocol import (
     DEFAULT_HANDSHAKE_TIMEOUT,
     DEFAULT_KEEPALIVE_INTERVAL,
     DEFAULT_MAX_FRAME_SIZE,
@@ -42,12 +42,12 @@ from .protocol import (
     Hello,
     Role,
 )
+from ..streams import Publisher, Subscriber
+from ..transport import TcpTransport, Transport, TransportClosed, accept_websocket
+from ..transport.tcp import describe_peer
 from .session import Host, Session, StreamContext, complete_handshake
-from .streams import Publisher, Subscriber
-from .transport import TcpTransport, Transport, TransportClosed, accept_websocket
-from .transport.tcp import describe_peer
 
-log = logging.getLogger("rsnet.server")
+log = logging.getLogger("rsnet.net.server")
 
 PublisherFactory = Callable[[Any, StreamContext], Publisher[Any]]
 SinkFactory = Callable[[Any, StreamContext], Subscriber[Any]]

@@ -15,11 +15,11 @@ import itertools
 
 import trio
 
-from .broker.broker import Broker, TopicSettings
-from .broker.client import publish
-from .broker.topic import SlowPolicy
-from .client import connect
-from .server import Server
+from ..broker.broker import Broker, TopicSettings
+from ..broker.client import publish
+from ..broker.topic import SlowPolicy
+from ..net.client import connect
+from ..net.server import Server
 
 TOPIC = "sensors.kitchen"
 MAX_LAG = 500

@@ -12,11 +12,11 @@ import itertools
 import pydantic
 import trio
 
-from . import streams
-from .errors import StreamError
-from .protocol import ErrorCode
-from .server import Server
-from .session import StreamContext
+from .. import streams
+from ..errors import StreamError
+from ..net.server import Server
+from ..net.session import StreamContext
+from ..protocol import ErrorCode
 
 
 class RangeParams(pydantic.BaseModel):
