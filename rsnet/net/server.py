@@ -31,10 +31,9 @@ from typing import Any
 import pydantic
 import trio
 
-from ..errors import HandshakeError, StreamError
+from ..client_rules import DEFAULT_KEEPALIVE, HANDSHAKE_TIMEOUT
+from ..errors import ConnectionLost, HandshakeError, StreamError
 from ..protocol import (
-    DEFAULT_HANDSHAKE_TIMEOUT,
-    DEFAULT_KEEPALIVE_INTERVAL,
     DEFAULT_MAX_FRAME_SIZE,
     DEFAULT_MAX_STREAMS,
     Connection,
@@ -43,7 +42,7 @@ from ..protocol import (
     Role,
 )
 from ..streams import Publisher, Subscriber
-from ..transport import TcpTransport, Transport, TransportClosed, accept_websocket
+from ..transport import TcpTransport, Transport, accept_websocket
 from ..transport.tcp import describe_peer
 from .session import Host, Session, StreamContext, complete_handshake
 
@@ -67,7 +66,7 @@ class Server:
     presented token to a principal (any object; ``None`` refuses the connection), which the
     host sees as ``StreamContext.principal``. ``host`` replaces the server's own registry of
     publishers and sinks (the broker is one). Limits and keepalive are this side's protocol
-    settings (SPEC 6.3); ``handshake_timeout`` is in seconds.
+    settings (SPEC 6.3); ``keepalive_interval`` and ``handshake_timeout`` are in seconds.
     """
 
     def __init__(
@@ -78,17 +77,17 @@ class Server:
         host: Host | None = None,
         max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
         max_streams: int = DEFAULT_MAX_STREAMS,
-        keepalive_interval_ms: int = DEFAULT_KEEPALIVE_INTERVAL,
-        handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT / 1000,  # the protocol's default is in ms
+        keepalive_interval: float = DEFAULT_KEEPALIVE,
+        handshake_timeout: float = HANDSHAKE_TIMEOUT,
     ) -> None:
         self._token = token
         self._authenticate = authenticate
         self._host = host
-        self._settings = dict(
-            max_frame_size=max_frame_size,
-            max_streams=max_streams,
-            keepalive_interval=keepalive_interval_ms,
-        )
+        if keepalive_interval < 0:
+            raise ValueError(f"keepalive_interval must be >= 0 seconds, got {keepalive_interval!r}")
+        self._max_frame_size = max_frame_size
+        self._max_streams = max_streams
+        self._keepalive_ms = round(keepalive_interval * 1000)
         self._handshake_timeout = handshake_timeout
         self._publishers: dict[str, _Entry] = {}
         self._sinks: dict[str, _Entry] = {}
@@ -189,7 +188,7 @@ class Server:
     ) -> None:
         """Accept rsnet connections over WebSocket (``wss`` with ``ssl_context``), on any path
         or only ``path``. Binary messages, subprotocol ``rsnet`` (SPEC 2.2)."""
-        max_message = self._settings["max_frame_size"]
+        max_message = self._max_frame_size
 
         async def handle(stream: trio.abc.Stream) -> None:
             if ssl_context is not None:
@@ -245,7 +244,7 @@ class Server:
         """One connection's whole life; nothing it does may take the server down."""
         try:
             await handle(stream)
-        except (TransportClosed, trio.BrokenResourceError, trio.ClosedResourceError, ssl.SSLError, OSError) as error:
+        except (ConnectionLost, trio.BrokenResourceError, trio.ClosedResourceError, ssl.SSLError, OSError) as error:
             log.info("connection ended: %s", error)
         except Exception:
             log.exception("connection failed")
@@ -254,7 +253,12 @@ class Server:
 
     async def handle(self, transport: Transport) -> None:
         """Serve one connection on an established transport: handshake, then its streams."""
-        conn = Connection(Role.SERVER, **self._settings)
+        conn = Connection(
+            Role.SERVER,
+            max_frame_size=self._max_frame_size,
+            max_streams=self._max_streams,
+            keepalive_interval=self._keepalive_ms,
+        )
         try:
             hello, events = await complete_handshake(transport, conn, Hello, self._handshake_timeout)
         except HandshakeError as failure:

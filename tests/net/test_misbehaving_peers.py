@@ -75,7 +75,7 @@ class RawClient:
 async def well_behaved_traffic(url: str, stop: trio.Event, counts: list[int]) -> None:
     async with rsnet.connect(url) as conn:
         while not stop.is_set():
-            counts.append(len([x async for x in conn.subscribe("range", count=500)]))
+            counts.append(len([x async for x in conn.subscribe("range", {"count": 500})]))
 
 
 @pytest.fixture
@@ -209,7 +209,7 @@ async def test_wrong_magic_and_unsupported_version_are_refused():
 
 
 async def test_a_silent_client_is_dropped_by_keepalive_but_a_busy_one_is_not(autojump_clock=None):
-    server = demo_server(keepalive_interval_ms=100)
+    server = demo_server(keepalive_interval=0.1)
 
     @server.publisher("trickle")
     def trickle(params, ctx):

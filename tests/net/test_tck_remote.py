@@ -33,7 +33,7 @@ class RemotePublisherVerification(PublisherVerification):
             yield
 
     def create_publisher(self, elements):
-        return self.conn.publisher("range", count=elements)
+        return self.conn.publisher("range", {"count": elements})
 
     def create_failed_publisher(self):
         return self.conn.publisher("no-such-publisher")  # rejected by the server: UNKNOWN_PUBLISHER
