@@ -39,8 +39,8 @@ from ..protocol import ErrorCode
 from ..streams import Publisher, Subscriber, Subscription, from_iterable, just
 from ..streams.rules import MAX_DEMAND, add_demand, check_subscriber, invalid_request
 from ..streams.subscriptions import deliver_safely
-from .auth import is_wildcard, topic_matches, validate_pattern, validate_topic
-from .storage import CorruptData, CursorStore, FsyncPolicy, MemoryLog, Retention, SegmentLog
+from .names import is_wildcard, topic_matches, validate_pattern, validate_topic
+from .storage import CorruptData, CursorStore, FsyncPolicy, MemoryLog, Retention, SegmentLog, TopicLog
 from .topic import SlowPolicy, Topic, TopicReader, TopicSink, now_ms, resolve_start
 
 log = logging.getLogger("rsnet.broker")
@@ -51,6 +51,10 @@ DEFAULT_SINK_WINDOW = 1024
 
 @dataclasses.dataclass(frozen=True)
 class TopicSettings:
+    """How the broker runs one topic, in the storage engine's and the topic's own terms
+    (retention in milliseconds, a :class:`SlowPolicy`). The daemon builds it from the
+    configuration's :class:`rsnet.broker.config.TopicConfig`; embedders may build it directly."""
+
     durable: bool = False
     retention: Retention = dataclasses.field(default_factory=lambda: Retention(None, None, None))
     policy: SlowPolicy = SlowPolicy.BACKPRESSURE
@@ -129,6 +133,7 @@ class Broker:
 
     def _open_topic(self, name: str) -> Topic:
         settings = self.settings_for(name)
+        topic_log: TopicLog
         if settings.durable and self.data_dir is not None:
             topic_log, report = SegmentLog.open(self.data_dir / name, settings.retention, self.fsync)
             self.recovery[name] = report
@@ -285,7 +290,7 @@ def _params(params: Any) -> dict[str, Any]:
     return params
 
 
-def _validated(check: Callable[[str], None], name: str) -> None:
+def _validated(check: Callable[[str], str], name: str) -> None:
     try:
         check(name)
     except ValueError as invalid:
