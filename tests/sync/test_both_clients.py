@@ -26,9 +26,19 @@ TOKEN = "s3cret"
 SCHEMES = ["tcp", "ws"]
 
 
-def trio_items(url: str, name: str, params: Any = None, *, into: list[Any], take: int | None = None, **options: Any):
+def trio_items(
+    url: str,
+    name: str,
+    params: Any = None,
+    *,
+    into: list[Any],
+    take: int | None = None,
+    before_leaving: Callable[[], None] = lambda: None,
+    **options: Any,
+):
     """Subscribe with the trio client, appending items to ``into`` (so items that came before
-    an error are visible); stop after ``take`` items."""
+    an error are visible); after ``take`` items, call ``before_leaving`` (a blocking check, run
+    in a worker thread while the connection stays live) and leave the loop."""
     prefetch = options.pop("prefetch", rsnet.client_rules.DEFAULT_PREFETCH)
 
     async def main() -> None:
@@ -37,12 +47,22 @@ def trio_items(url: str, name: str, params: Any = None, *, into: list[Any], take
                 async for item in items:
                     into.append(item)
                     if len(into) == take:
+                        await trio.to_thread.run_sync(before_leaving)
                         return
 
     trio.run(main)
 
 
-def sync_items(url: str, name: str, params: Any = None, *, into: list[Any], take: int | None = None, **options: Any):
+def sync_items(
+    url: str,
+    name: str,
+    params: Any = None,
+    *,
+    into: list[Any],
+    take: int | None = None,
+    before_leaving: Callable[[], None] = lambda: None,
+    **options: Any,
+):
     """The same with the blocking client."""
     prefetch = options.pop("prefetch", rsnet.client_rules.DEFAULT_PREFETCH)
     with rsnet.sync.connect(url, **options) as client:
@@ -50,6 +70,7 @@ def sync_items(url: str, name: str, params: Any = None, *, into: list[Any], take
         for item in items:
             into.append(item)
             if len(into) == take:
+                before_leaving()
                 items.close()
                 return
 
@@ -157,10 +178,21 @@ def test_demand_follows_the_same_refill_rule(items_of, urls, probes, scheme, req
     """prefetch 8: 8 up front, then 6 (8 - 8//4) each time 6 were consumed; leaving after 20
     items cancels. Both clients ask the server for exactly the same amount."""
     tag = request.node.name
-    got: list[Any] = []
-    items_of(urls["plain", scheme], "endless", {"tag": tag}, into=got, take=20, prefetch=8)
-    assert got == list(range(20))
     probe = probes[tag]
+    granted_before_leaving: list[int] = []
+
+    def demand_settles() -> None:
+        # 20 consumed: refills after the 6th, 12th and 18th item reach the server.
+        deadline = time.monotonic() + 5
+        while probe.requested < 8 + 3 * 6 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        granted_before_leaving.append(probe.requested)
+
+    got: list[Any] = []
+    items_of(
+        urls["plain", scheme], "endless", {"tag": tag}, into=got, take=20, prefetch=8, before_leaving=demand_settles
+    )
+    assert got == list(range(20))
+    assert granted_before_leaving == [8 + 3 * 6]
     assert probe.cancelled.wait(5), "leaving the loop must cancel the stream at the server"
-    # 20 consumed: refills after the 6th, 12th and 18th item.
-    assert probe.requested == 8 + 3 * 6
+    assert probe.requested == 8 + 3 * 6  # nothing more after the cancel
