@@ -62,7 +62,7 @@ from ..protocol import (
     LocalProtocolError,
     Welcome,
 )
-from .transport import Transport, open_transport
+from .transport import BlockingTransport, open_transport
 
 OFFER_CHUNK = 1024
 """Items ``offer`` encodes between two writes and two looks at what the server sent."""
@@ -93,7 +93,9 @@ class BlockingClient(metaclass=NoPublicConstructor):
     every stream open on it and in every later call.
     """
 
-    def __init__(self, transport: Transport, conn: Connection, events: list[Any], keepalive_interval: float) -> None:
+    def __init__(
+        self, transport: BlockingTransport, conn: Connection, events: list[Any], keepalive_interval: float
+    ) -> None:
         self._transport = transport
         self._conn = conn
         self.peer = transport.peer
@@ -437,7 +439,7 @@ def connect(
     return BlockingClient._create(transport, conn, events, keepalive_interval)
 
 
-def _handshake(transport: Transport, conn: Connection, deadline: float, timeout: float) -> list[Any]:
+def _handshake(transport: BlockingTransport, conn: Connection, deadline: float, timeout: float) -> list[Any]:
     """Send HELLO and receive until WELCOME; returns the events that came after it. Each step
     is :func:`rsnet.client_rules.handshake_outcome`, as in the trio client."""
     transport.send(conn.data_to_send_messages())
@@ -464,7 +466,7 @@ def _handshake(transport: Transport, conn: Connection, deadline: float, timeout:
     raise failure
 
 
-def _send_last_words(transport: Transport, conn: Connection) -> None:
+def _send_last_words(transport: BlockingTransport, conn: Connection) -> None:
     chunks = conn.data_to_send_messages()
     if chunks:
         transport.send_timeout = FLUSH_TIMEOUT

@@ -73,7 +73,7 @@ def _drain(sock: socket.socket, seconds: float) -> None:
         return
 
 
-class SocketTransport:
+class BlockingSocketTransport:
     """TCP, or TLS over TCP: the protocol's byte stream as is."""
 
     message_based = False
@@ -108,7 +108,7 @@ class SocketTransport:
         self._sock.close()
 
 
-class WebSocketTransport:
+class BlockingWebSocketTransport:
     """A WebSocket: each ``send`` chunk is one binary message; ``receive`` returns the payload
     of the binary frames that arrived, concatenated (frames never span messages, SPEC 2.2,
     so the protocol's byte-stream decoder reads them as one stream)."""
@@ -197,10 +197,12 @@ class WebSocketTransport:
         self._sock.close()
 
 
-Transport = SocketTransport | WebSocketTransport
+BlockingTransport = BlockingSocketTransport | BlockingWebSocketTransport
 
 
-def open_transport(url: str, *, ssl_context: ssl.SSLContext | None, max_frame_size: int, deadline: float) -> Transport:
+def open_transport(
+    url: str, *, ssl_context: ssl.SSLContext | None, max_frame_size: int, deadline: float
+) -> BlockingTransport:
     """Connect to ``url`` (see :func:`rsnet.client_rules.parse_endpoint`) and complete TLS and
     WebSocket handshakes before ``deadline`` (a ``time.monotonic()`` value).
 
@@ -224,14 +226,14 @@ def open_transport(url: str, *, ssl_context: ssl.SSLContext | None, max_frame_si
         raise TransportClosed(f"cannot connect to {peer}: {error}") from error
     send_timeout = max(deadline - time.monotonic(), 0.001)
     if not endpoint.websocket:
-        return SocketTransport(sock, peer, send_timeout)
+        return BlockingSocketTransport(sock, peer, send_timeout)
     try:
         protocol = ClientProtocol(parse_uri(url), subprotocols=[SUBPROTOCOL], max_size=max_frame_size)
     except InvalidURI as error:
         sock.close()
         raise ValueError(f"not a WebSocket URL: {url!r}") from error
     protocol.send_request(protocol.connect())
-    transport = WebSocketTransport(sock, protocol, peer, send_timeout)
+    transport = BlockingWebSocketTransport(sock, protocol, peer, send_timeout)
     try:
         transport.handshake(deadline)
     except TransportClosed:
