@@ -33,11 +33,14 @@ from .frames import (
     DEFAULT_MAX_FRAME_SIZE,
     DEFAULT_MAX_STREAMS,
     MAGIC,
+    MAX_ERROR_DATA,
+    MAX_ERROR_MESSAGE,
     MAX_INT,
     MAX_MAX_FRAME_SIZE,
     MAX_SETTING,
     MIN_MAX_FRAME_SIZE,
     PROTOCOL_VERSION,
+    TRUNCATED,
     Accept,
     Batch,
     Cancel,
@@ -318,7 +321,7 @@ class Connection:
         """
         if self._state is State.CLOSED:
             return
-        self._write_frame(ConnError(_code(code), message, data))
+        self._write_frame(ConnError(_code(code), _bounded_message(message), self._bounded_data(data)))
         self._close()
 
     def send_ping(self, token: int = 0) -> None:
@@ -331,7 +334,7 @@ class Connection:
         self._require_open()
         if not self._go_away_sent:
             self._go_away_sent = True
-            self._write_frame(GoAway(message))
+            self._write_frame(GoAway(_bounded_message(message)))
 
     # ------------------------------------------------------------------ opening streams
 
@@ -473,7 +476,7 @@ class Connection:
         step = self._send_step(stream_id, StreamEvent.ERROR)
         if step is None:
             return
-        self._write_frame(Error(stream_id, _code(code), message, data))
+        self._write_frame(Error(stream_id, _code(code), _bounded_message(message), self._bounded_data(data)))
         self._enter(stream_id, *step)
 
     # ------------------------------------------------------------------ internals: sending
@@ -484,6 +487,18 @@ class Connection:
         except Exception as exc:
             raise _not_encodable(exc) from exc
         self._append(body)
+
+    def _bounded_data(self, data: Any) -> Any:
+        """``data`` if it encodes to at most MAX_ERROR_DATA bytes, else a marker saying how big it was."""
+        if data is None or type(data) in (bool, int, float):
+            return data
+        try:
+            size = len(self._pack(data))
+        except Exception as exc:
+            raise _not_encodable(exc) from exc
+        if size <= MAX_ERROR_DATA:
+            return data
+        return f"{TRUNCATED} {size} bytes of data, over the limit of {MAX_ERROR_DATA}"
 
     def _append(self, frame: bytes) -> None:
         if len(self._out) + len(frame) > self._cut_at:
@@ -798,6 +813,24 @@ class Connection:
 
 def _violation(message: str) -> RemoteProtocolError:
     return RemoteProtocolError(ErrorCode.PROTOCOL_ERROR, message)
+
+
+def _bounded_message(message: str) -> str:
+    """``message`` cut to at most MAX_ERROR_MESSAGE bytes of UTF-8, ending with the marker if cut.
+
+    One stream's huge error text (a validation error listing 100,000 bad keys) must never
+    make a frame the peer refuses, which would end the connection and every other stream on it.
+    """
+    if type(message) is not str:
+        message = str(message)
+    if len(message) <= MAX_ERROR_MESSAGE // 4:  # at most 4 bytes per character: fits for sure
+        return message
+    encoded = message.encode("utf-8", "surrogatepass")
+    if len(encoded) <= MAX_ERROR_MESSAGE:
+        return message
+    marker = f" {TRUNCATED} {len(encoded)} bytes in all"
+    head = encoded[: MAX_ERROR_MESSAGE - len(marker.encode())].decode("utf-8", "ignore")
+    return head + marker
 
 
 def _forbidden(stream_id: int, sender: Side, state: StreamState, event: StreamEvent) -> str:

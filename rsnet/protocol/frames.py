@@ -51,6 +51,18 @@ DEFAULT_HANDSHAKE_TIMEOUT = 10_000
 MAX_SETTING = 2**31 - 1
 """Upper bound of max_streams and keepalive_interval."""
 
+MAX_ERROR_MESSAGE = 4096
+"""Most bytes (UTF-8) of the ``message`` of an ERROR, CONN_ERROR or GO_AWAY this side sends;
+longer ones are cut and end with :data:`TRUNCATED` (SPEC 11.3)."""
+
+MAX_ERROR_DATA = 8192
+"""Most bytes (msgpack) of the ``data`` of an ERROR or CONN_ERROR this side sends; larger data
+is replaced by a string that starts with :data:`TRUNCATED` (SPEC 11.3). Message and data
+together stay far below MIN_MAX_FRAME_SIZE, so an error frame always fits."""
+
+TRUNCATED = "[truncated]"
+"""The marker that ends a cut message, and starts the string that replaces oversized data."""
+
 MAX_VERSIONS = 16
 """Most versions a HELLO may offer."""
 
