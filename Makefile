@@ -1,7 +1,8 @@
 # Two commands do everything on a fresh machine with python3 and make:
 #   make demo   - install into .venv and run the live demo
-#   make test   - install into .venv (with the test and benchmark extras) and run the whole
-#                 test suite, which includes one quick run of the benchmark suite
+#   make test   - install into .venv (with the test and benchmark extras), lint (ruff), check the
+#                 format (ruff format) and the types (mypy), then run the whole test suite, which
+#                 includes one quick run of the benchmark suite
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -12,6 +13,9 @@ demo: $(VENV)/.installed
 	$(BIN)/rsnet demo
 
 test: $(VENV)/.installed
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 $(VENV)/.installed: pyproject.toml

@@ -44,9 +44,18 @@ from ..protocol import (
 from ..streams import Publisher, Subscriber
 from ..transport import TcpTransport, Transport, accept_websocket
 from ..transport.tcp import describe_peer
+from .failures import failure_log
 from .session import Host, Session, StreamContext, complete_handshake
 
 log = logging.getLogger("rsnet.net.server")
+
+MAX_REPORTED_PARAM_ERRORS = 10
+"""Invalid params are reported field by field, up to this many fields (then "and N more"):
+a peer's params map of any size gets an answer of bounded size (resource budget,
+server/README.md)."""
+
+MAX_REPORTED_TEXT = 200
+"""Characters of a field's name or message repeated back in such a report, at most."""
 
 PublisherFactory = Callable[[Any, StreamContext], Publisher[Any]]
 SinkFactory = Callable[[Any, StreamContext], Subscriber[Any]]
@@ -145,15 +154,13 @@ class Server:
             try:
                 params = entry.params.model_validate(params if params is not None else {})
             except pydantic.ValidationError as invalid:
-                errors = [{"field": ".".join(map(str, e["loc"])), "error": e["msg"]} for e in invalid.errors()]
-                summary = "; ".join(f"{e['field'] or 'params'}: {e['error']}" for e in errors)
-                raise StreamError(ErrorCode.REJECTED, f"invalid params for {name!r}: {summary}", errors) from None
+                raise _invalid_params(name, invalid) from None
         try:
             return entry.factory(params, context)
         except StreamError:
             raise
         except Exception as failure:
-            log.exception("%s %r failed to open for %s", kind, name, context.peer)
+            failure_log.exception("%s %r failed to open for %s", kind, name, context.peer)
             raise StreamError(ErrorCode.APPLICATION_ERROR, f"{type(failure).__name__}: {failure}") from failure
 
     # -- serving ----------------------------------------------------------------------------------
@@ -247,7 +254,7 @@ class Server:
         except (ConnectionLost, trio.BrokenResourceError, trio.ClosedResourceError, ssl.SSLError, OSError) as error:
             log.info("connection ended: %s", error)
         except Exception:
-            log.exception("connection failed")
+            failure_log.exception("connection failed")
         finally:
             await trio.aclose_forcefully(stream)
 
@@ -303,6 +310,23 @@ class Server:
             session.close(ErrorCode.GOING_AWAY, "the drain deadline expired")
         for session in list(self.sessions):
             await session.wait_closed()
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= MAX_REPORTED_TEXT else text[:MAX_REPORTED_TEXT] + "...(truncated)"
+
+
+def _invalid_params(name: str, invalid: pydantic.ValidationError) -> StreamError:
+    """REJECTED, naming the first invalid fields: bounded whatever the params were."""
+    problems = invalid.errors(include_url=False, include_input=False)
+    errors = [
+        {"field": _clip(".".join(map(str, e["loc"]))), "error": _clip(e["msg"])}
+        for e in problems[:MAX_REPORTED_PARAM_ERRORS]
+    ]
+    summary = "; ".join(f"{e['field'] or 'params'}: {e['error']}" for e in errors)
+    if len(problems) > len(errors):
+        summary += f"; and {len(problems) - len(errors)} more"
+    return StreamError(ErrorCode.REJECTED, f"invalid params for {_clip(repr(name))}: {summary}", errors)
 
 
 def _token_matches(offered: Any, expected: str) -> bool:

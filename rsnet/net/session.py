@@ -27,7 +27,6 @@ of them end with the connection.
 from __future__ import annotations
 
 import dataclasses
-import logging
 from collections.abc import Callable
 from itertools import repeat
 from operator import is_
@@ -57,8 +56,7 @@ from ..streams import Publisher, Subscriber, Subscription
 from ..streams.rules import MAX_DEMAND, add_demand, check_signal_argument, check_subscriber, invalid_request
 from ..streams.subscriptions import deliver_safely, subscribe_failed
 from ..transport import Transport, TransportClosed
-
-log = logging.getLogger("rsnet.net.session")
+from .failures import failure_log
 
 DEFAULT_SEND_WINDOW = 1024
 """Items a hosted publisher may have requested and not yet delivered, per stream."""
@@ -805,7 +803,7 @@ class Session:
             self.conn.send_error(event.stream_id, rejection.code, rejection.message, rejection.data)
             return
         except Exception as failure:
-            log.exception("opening publisher %r for %s failed", event.name, self.peer)
+            failure_log.exception("opening publisher %r for %s failed", event.name, self.peer)
             self.conn.send_error(event.stream_id, ErrorCode.INTERNAL, f"{type(failure).__name__}: {failure}")
             return
         outbound = _Outbound(self, event.stream_id, event.initial_demand, accept=True)
@@ -819,7 +817,7 @@ class Session:
             self.conn.send_error(event.stream_id, rejection.code, rejection.message, rejection.data)
             return
         except Exception as failure:
-            log.exception("opening sink %r for %s failed", event.name, self.peer)
+            failure_log.exception("opening sink %r for %s failed", event.name, self.peer)
             self.conn.send_error(event.stream_id, ErrorCode.INTERNAL, f"{type(failure).__name__}: {failure}")
             return
         self._open_inbound(sink, event.name, event.params, offer_id=event.stream_id)

@@ -179,7 +179,7 @@ class RemoteFailedPublisherVerification(RemotePublisherVerification):
     ``createFailedPublisher`` tests require of a remote publisher (issue 10, finding 8)."""
 
     def create_failed_publisher(self):
-        return self.conn.publisher("fail", n=0)
+        return self.conn.publisher("fail", {"n": 0})
 
 
 class TestRemoteFailedPublisherOverTcp(RemoteFailedPublisherVerification):
