@@ -337,6 +337,16 @@ class _Inbound(Subscription):
         self.subscriber = None  # rule 3.13
         self._session._end_inbound(self, send_cancel=True)
 
+    def fail(self, error: StreamError) -> None:
+        """End the stream from the subscriber side with a coded ERROR instead of a CANCEL
+        (SPEC: from the subscriber side an ERROR cancels and says why): how a host's sink
+        refuses what the peer's publisher sends. Nothing more is delivered, as after cancel."""
+        if self.cancelled:
+            return
+        self.cancelled = True
+        self.subscriber = None  # rule 3.13
+        self._session._end_inbound(self, send_cancel=True, error=error)
+
     def _fail_bad_request(self) -> None:
         error, self._bad_request = self._bad_request, None
         subscriber = self.subscriber
@@ -637,9 +647,12 @@ class Session:
         self._demand_dirty.append(inbound)
         self._wake_writer()
 
-    def _end_inbound(self, inbound: _Inbound, *, send_cancel: bool) -> None:
+    def _end_inbound(self, inbound: _Inbound, *, send_cancel: bool, error: StreamError | None = None) -> None:
         if self._inbound.pop(inbound.stream_id, None) is not None and send_cancel:
-            self.conn.send_cancel(inbound.stream_id)
+            if error is None:
+                self.conn.send_cancel(inbound.stream_id)
+            else:
+                self.conn.send_error(inbound.stream_id, error.code, error.message, error.data)
             self._wake_writer()
 
     def _end_outbound(self, outbound: _Outbound) -> None:
