@@ -41,11 +41,11 @@ def parse(options: Mapping[str, str], *, need_topic: bool = True) -> Options:
         "minpartitions",
         "failondataloss",
         "cursor",
-        "path",  # Spark adds it for load(path) / save(path); unused
     }
-    unknown = sorted(set(opts) - known)
-    if unknown:
-        raise ValueError(f"rsnet: unknown option(s) {', '.join(unknown)}; known: {', '.join(sorted(known - {'path'}))}")
+    spark_own = {"path", "checkpointlocation"}  # Spark passes them along; unused here
+    unknown = sorted(set(opts) - known - spark_own)
+    if unknown:  # a typo, or a Kafka option that means something else here (maxOffsetsPerTrigger)
+        raise ValueError(f"rsnet: unknown option(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
     url = opts.get("url")
     if not url:
         raise ValueError("rsnet: option url is required, e.g. .option('url', 'tcp://127.0.0.1:7600')")

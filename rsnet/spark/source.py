@@ -270,6 +270,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.opts, self.schema = opts, schema
         self._client: Any = None
         self._target: dict[str, tuple[int, int]] | None = None  # availableNow's fixed end
+        self._committed: dict[str, int] = {}  # the cursor's offsets as last committed
 
     def _ends(self) -> dict[str, tuple[int, int]]:
         if self._target is not None:
@@ -298,6 +299,11 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadMaxRows(self.opts.max_records_per_batch)
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        # Spark plans the next micro-batch only once the one ending at ``start`` is done (and
+        # a restart re-runs an unfinished batch before planning): ``start`` is processed.
+        # Committing it here too keeps the cursor current after the last batch of an
+        # availableNow run, which is never followed by a commit() call.
+        self.commit(start)
         ends = self._ends()
         begin = start["topics"]
         # A topic seen for the first time (a pattern matched a new one) enters at its earliest
@@ -324,14 +330,16 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return read_ranges(self.opts, RecordBatches(self.schema), partition)
 
     def commit(self, end: dict[str, Any]) -> None:
-        """Advance the query's cursor on every topic, so ``rsnet topics``-style tools can show
-        how far the query has processed (Spark's checkpoint, not the cursor, is what a
-        restart resumes from)."""
+        """Advance the query's cursor on every topic to ``end`` (records before it are
+        processed), so an operator can see how far the query has come. Spark's checkpoint,
+        not the cursor, is what a restart resumes from."""
         cursor = self.opts.cursor or f"spark-{end['query']}"
         self._ends()  # (re)connects if needed
         try:
             for topic, offset in end["topics"].items():
-                blocking.commit(self._client, topic, cursor, offset)
+                if self._committed.get(topic) != offset:
+                    blocking.commit(self._client, topic, cursor, offset)
+                    self._committed[topic] = offset
         except StreamError as error:
             raise _explained(self.opts, error) from None
 
