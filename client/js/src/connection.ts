@@ -58,6 +58,8 @@ export interface ConnectionOptions {
   keepalive_interval?: number;
   auth_token?: string | Uint8Array;
   metadata?: Record<string, unknown>;
+  /** Client: the versions its HELLO offers (default [1]; others only to test refusals). */
+  versions?: Int[];
 }
 
 class Stream {
@@ -110,6 +112,7 @@ export class Connection {
   keepaliveInterval: number;
   private peerMaxFrameSize = MIN_MAX_FRAME_SIZE;
   private peerMaxStreams = DEFAULT_MAX_STREAMS;
+  private readonly offered: Int[];
 
   constructor(role: Role, options: ConnectionOptions = {}) {
     const maxFrameSize = options.max_frame_size ?? DEFAULT_MAX_FRAME_SIZE;
@@ -133,8 +136,9 @@ export class Connection {
     this.parity = role === "client" ? 1 : 0;
     this.nextId = role === "client" ? 1 : 2;
     this.peerNextId = role === "client" ? 2 : 1;
+    this.offered = options.versions ?? [PROTOCOL_VERSION];
     if (role === "client") {
-      this.write({ type: "HELLO", magic: MAGIC, versions: [PROTOCOL_VERSION], settings: this.settings });
+      this.write({ type: "HELLO", magic: MAGIC, versions: this.offered, settings: this.settings });
     }
   }
 
@@ -607,7 +611,7 @@ export class Connection {
   }
 
   private onWelcome(welcome: Extract<Frame, { type: "WELCOME" }>): void {
-    if (welcome.version !== PROTOCOL_VERSION) throw violation(`WELCOME chose version ${welcome.version}, which was not offered`);
+    if (welcome.version !== PROTOCOL_VERSION || !this.offered.includes(welcome.version)) throw violation(`WELCOME chose version ${welcome.version}, which was not offered`);
     this.handshake(welcome.version, welcome.settings, welcome.settings.keepalive_interval ?? DEFAULT_KEEPALIVE_INTERVAL);
     this._state = "OPEN";
     this.events.push({ event: "WELCOME", version: welcome.version, settings: welcome.settings });
