@@ -1,7 +1,8 @@
 # Two commands do everything on a fresh machine with python3 and make:
 #   make demo   - install into .venv and run the live demo
-#   make test   - install into .venv (with the test and benchmark extras) and run the whole
-#                 test suite, which includes one quick run of the benchmark suite
+#   make test   - install into .venv (with the test and benchmark extras) and client/js's npm
+#                 packages (npm ci), then run the whole test suite, which includes one quick run
+#                 of the benchmark suite and the JavaScript client's node tests
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -11,8 +12,13 @@ BIN := $(VENV)/bin
 demo: $(VENV)/.installed
 	$(BIN)/rsnet demo
 
-test: $(VENV)/.installed
+test: $(VENV)/.installed client/js/node_modules/.package-lock.json
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The JavaScript client's packages, exactly as locked (its tests run inside pytest).
+client/js/node_modules/.package-lock.json: client/js/package-lock.json
+	@if command -v npm >/dev/null; then cd client/js && npm ci --no-audit --no-fund; \
+	else echo "npm not found: the JavaScript client's tests will be skipped"; fi
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
