@@ -13,8 +13,8 @@ if (!existsSync(RSNET)) throw new Error(`rsnet not found at ${RSNET}: run "make 
  * Run `rsnet <args>` and resolve once it announced every listener: `{tcp, ws, stop()}`.
  * `stop(signal)` ends it and resolves when it exited.
  */
-export function startRsnet(args, { listeners = 2 } = {}) {
-  const proc = spawn(RSNET, args, { stdio: ["ignore", "ignore", "pipe"] });
+export function startRsnet(args, { listeners = 2, env = process.env } = {}) {
+  const proc = spawn(RSNET, args, { stdio: ["ignore", "ignore", "pipe"], env });
   let stderr = "";
   const urls = {};
   const exited = new Promise((resolve) => proc.once("exit", resolve));
