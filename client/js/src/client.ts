@@ -451,9 +451,17 @@ export class Client {
       this.flush();
     }
     let timer: ReturnType<typeof setTimeout> | undefined;
-    const expired = new Promise<void>((resolve) => (timer = setTimeout(resolve, timeout)));
-    await Promise.race([this.closed, expired]);
+    const expired = new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(true), timeout)));
+    const late = await Promise.race([this.closed.then(() => false), expired]);
     clearTimeout(timer);
+    if (late && this.conn.state !== "CLOSED") {
+      // SPEC 10.2: the drain deadline expired: CONN_ERROR GOING_AWAY, then close.
+      this.conn.sendConnError(ErrorCode.GOING_AWAY, "the client's close deadline expired");
+      this.lostWith(new ConnectionLost("the client closed the connection", ErrorCode.GOING_AWAY));
+      this.flush();
+    }
+    this.transport.end();
+    await Promise.race([this.closed, new Promise((resolve) => setTimeout(resolve, 1000))]);
     this.transport.destroy();
     await this.closed;
   }

@@ -6,7 +6,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
 
-import { ErrorCode, StreamError, commit, connect, follow, publish, topics } from "../dist/index.js";
+import { ErrorCode, Float64, StreamError, commit, connect, follow, publish, topics } from "../dist/index.js";
 import { freePort, startRsnet } from "./support.js";
 
 const dataDir = mkdtempSync(join(tmpdir(), "rsnet-js-broker-"));
@@ -65,6 +65,15 @@ test("republishing with the same producer and sequences stores nothing twice", a
   await conn.close();
 });
 
+test("an offer without a producer stores records as they come, without deduplication", async () => {
+  const conn = await connect(broker.tcp);
+  assert.equal(await conn.offer("js.plain", ["x", "y"]), 2);
+  assert.equal(await conn.offer("js.plain", ["x", "y"], null), 2);
+  const records = await take(conn.subscribe("js.plain", { from: "earliest" }), 4);
+  assert.deepEqual(records.map((r) => r.value), ["x", "y", "x", "y"]);
+  await conn.close();
+});
+
 test("an async source is pulled with the broker's demand", async () => {
   const conn = await connect(broker.ws);
   async function* source() {
@@ -84,6 +93,8 @@ test("commit stores a cursor; a subscription with it resumes there", async () =>
   const resumed = await take(conn.subscribe("js.cursor", { cursor: "group-a", from: "earliest" }), 2);
   assert.deepEqual(resumed.map((r) => r.value), [13, 14]);
   await assert.rejects(commit(conn, "js.cursor", "group-a", 99), (e) => e instanceof StreamError && e.code === ErrorCode.REJECTED);
+  // SPEC 3: a float is not an integer, even a whole one.
+  await assert.rejects(commit(conn, "js.cursor", "group-a", new Float64(1)), (e) => e instanceof StreamError && e.code === ErrorCode.REJECTED);
   await conn.close();
 });
 
