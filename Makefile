@@ -15,10 +15,15 @@ demo: $(VENV)/.installed
 test: $(VENV)/.installed client/js/node_modules/.package-lock.json
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-# The JavaScript client's packages, exactly as locked (its tests run inside pytest).
+# The JavaScript client's packages, exactly as locked (its tests run inside pytest), and
+# Chromium for its browser test (through apt, as root, where missing; else that test skips).
 client/js/node_modules/.package-lock.json: client/js/package-lock.json
 	@if command -v npm >/dev/null; then cd client/js && npm ci --no-audit --no-fund; \
 	else echo "npm not found: the JavaScript client's tests will be skipped"; fi
+	@if ! command -v chromium >/dev/null && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  apt-get install -y --no-install-recommends chromium >/dev/null \
+	  || (apt-get update >/dev/null && apt-get install -y --no-install-recommends chromium >/dev/null) \
+	  || echo "could not install chromium: the live view's browser test will be skipped"; fi
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import os
 import pathlib
+import re
 import shutil
 import subprocess
 import sys
+import warnings
 
 import pytest
 
@@ -38,3 +40,6 @@ def test_js_client_suite() -> None:
     report = result.stdout + result.stderr
     assert result.returncode == 0, f"the JavaScript client's tests failed:\n{report[-8000:]}"
     assert "# fail 0" in report and "# pass" in report, f"unexpected node test output:\n{report[-4000:]}"
+    skipped = re.findall(r"^ok \d+ - (.*) # SKIP (.*)$", report, re.MULTILINE)
+    for name, reason in skipped:  # e.g. the browser test without Chromium: say so, loudly
+        warnings.warn(f"JavaScript test skipped: {name}: {reason}", stacklevel=1)
