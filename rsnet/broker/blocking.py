@@ -25,8 +25,8 @@ from ..errors import StreamError
 from ..protocol import ErrorCode
 from ..sync import BlockingClient
 from ..sync import connect as _connect
-from .names import is_wildcard, topic_matches, validate_pattern
 from .codes import BrokerCode
+from .names import is_wildcard, topic_matches, validate_pattern
 
 READ_WINDOW = 8192
 """Records :func:`read_range` keeps requested and not yet taken, at most (its memory bound)."""
