@@ -305,7 +305,14 @@ class Connection:
     # ------------------------------------------------------------------ connection frames
 
     def send_welcome(self, metadata: dict[str, Any] | None = None) -> None:
-        """Server: accept the client's HELLO; the connection is open."""
+        """Server: accept the client's HELLO; the connection is open.
+
+        A no-op if the connection has closed meanwhile: bytes that arrived with the HELLO broke
+        the protocol (SPEC 6.1), so the CONN_ERROR answering them is already written and must
+        be the first and last frame this side sends.
+        """
+        if self._state is State.CLOSED:
+            return
         if self._state is not State.AWAIT_ACCEPT:
             raise LocalProtocolError(ErrorCode.PROTOCOL_ERROR, f"WELCOME in state {self._state.name}")
         settings = {key: self._settings[key] for key in ("max_frame_size", "max_streams", "keepalive_interval")}

@@ -4,6 +4,12 @@ websockets' own trio API costs a task switch and an await per message; driving i
 core directly lets one ``send_all`` carry many messages, as the protocol's batching wants
 (field notes: ~640k frames/s sans-I/O against ~190k/s through the high-level API).
 Only binary messages carry protocol bytes (SPEC.md section 2.2); the subprotocol is ``rsnet``.
+
+Violations of the WebSocket rules are connection-level protocol violations, and the transport
+answers them itself, as SPEC 10.3 asks: a CONN_ERROR frame in a binary message first, then the
+closing handshake. A text message gets ``PROTOCOL_ERROR`` and close code 1003 (unsupported
+data); a message over the size limit, which websockets refuses with 1009 (message too big),
+gets ``FRAME_TOO_LARGE``; broken WebSocket framing (1002, 1007) gets ``PROTOCOL_ERROR``.
 """
 
 from __future__ import annotations
@@ -16,11 +22,12 @@ from websockets.client import ClientProtocol
 from websockets.exceptions import InvalidURI
 from websockets.frames import Frame, Opcode
 from websockets.http11 import Request, Response
-from websockets.protocol import State
+from websockets.protocol import Side, State
 from websockets.server import ServerProtocol
 from websockets.typing import Subprotocol
 from websockets.uri import parse_uri
 
+from ..protocol import ConnError, ErrorCode, encode_frame
 from .base import Transport, TransportClosed
 from .tcp import RECEIVE_SIZE, describe_peer, open_stream
 
@@ -45,6 +52,9 @@ class WebSocketTransport(Transport):
         self._messages: list[bytes] = []
         self._fragments: list[bytes | bytearray | memoryview] = []
         self._eof = False
+        self._closing = False  # this side started the closing handshake (send_eof, aclose)
+        self._violation: WebSocketProtocolError | None = None
+        self._control: list[bytes] = []  # written before what websockets queued (a CONN_ERROR)
         # Control frames (pong, close) are written by the receiving task, data by the sender.
         self._send_lock = trio.Lock()
 
@@ -67,15 +77,23 @@ class WebSocketTransport(Transport):
                 self._eof = True
             self._take_events()
             await self._flush_control()
+            if self._violation is not None:
+                raise self._violation
         return self._messages.pop(0)
 
     def _take_events(self) -> None:
-        for event in self._protocol.events_received():
+        protocol = self._protocol
+        for event in protocol.events_received():
             if not isinstance(event, Frame):
                 continue
             if event.opcode is Opcode.TEXT:
-                self._protocol.fail(1003, "rsnet uses binary messages only")
-                raise WebSocketProtocolError(f"{self._peer} sent a text message")
+                # SPEC 2.2: the CONN_ERROR goes out while the WebSocket is still open for data.
+                reason = "a text message: rsnet uses binary messages only (SPEC 2.2)"
+                protocol.send_binary(encode_frame(ConnError(ErrorCode.PROTOCOL_ERROR, reason, None)))
+                protocol.fail(1003, "rsnet uses binary messages only")
+                self._violation = WebSocketProtocolError(f"{self._peer} sent a text message")
+                self._eof = True
+                return
             if event.opcode in (Opcode.BINARY, Opcode.CONT):
                 self._fragments.append(event.data)
                 if event.fin:
@@ -84,11 +102,24 @@ class WebSocketTransport(Transport):
                     self._messages.append(message)
             elif event.opcode is Opcode.CLOSE:
                 self._eof = True  # websockets has queued the closing handshake's reply
-        if self._protocol.state is State.CLOSED:
+        failed = protocol.close_sent
+        if failed is not None and protocol.close_rcvd is None and not self._closing and not self._eof:
+            # websockets failed the connection itself (it discards all further input): put a
+            # CONN_ERROR ahead of the close frame it queued, and end the stream of messages.
+            too_big = failed.code == 1009
+            code = ErrorCode.FRAME_TOO_LARGE if too_big else ErrorCode.PROTOCOL_ERROR
+            reason = f"WebSocket: {failed.reason or 'protocol violation'} (close code {failed.code})"
+            frame = Frame(Opcode.BINARY, encode_frame(ConnError(code, reason, None)))
+            self._control.append(frame.serialize(mask=protocol.side is Side.CLIENT))
+            self._eof = True
+        if protocol.state is State.CLOSED:
             self._eof = True
 
     async def _flush_control(self) -> None:
         pending = self._protocol.data_to_send()
+        if self._control:
+            pending = [*self._control, *pending]
+            self._control = []
         if pending:
             await self._write(pending)
 
@@ -118,6 +149,7 @@ class WebSocketTransport(Transport):
 
     async def send_eof(self) -> None:
         if self._protocol.state is State.OPEN:
+            self._closing = True
             self._protocol.send_close(1000)
             try:
                 await self._flush_control()
@@ -126,6 +158,7 @@ class WebSocketTransport(Transport):
 
     async def aclose(self) -> None:
         if self._protocol.state is State.OPEN:
+            self._closing = True
             self._protocol.send_close(1000)
             with trio.move_on_after(1) as scope:
                 scope.shield = True
