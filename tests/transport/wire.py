@@ -57,9 +57,9 @@ class Received:
     text: list[str] = field(default_factory=list)
 
 
-async def tcp_exchange(port: int, *writes: Any) -> Received:
-    """Send each write in one ``send_all`` (``WAIT``: first wait for a frame), then read
-    until the server closes."""
+async def tcp_exchange(port: int, *writes: Any, half_close: bool = False) -> Received:
+    """Send each write in one ``send_all`` (``WAIT``: first wait for a frame), half-close if
+    asked (the server then sees the end of the stream), and read until the server closes."""
     received = Received()
     decoder = FrameDecoder()
     with trio.fail_after(READ_TIMEOUT):
@@ -74,6 +74,8 @@ async def tcp_exchange(port: int, *writes: Any) -> Received:
                 else:
                     await stream.send_all(data)
             try:
+                if half_close:
+                    await stream.send_eof()
                 while data := await stream.receive_some(65536):
                     received.frames += [parse_frame(f) for f in decoder.frames(data)]
                 received.clean_eof = True
@@ -82,11 +84,12 @@ async def tcp_exchange(port: int, *writes: Any) -> Received:
     return received
 
 
-async def ws_exchange(port: int, *messages: Any) -> Received:
+async def ws_exchange(port: int, *messages: Any, close: bool = False) -> Received:
     """Open a WebSocket (subprotocol rsnet) with websockets' sans-I/O client over a trio
     socket, send each message (bytes: binary, str: text; ``WAIT``: first wait for a frame),
     then read until the server closes, answering its close frame as a well-behaved client
-    does. A server that resets the connection instead leaves ``close_code`` None."""
+    does (with ``close``, it starts the closing handshake itself after its messages). A
+    server that resets the connection instead leaves ``close_code`` None."""
     received = Received()
     decoder = FrameDecoder()
     protocol = ClientProtocol(parse_uri(f"ws://127.0.0.1:{port}/"), subprotocols=["rsnet"])  # type: ignore[list-item]  # Subprotocol is a NewType of str
@@ -113,6 +116,8 @@ async def ws_exchange(port: int, *messages: Any) -> Received:
                     protocol.send_text(message.encode())
                 else:
                     protocol.send_binary(message)
+            if close and protocol.state.name == "OPEN":
+                protocol.send_close(1000)
             try:
                 await stream.send_all(b"".join(protocol.data_to_send()))
             except trio.BrokenResourceError:
