@@ -39,9 +39,9 @@ from ..protocol import ErrorCode
 from ..streams import Publisher, Subscriber, Subscription, from_iterable, just
 from ..streams.rules import MAX_DEMAND, add_demand, check_subscriber, invalid_request
 from ..streams.subscriptions import deliver_safely
-from .auth import is_wildcard, topic_matches, validate_pattern, validate_topic
-from .storage import CorruptData, CursorStore, FsyncPolicy, MemoryLog, Retention, SegmentLog
-from .topic import SlowPolicy, Topic, TopicReader, TopicSink, now_ms, resolve_start
+from .names import is_wildcard, topic_matches, validate_pattern, validate_topic
+from .storage import CorruptData, CursorStore, FsyncPolicy, MemoryLog, Retention, SegmentLog, TopicLog
+from .topic import MAX_SEQUENCE, SlowPolicy, Topic, TopicReader, TopicSink, now_ms, resolve_start
 
 log = logging.getLogger("rsnet.broker")
 
@@ -51,6 +51,10 @@ DEFAULT_SINK_WINDOW = 1024
 
 @dataclasses.dataclass(frozen=True)
 class TopicSettings:
+    """How the broker runs one topic, in the storage engine's and the topic's own terms
+    (retention in milliseconds, a :class:`SlowPolicy`). The daemon builds it from the
+    configuration's :class:`rsnet.broker.config.TopicConfig`; embedders may build it directly."""
+
     durable: bool = False
     retention: Retention = dataclasses.field(default_factory=lambda: Retention(None, None, None))
     policy: SlowPolicy = SlowPolicy.BACKPRESSURE
@@ -91,6 +95,8 @@ class Broker:
         self._cursors: dict[str, CursorStore | dict[str, int]] = {}
         self._watchers: list[tuple[str, TopicReader]] = []  # wildcard readers, for new topics
         self._acks: dict[tuple[str, str], set[_AckSubscription]] = {}
+        self._writers: dict[Topic, trio.CancelScope] = {}
+        self._memory_logs: dict[str, MemoryLog] = {}
         self._nursery: trio.Nursery | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -108,8 +114,8 @@ class Broker:
                 task_status.started()
                 await trio.sleep_forever()
         finally:
-            for topic in self.topics.values():
-                topic.log.close()
+            for topic in list(self.topics.values()):
+                self._close_topic(topic)
 
     async def _sweep(self) -> None:
         """Retention, once per ``retention_sweep_s``."""
@@ -117,7 +123,10 @@ class Broker:
             await trio.sleep(self.retention_sweep_s)
             now = now_ms()
             for topic in list(self.topics.values()):
-                topic.log.enforce_retention(now)
+                try:
+                    topic.log.enforce_retention(now)
+                except Exception as failure:
+                    self._topic_failed(topic, failure)
 
     # -- topics -------------------------------------------------------------------------------
 
@@ -129,24 +138,73 @@ class Broker:
 
     def _open_topic(self, name: str) -> Topic:
         settings = self.settings_for(name)
-        if settings.durable and self.data_dir is not None:
-            topic_log, report = SegmentLog.open(self.data_dir / name, settings.retention, self.fsync)
-            self.recovery[name] = report
-            if report.damaged:
-                log.warning("topic %s: recovered with damage: %s", name, "; ".join(report.damaged))
-            self._cursors[name] = self._open_cursors(self.data_dir / name / "cursors")
-        else:
-            topic_log = MemoryLog(settings.retention)
-            self._cursors[name] = {}
+        topic_log = self._open_log(name, settings)
         topic = Topic(name, topic_log, policy=settings.policy, max_lag=settings.max_lag, on_stored=self._stored)
         self.topics[name] = topic
         interval = self.fsync_interval_ms / 1000 if settings.durable and self.fsync is FsyncPolicy.INTERVAL else None
         assert self._nursery is not None, "the broker is not running"
-        self._nursery.start_soon(topic.run_writer, interval)
+        scope = self._writers[topic] = trio.CancelScope()
+        self._nursery.start_soon(self._run_writer, topic, interval, scope)
         for pattern, reader in list(self._watchers):
             if topic_matches(pattern, name) and not reader.cancelled:
                 reader.add_topic(topic, topic_log.first_offset)
         return topic
+
+    def _open_log(self, name: str, settings: TopicSettings) -> TopicLog:
+        """The topic's log and cursors: opened (recovered) from ``data_dir``, or in memory.
+
+        A memory topic's log and cursors live as long as the broker, so that a topic closed
+        after a failure comes back with its records when it is opened again.
+        """
+        if settings.durable and self.data_dir is not None:
+            segment_log, report = SegmentLog.open(self.data_dir / name, settings.retention, self.fsync)
+            self.recovery[name] = report
+            if report.damaged:
+                log.warning("topic %s: recovered with damage: %s", name, "; ".join(report.damaged))
+            self._cursors[name] = self._open_cursors(self.data_dir / name / "cursors")
+            return segment_log
+        self._cursors.setdefault(name, {})
+        return self._memory_logs.setdefault(name, MemoryLog(settings.retention))
+
+    async def _run_writer(self, topic: Topic, sync_interval: float | None, scope: trio.CancelScope) -> None:
+        """The topic's writer, in the broker's nursery; if it fails, only its topic stops."""
+        with scope:
+            try:
+                await topic.run_writer(sync_interval)
+            except Exception as failure:
+                self._topic_failed(topic, failure)
+
+    def _topic_failed(self, topic: Topic, failure: Exception) -> None:
+        """Contain an unexpected exception to its topic: log it once, end the topic's producers
+        and readers with INTERNAL, close its log, and forget it: the next publish or subscribe
+        opens it again from what is stored (recovery checks it), as after a restart."""
+        log.error(
+            "topic %s failed; its producers and readers get INTERNAL, the next request reopens it",
+            topic.name,
+            exc_info=failure,
+        )
+        self._close_topic(topic)
+        topic.fail(
+            StreamError(
+                ErrorCode.INTERNAL,
+                f"topic {topic.name!r} failed ({type(failure).__name__}); it is reopened on the next request",
+                {"topic": topic.name},
+            )
+        )
+
+    def _close_topic(self, topic: Topic) -> None:
+        """Stop the topic's writer, close its log, and forget it (its data stays on disk)."""
+        if self.topics.get(topic.name) is topic:
+            del self.topics[topic.name]
+        scope = self._writers.pop(topic, None)
+        if scope is not None:
+            scope.cancel()
+        if topic.name in self._memory_logs:
+            return  # kept for the topic's next opening (see _open_log)
+        try:
+            topic.log.close()
+        except Exception:
+            log.exception("closing the log of topic %s failed", topic.name)
 
     # -- cursors ----------------------------------------------------------------------------
 
@@ -246,8 +304,8 @@ class Broker:
         producer, sequence = params.get("producer"), params.get("sequence", 0)
         if producer is not None and not isinstance(producer, str):
             raise StreamError(ErrorCode.REJECTED, "producer must be a string")
-        if not isinstance(sequence, int) or isinstance(sequence, bool) or sequence < 0:
-            raise StreamError(ErrorCode.REJECTED, "sequence must be an integer >= 0")
+        if not isinstance(sequence, int) or isinstance(sequence, bool) or not 0 <= sequence <= MAX_SEQUENCE:
+            raise StreamError(ErrorCode.REJECTED, f"sequence must be an integer from 0 to {MAX_SEQUENCE}")
         topic = self.topic(name, create=self.settings_for(name).auto_create)
         if topic is None:
             raise StreamError(ErrorCode.UNKNOWN_PUBLISHER, f"no topic named {name!r}")
@@ -285,7 +343,7 @@ def _params(params: Any) -> dict[str, Any]:
     return params
 
 
-def _validated(check: Callable[[str], None], name: str) -> None:
+def _validated(check: Callable[[str], str], name: str) -> None:
     try:
         check(name)
     except ValueError as invalid:

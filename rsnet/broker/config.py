@@ -1,7 +1,7 @@
 """The broker's configuration: ``rsnet broker --config rsnet.toml``, environment, command line.
 
     config = load_config("rsnet.toml", os.environ, {"data_dir": args.data_dir, "listen.tcp": args.tcp})
-    settings = topic_settings(config, "sensors.kitchen")
+    settings = topic_config(config, "sensors.kitchen")
 
 Sources, later ones winning: built-in defaults, the TOML file (stdlib ``tomllib``), environment
 variables, command-line overrides. The result is validated as a whole by pydantic; every problem
@@ -27,7 +27,7 @@ Schema (``server/rsnet.toml`` is a commented example of every key)::
     slow_subscriber = { policy = "backpressure", max_lag = 10000 }  # backpressure | drop | disconnect
 
     [[topics]]                      # first entry whose pattern matches the topic wins
-    pattern = "sensors.>"           # a topic pattern (see rsnet.broker.auth for * and >)
+    pattern = "sensors.>"           # a topic pattern (see rsnet.broker.names for * and >)
     storage = "memory"              # any key left out comes from [topic_defaults];
     retention = { max_records = 100000 }   # a table (retention, slow_subscriber) replaces the
                                     # default's table whole: here no byte or age limit
@@ -76,8 +76,9 @@ same with dotted keys (``{"listen.tcp": "0.0.0.0:7600"}``) and apply last; a ``N
 
 Relative paths (``data_dir``, TLS files) are relative to the broker's working directory.
 
-This module imports pydantic and, for the topic grammar, ``rsnet.broker.auth``; nothing that
-does I/O beyond reading the config file.
+This module imports pydantic, :mod:`rsnet.broker.names` (the topic grammar) and
+:mod:`rsnet.broker.auth` (the token hash format); nothing that does I/O beyond reading the
+config file.
 """
 
 from __future__ import annotations
@@ -105,19 +106,12 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from .auth import (
-    InvalidName,
-    is_token_hash,
-    is_wildcard,
-    pattern_covers,
-    topic_matches,
-    validate_pattern,
-    validate_topic,
-)
+from .auth import is_token_hash
+from .names import InvalidName, is_wildcard, pattern_covers, topic_matches, validate_pattern, validate_topic
 
 ENV_PREFIX = "RSNET_BROKER__"
 
-FsyncPolicy = Literal["always", "interval", "never"]
+FsyncPolicyName = Literal["always", "interval", "never"]
 StorageChoice = Literal["memory", "durable", "default"]
 SlowPolicyName = Literal["backpressure", "drop", "disconnect"]
 
@@ -225,7 +219,7 @@ class ListenConfig(_Model):
     tls: TLSConfig | None = None
 
 
-class Retention(_Model):
+class RetentionConfig(_Model):
     """Limits on what a topic keeps; the oldest records go first. None = no limit of that kind."""
 
     max_records: PositiveInt | None = None
@@ -238,21 +232,21 @@ class Retention(_Model):
         return None if self.max_age_s is None else max(1, round(self.max_age_s * 1000))
 
 
-class SlowSubscriber(_Model):
+class SlowSubscriberConfig(_Model):
     """What a topic does about a subscriber lagging more than ``max_lag`` records behind."""
 
     policy: SlowPolicyName = "backpressure"
     max_lag: PositiveInt = 10_000
 
 
-DEFAULT_RETENTION = Retention(max_bytes=1 << 30, max_age_s=7 * 24 * 3600.0)
+DEFAULT_RETENTION = RetentionConfig(max_bytes=1 << 30, max_age_s=7 * 24 * 3600.0)
 
 
 class TopicDefaults(_Model):
     storage: StorageChoice = "default"
     auto_create: bool = True
-    retention: Retention = DEFAULT_RETENTION
-    slow_subscriber: SlowSubscriber = SlowSubscriber()
+    retention: RetentionConfig = DEFAULT_RETENTION
+    slow_subscriber: SlowSubscriberConfig = SlowSubscriberConfig()
 
 
 class TopicRule(_Model):
@@ -261,8 +255,8 @@ class TopicRule(_Model):
     pattern: TopicPattern
     storage: StorageChoice | None = None
     auto_create: bool | None = None
-    retention: Retention | None = None
-    slow_subscriber: SlowSubscriber | None = None
+    retention: RetentionConfig | None = None
+    slow_subscriber: SlowSubscriberConfig | None = None
 
 
 class TokenConfig(_Model):
@@ -293,7 +287,7 @@ class BrokerConfig(_Model):
 
     listen: ListenConfig = ListenConfig()
     data_dir: Annotated[Path | None, BeforeValidator(_empty_is_none)] = None
-    fsync: FsyncPolicy = "always"
+    fsync: FsyncPolicyName = "always"
     fsync_interval_ms: PositiveInt = 100
     topic_defaults: TopicDefaults = TopicDefaults()
     topics: tuple[TopicRule, ...] = ()
@@ -366,22 +360,22 @@ def _cross_field_problems(config: BrokerConfig) -> list[str]:
 
 
 @dataclasses.dataclass(frozen=True)
-class TopicSettings:
+class TopicConfig:
     """The effective settings of one topic."""
 
     storage: Literal["memory", "durable"]
     auto_create: bool
-    retention: Retention
-    slow_subscriber: SlowSubscriber
+    retention: RetentionConfig
+    slow_subscriber: SlowSubscriberConfig
     rule: str | None
     """The pattern of the ``[[topics]]`` entry that matched, or None (``topic_defaults``)."""
 
 
-def topic_settings(config: BrokerConfig, topic: str) -> TopicSettings:
+def topic_config(config: BrokerConfig, topic: str) -> TopicConfig:
     """The settings of ``topic``: the first ``[[topics]]`` entry matching it, the keys it leaves
     out taken from ``topic_defaults``; storage ``default`` resolved by ``data_dir``.
 
-    Raises :class:`rsnet.broker.auth.InvalidName` if ``topic`` is not a topic name.
+    Raises :class:`rsnet.broker.names.InvalidName` if ``topic`` is not a topic name.
     """
     validate_topic(topic)
     defaults = config.topic_defaults
@@ -394,7 +388,7 @@ def topic_settings(config: BrokerConfig, topic: str) -> TopicSettings:
     storage = pick("storage")
     if storage == "default":
         storage = "durable" if config.data_dir is not None else "memory"
-    return TopicSettings(
+    return TopicConfig(
         storage=storage,
         auto_create=pick("auto_create"),
         retention=pick("retention"),

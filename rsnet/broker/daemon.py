@@ -10,6 +10,7 @@ accepting, GO_AWAY, drain for ``--grace`` seconds, close the logs.
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import json
 import logging
@@ -24,7 +25,7 @@ import trio
 from ..net.server import Server
 from .auth import Authorizer, Principal
 from .broker import Broker, TopicSettings
-from .config import BrokerConfig, ConfigError, declared_topics, load_config, topic_settings
+from .config import BrokerConfig, ConfigError, declared_topics, load_config, topic_config
 from .logging import configure_logging
 from .metrics import BrokerMetrics, serve_http
 from .storage import FsyncPolicy, Retention
@@ -37,16 +38,16 @@ def build_broker(config: BrokerConfig, authorizer: Authorizer) -> Broker:
     """A :class:`Broker` set up as ``config`` says."""
 
     def settings_for(name: str) -> TopicSettings:
-        settings = topic_settings(config, name)
-        retention = settings.retention
+        configured = topic_config(config, name)
+        retention = configured.retention
         return TopicSettings(
-            durable=settings.storage == "durable",
+            durable=configured.storage == "durable",
             retention=Retention(
                 max_records=retention.max_records, max_bytes=retention.max_bytes, max_age_ms=retention.max_age_ms
             ),
-            policy=SlowPolicy(settings.slow_subscriber.policy),
-            max_lag=settings.slow_subscriber.max_lag,
-            auto_create=settings.auto_create,
+            policy=SlowPolicy(configured.slow_subscriber.policy),
+            max_lag=configured.slow_subscriber.max_lag,
+            auto_create=configured.auto_create,
         )
 
     def authorize(principal: Principal | None, action: str, name: str) -> bool:
@@ -179,20 +180,13 @@ async def run_broker(args: argparse.Namespace) -> int:
                 broker.topic(name, create=True)
             log.info("configuration: %s", json.dumps(config.describe()))
             scheme = "tls" if tls else "tcp"
-            if config.listen.tcp is not None:
-                port = await nursery.start(
-                    lambda task_status: server.serve_tcp(
-                        config.listen.tcp.host, config.listen.tcp.port, ssl_context=tls, task_status=task_status
-                    )
-                )
-                _announce(f"serving {scheme}://{config.listen.tcp.host}:{port}")
-            if config.listen.ws is not None:
-                port = await nursery.start(
-                    lambda task_status: server.serve_websocket(
-                        config.listen.ws.host, config.listen.ws.port, ssl_context=tls, task_status=task_status
-                    )
-                )
-                _announce(f"serving {'wss' if tls else 'ws'}://{config.listen.ws.host}:{port}/")
+            tcp, ws = config.listen.tcp, config.listen.ws
+            if tcp is not None:
+                port = await nursery.start(functools.partial(server.serve_tcp, tcp.host, tcp.port, ssl_context=tls))
+                _announce(f"serving {scheme}://{tcp.host}:{port}")
+            if ws is not None:
+                port = await nursery.start(functools.partial(server.serve_websocket, ws.host, ws.port, ssl_context=tls))
+                _announce(f"serving {'wss' if tls else 'ws'}://{ws.host}:{port}/")
             if config.metrics is not None:
                 listeners = await nursery.start(
                     serve_http, metrics, config.metrics.listen.host, config.metrics.listen.port, health

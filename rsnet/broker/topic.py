@@ -20,22 +20,29 @@ which batches what producers sent into one ``append`` (one fsync) per turn of th
 from __future__ import annotations
 
 import enum
+import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import trio
 
 from ..errors import StreamError
-from ..protocol import ErrorCode
+from ..protocol import MAX_INT, ErrorCode
 from ..streams import Subscriber, Subscription
 from ..streams.rules import MAX_DEMAND, add_demand, check_signal_argument, invalid_request
 from ..streams.subscriptions import DrainLoop, deliver_safely
 from .codes import BrokerCode
 from .storage import TopicLog
 
+log = logging.getLogger("rsnet.broker")
+
 READ_BATCH = 256
 """Records read from the log per step of a subscription's drain loop."""
+
+MAX_SEQUENCE = MAX_INT - 1
+"""The highest producer sequence a record may carry: the sequence after it, where the producer
+resumes (``$acks``), must be a protocol integer too."""
 
 
 class SlowPolicy(enum.StrEnum):
@@ -154,6 +161,27 @@ class Topic:
             for sink in list(self.sinks):
                 sink.refill()
 
+    def fail(self, error: StreamError) -> None:
+        """The topic stops: every producer and reader gets ``error``, no one is left waiting.
+
+        Records a producer sent that are not acknowledged stay unacknowledged: the producer
+        resends them (idempotently, by sequence) once the topic is open again.
+        """
+        for sink in list(self.sinks):
+            sink.fail(error)
+        self.sinks.clear()
+        self._pending.clear()
+        for reader in list(self.readers):
+            reader.fail(error)
+
+
+@runtime_checkable
+class FailableSubscription(Protocol):
+    """A subscription that can end its stream with a coded error, not only cancel it (the
+    session's subscription to a remote producer: an ERROR frame instead of CANCEL)."""
+
+    def fail(self, error: StreamError) -> None: ...
+
 
 class TopicSink(Subscriber[Any]):
     """Subscribed to a producer's publisher; feeds a topic under the topic's capacity.
@@ -190,6 +218,17 @@ class TopicSink(Subscriber[Any]):
         check_signal_argument(item, "on_next")
         if self.done:
             return
+        sequence = self.next_sequence + len(self.buffer)
+        if self.producer is not None and sequence > MAX_SEQUENCE:
+            self.fail(
+                StreamError(
+                    ErrorCode.REJECTED,
+                    f"producer {self.producer!r} ran out of sequence numbers: a record's sequence must be at most "
+                    f"{MAX_SEQUENCE}; continue under a new producer id",
+                    {"topic": self.topic.name, "producer": self.producer, "sequence": sequence},
+                )
+            )
+            return
         if not self.buffer:
             self.topic.submit(self)
         self.buffer.append(item)
@@ -205,6 +244,18 @@ class TopicSink(Subscriber[Any]):
             self.done = True
             self.error = error
             self._leave_when_settled()
+
+    def fail(self, error: StreamError) -> None:
+        """Refuse the rest of the producer's records: its stream ends with ``error`` (a coded
+        ERROR for a remote producer, a cancel for a local one); what it sent before is stored."""
+        if self.done:
+            return
+        subscription = self.subscription
+        self._end(error)
+        if isinstance(subscription, FailableSubscription):
+            subscription.fail(error)
+        elif subscription is not None:
+            subscription.cancel()
 
     def _leave_when_settled(self) -> None:
         # A finished producer stays until its last records are stored and acknowledged.
@@ -309,13 +360,28 @@ class TopicReader(DrainLoop, Subscription):
 
     # -- the drain loop ---------------------------------------------------------------------
 
+    def fail(self, error: StreamError) -> None:
+        """End the subscription with ``error`` (delivered by the drain loop, rule 1.3)."""
+        if self._failure is None:
+            self._failure = error
+        self.drain()
+
     def _drain_step(self) -> bool:
         if self.cancelled:
             return True
         if self._failure is not None:
             self._terminate(self._failure)
             return True
-        if self._emit():
+        try:
+            emitted = self._emit()
+        except Exception as failure:
+            # Reading failed (a bug, a storage error): end this subscription, coded, and
+            # nothing else; whoever called drain (a session, a topic's writer) carries on.
+            log.exception("a subscription to %s failed", ", ".join(sorted(t.name for t in self.positions)))
+            self._failure = StreamError(ErrorCode.INTERNAL, f"reading failed ({type(failure).__name__})")
+            self._missed = True
+            return False
+        if emitted:
             self._missed = True  # a full batch went out: there may be more to read
         return False
 

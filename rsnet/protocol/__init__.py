@@ -13,7 +13,7 @@ This package must never import trio, asyncio, sockets, threads or clocks; a test
 
 from .codec import FrameDecoder, encode_frame
 from .connection import Connection, Role, State
-from .errors import ErrorCode, LocalProtocolError, ProtocolError, RemoteProtocolError
+from .errors import ErrorCode, LocalProtocolError, ProtocolError, RemoteProtocolError, RsnetError
 from .events import ConnectionClosed, Event, Items
 from .frames import (
     DEFAULT_HANDSHAKE_TIMEOUT,
@@ -83,6 +83,7 @@ __all__ = [
     "RemoteProtocolError",
     "Request",
     "Role",
+    "RsnetError",
     "State",
     "Subscribe",
     "Welcome",

@@ -11,15 +11,16 @@ import pydantic
 import pytest
 from pydantic import BaseModel
 
-from rsnet.broker.auth import InvalidName, hash_token
+from rsnet.broker.auth import hash_token
 from rsnet.broker.config import (
     Address,
     BrokerConfig,
     ConfigError,
     declared_topics,
     load_config,
-    topic_settings,
+    topic_config,
 )
+from rsnet.broker.names import InvalidName
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "server" / "rsnet.toml"
 HASH = hash_token("a-token-of-some-length-0123456789")
@@ -250,15 +251,15 @@ def test_tls_files_must_exist(tmp_path):
 
 def test_without_a_data_dir_topics_live_in_memory():
     config = load_config(None, {}, {})
-    assert topic_settings(config, "anything").storage == "memory"
+    assert topic_config(config, "anything").storage == "memory"
 
 
 def test_with_a_data_dir_topics_are_durable_by_default(tmp_path):
     config = load_config(
         write(tmp_path, 'data_dir = "/var/lib/rsnet"\n[[topics]]\npattern = "cache.>"\nstorage = "memory"\n'), {}, {}
     )
-    assert topic_settings(config, "anything").storage == "durable"
-    assert topic_settings(config, "cache.x").storage == "memory"
+    assert topic_config(config, "anything").storage == "durable"
+    assert topic_config(config, "cache.x").storage == "memory"
 
 
 def test_durable_topics_need_a_data_dir(tmp_path):
@@ -308,7 +309,7 @@ auto_create = true
 def test_the_first_matching_rule_wins_and_fills_in_from_the_defaults(tmp_path):
     config = load_config(write(tmp_path, RULES), {}, {})
 
-    kitchen = topic_settings(config, "sensors.kitchen")
+    kitchen = topic_config(config, "sensors.kitchen")
     assert kitchen.rule == "sensors.kitchen"
     assert (kitchen.storage, kitchen.auto_create) == ("durable", False)
     assert (kitchen.slow_subscriber.policy, kitchen.slow_subscriber.max_lag) == (
@@ -317,21 +318,21 @@ def test_the_first_matching_rule_wins_and_fills_in_from_the_defaults(tmp_path):
     )  # a table replaces whole
     assert kitchen.retention.max_records == 1000
 
-    hall = topic_settings(config, "sensors.hall")
+    hall = topic_config(config, "sensors.hall")
     assert (hall.rule, hall.storage, hall.auto_create) == ("sensors.*", "memory", False)
     assert (hall.retention.max_bytes, hall.retention.max_records, hall.retention.max_age_s) == (4096, None, None)
 
-    deep = topic_settings(config, "sensors.hall.temp")
+    deep = topic_config(config, "sensors.hall.temp")
     assert (deep.rule, deep.storage, deep.auto_create) == ("sensors.>", "durable", True)
 
-    other = topic_settings(config, "orders")
+    other = topic_config(config, "orders")
     assert other.rule is None
     assert other.slow_subscriber.policy == "disconnect"
     assert other.retention.max_age_s == 60
 
 
 def test_built_in_topic_defaults():
-    settings = topic_settings(load_config(None, {}, {}), "x")
+    settings = topic_config(load_config(None, {}, {}), "x")
     assert settings.auto_create is True
     assert (settings.retention.max_records, settings.retention.max_bytes, settings.retention.max_age_s) == (
         None,
@@ -341,11 +342,11 @@ def test_built_in_topic_defaults():
     assert (settings.slow_subscriber.policy, settings.slow_subscriber.max_lag) == ("backpressure", 10_000)
 
 
-def test_topic_settings_needs_a_topic_name(tmp_path):
+def test_topic_config_needs_a_topic_name(tmp_path):
     config = load_config(None, {}, {})
     for name in ["sensors.*", "a..b", ""]:
         with pytest.raises(InvalidName):
-            topic_settings(config, name)
+            topic_config(config, name)
 
 
 def test_a_rule_hidden_by_an_earlier_one_is_an_error(tmp_path):

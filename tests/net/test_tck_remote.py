@@ -33,7 +33,7 @@ class RemotePublisherVerification(PublisherVerification):
             yield
 
     def create_publisher(self, elements):
-        return self.conn.publisher("range", count=elements)
+        return self.conn.publisher("range", {"count": elements})
 
     def create_failed_publisher(self):
         return self.conn.publisher("no-such-publisher")  # rejected by the server: UNKNOWN_PUBLISHER
@@ -179,7 +179,7 @@ class RemoteFailedPublisherVerification(RemotePublisherVerification):
     ``createFailedPublisher`` tests require of a remote publisher (issue 10, finding 8)."""
 
     def create_failed_publisher(self):
-        return self.conn.publisher("fail", n=0)
+        return self.conn.publisher("fail", {"n": 0})
 
 
 class TestRemoteFailedPublisherOverTcp(RemoteFailedPublisherVerification):
