@@ -5,16 +5,20 @@ core directly lets one ``send_all`` carry many messages, as the protocol's batch
 (field notes: ~640k frames/s sans-I/O against ~190k/s through the high-level API).
 Only binary messages carry protocol bytes (SPEC.md section 2.2); the subprotocol is ``rsnet``.
 
-Violations of the WebSocket rules are connection-level protocol violations, and the transport
-answers them itself, as SPEC 10.3 asks: a CONN_ERROR frame in a binary message first, then the
-closing handshake. A text message gets ``PROTOCOL_ERROR`` and close code 1003 (unsupported
-data); a message over the size limit, which websockets refuses with 1009 (message too big),
-gets ``FRAME_TOO_LARGE``; broken WebSocket framing (1002, 1007) gets ``PROTOCOL_ERROR``.
+Violations of the WebSocket rules are connection-level protocol violations (SPEC 2.2), and the
+transport answers them itself, because websockets sends no data once it has failed a
+connection: a CONN_ERROR frame in a binary message first, then the closing handshake. A text
+message gets ``PROTOCOL_ERROR`` and close code 1003 (unsupported data); a message over the size
+limit, which websockets refuses with 1009 (message too big), gets ``FRAME_TOO_LARGE``; broken
+WebSocket framing (1002, 1007) gets ``PROTOCOL_ERROR``. This layer does not know the protocol's
+frames: the driver passes the CONN_ERROR encoder (``conn_error``); without one, the closing
+handshake goes out alone. Then ``receive`` raises :class:`WebSocketProtocolError`.
 """
 
 from __future__ import annotations
 
 import ssl
+from collections.abc import Callable
 from typing import TypeVar
 
 import trio
@@ -27,7 +31,7 @@ from websockets.server import ServerProtocol
 from websockets.typing import Subprotocol
 from websockets.uri import parse_uri
 
-from ..protocol import ConnError, ErrorCode, encode_frame
+from ..errors import ErrorCode
 from .base import Transport, TransportClosed
 from .tcp import RECEIVE_SIZE, describe_peer, open_stream
 
@@ -36,8 +40,20 @@ SUBPROTOCOL = Subprotocol("rsnet")
 _Event = TypeVar("_Event", Request, Response)
 
 
+ConnErrorEncoder = Callable[[int, str], bytes]
+"""``(code, message) -> bytes``: a CONN_ERROR frame, as the protocol layer encodes it."""
+
+
 class WebSocketProtocolError(TransportClosed):
-    """The peer broke the WebSocket rules the protocol relies on (e.g. sent a text message)."""
+    """The peer broke the WebSocket rules the protocol relies on (e.g. sent a text message).
+
+    ``conn_error_code`` is the protocol's code for it (``PROTOCOL_ERROR``, ``FRAME_TOO_LARGE``),
+    already answered with CONN_ERROR if the transport was given an encoder.
+    """
+
+    def __init__(self, message: str, conn_error_code: int) -> None:
+        super().__init__(message)
+        self.conn_error_code = conn_error_code
 
 
 class WebSocketTransport(Transport):
@@ -45,8 +61,16 @@ class WebSocketTransport(Transport):
 
     message_based = True
 
-    def __init__(self, stream: trio.abc.Stream, protocol: ServerProtocol | ClientProtocol, peer: str) -> None:
+    def __init__(
+        self,
+        stream: trio.abc.Stream,
+        protocol: ServerProtocol | ClientProtocol,
+        peer: str,
+        *,
+        conn_error: ConnErrorEncoder | None = None,
+    ) -> None:
         self._stream = stream
+        self._conn_error = conn_error
         self._protocol = protocol
         self._peer = peer
         self._messages: list[bytes] = []
@@ -54,7 +78,7 @@ class WebSocketTransport(Transport):
         self._eof = False
         self._closing = False  # this side started the closing handshake (send_eof, aclose)
         self._violation: WebSocketProtocolError | None = None
-        self._control: list[bytes] = []  # written before what websockets queued (a CONN_ERROR)
+        self._control: list[bytes] = []  # written before what websockets queued: a CONN_ERROR
         # Control frames (pong, close) are written by the receiving task, data by the sender.
         self._send_lock = trio.Lock()
 
@@ -89,9 +113,10 @@ class WebSocketTransport(Transport):
             if event.opcode is Opcode.TEXT:
                 # SPEC 2.2: the CONN_ERROR goes out while the WebSocket is still open for data.
                 reason = "a text message: rsnet uses binary messages only (SPEC 2.2)"
-                protocol.send_binary(encode_frame(ConnError(ErrorCode.PROTOCOL_ERROR, reason, None)))
+                if self._conn_error is not None:
+                    protocol.send_binary(self._conn_error(ErrorCode.PROTOCOL_ERROR, reason))
                 protocol.fail(1003, "rsnet uses binary messages only")
-                self._violation = WebSocketProtocolError(f"{self._peer} sent a text message")
+                self._violation = WebSocketProtocolError(f"{self._peer} sent {reason}", ErrorCode.PROTOCOL_ERROR)
                 self._eof = True
                 return
             if event.opcode in (Opcode.BINARY, Opcode.CONT):
@@ -106,11 +131,12 @@ class WebSocketTransport(Transport):
         if failed is not None and protocol.close_rcvd is None and not self._closing and not self._eof:
             # websockets failed the connection itself (it discards all further input): put a
             # CONN_ERROR ahead of the close frame it queued, and end the stream of messages.
-            too_big = failed.code == 1009
-            code = ErrorCode.FRAME_TOO_LARGE if too_big else ErrorCode.PROTOCOL_ERROR
+            code = ErrorCode.FRAME_TOO_LARGE if failed.code == 1009 else ErrorCode.PROTOCOL_ERROR
             reason = f"WebSocket: {failed.reason or 'protocol violation'} (close code {failed.code})"
-            frame = Frame(Opcode.BINARY, encode_frame(ConnError(code, reason, None)))
-            self._control.append(frame.serialize(mask=protocol.side is Side.CLIENT))
+            if self._conn_error is not None:
+                frame = Frame(Opcode.BINARY, self._conn_error(code, reason))
+                self._control.append(frame.serialize(mask=protocol.side is Side.CLIENT))
+            self._violation = WebSocketProtocolError(f"{self._peer}: {reason}", code)
             self._eof = True
         if protocol.state is State.CLOSED:
             self._eof = True
@@ -191,12 +217,17 @@ async def _handshake_events(
 
 
 async def accept_websocket(
-    stream: trio.abc.Stream, *, max_message_size: int, path: str | None = None
+    stream: trio.abc.Stream,
+    *,
+    max_message_size: int,
+    path: str | None = None,
+    conn_error: ConnErrorEncoder | None = None,
 ) -> WebSocketTransport | None:
     """Run the server side of the WebSocket handshake on ``stream``.
 
     Returns the open transport, or ``None`` after answering an HTTP error (a plain HTTP
-    request, a wrong ``path``): the caller then closes the stream.
+    request, a wrong ``path``): the caller then closes the stream. ``conn_error`` encodes the
+    CONN_ERROR the transport answers WebSocket violations with (see the module docs).
     """
     protocol = ServerProtocol(subprotocols=[SUBPROTOCOL], max_size=max_message_size)
     try:
@@ -213,13 +244,19 @@ async def accept_websocket(
         return None
     if protocol.state is not State.OPEN:
         return None
-    return WebSocketTransport(stream, protocol, describe_peer(stream))
+    return WebSocketTransport(stream, protocol, describe_peer(stream), conn_error=conn_error)
 
 
 async def connect_websocket(
-    url: str, *, max_message_size: int, ssl_context: ssl.SSLContext | None = None
+    url: str,
+    *,
+    max_message_size: int,
+    ssl_context: ssl.SSLContext | None = None,
+    conn_error: ConnErrorEncoder | None = None,
 ) -> WebSocketTransport:
-    """Connect to a ``ws://`` or ``wss://`` URL and complete the WebSocket handshake."""
+    """Connect to a ``ws://`` or ``wss://`` URL and complete the WebSocket handshake.
+
+    ``conn_error``: as for :func:`accept_websocket`."""
     try:
         uri = parse_uri(url)
     except InvalidURI as error:
@@ -240,4 +277,4 @@ async def connect_websocket(
     if protocol.state is not State.OPEN:
         await trio.aclose_forcefully(stream)
         raise TransportClosed(f"WebSocket handshake with {url} failed: {protocol.handshake_exc}")
-    return WebSocketTransport(stream, protocol, f"{uri.host}:{uri.port}")
+    return WebSocketTransport(stream, protocol, f"{uri.host}:{uri.port}", conn_error=conn_error)

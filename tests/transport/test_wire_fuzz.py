@@ -1,7 +1,8 @@
 """Over-the-wire fuzzing: thousands of mutated frames from protocol/vectors/ against a real server.
 
-Each case opens its own TCP connection, sends a HELLO and, after the WELCOME or in the same
-write, the mutated bytes, then half-closes and reads until the server closes. The sans-I/O
+Each case opens its own connection and sends the mutated bytes as its first bytes, in the same
+write as a valid HELLO, or after the WELCOME; then it half-closes and reads until the server
+closes. The sans-I/O
 ``Connection`` fed the same bytes is the oracle: where it detects a connection-level
 violation, the real server must deliver CONN_ERROR with that code as its last frame and then
 close with a FIN (not a reset); where it detects none, the server sends no CONN_ERROR. Meanwhile
@@ -118,12 +119,24 @@ def mutate(rng: random.Random, pool: list[bytes]) -> bytes:
     return bytes(data)
 
 
-def expected_conn_error(before_welcome: bool, data: bytes) -> int | None:
+MODES = ("first", "with_hello", "after_welcome")
+"""Where the mutated bytes go: as the connection's first bytes, in the same write as a valid
+HELLO, or after the server's WELCOME."""
+
+
+def sequence(mode: str, data: bytes) -> list[Any]:
+    """The writes (TCP) or messages (WebSocket) of one case."""
+    if mode == "first":
+        return [data] if data else []
+    return [hello() + data] if mode == "with_hello" else [hello(), WAIT, data]
+
+
+def expected_conn_error(mode: str, data: bytes) -> int | None:
     """The code of the CONN_ERROR the server must send for ``data``, or None for none."""
     oracle = Connection(Role.SERVER)
-    oracle.receive_data(hello() + data if before_welcome else hello())
+    oracle.receive_data({"first": data, "with_hello": hello() + data}.get(mode, hello()))
     events = oracle.events_received()
-    if not before_welcome:
+    if mode == "after_welcome":
         assert isinstance(events[0], Hello)
         oracle.send_welcome()
         oracle.receive_data(data)
@@ -138,21 +151,21 @@ async def well_behaved_client(url: str, done: trio.Event, rounds: list[float]) -
         while not done.is_set():
             started = trio.current_time()
             with trio.fail_after(5):  # a hang on this connection fails the test
-                items = [item async for item in conn.subscribe("range", count=100)]
+                items = [item async for item in conn.subscribe("range", {"count": 100})]
             assert items == list(range(100))
             rounds.append(trio.current_time() - started)
             await trio.sleep(0.01)
 
 
-def make_cases(count: int, seed: int) -> list[tuple[bool, bytes, int | None]]:
-    """(sent with the HELLO, the mutated bytes, the CONN_ERROR code the oracle expects)."""
+def make_cases(count: int, seed: int) -> list[tuple[str, bytes, int | None]]:
+    """(where the bytes go, the mutated bytes, the CONN_ERROR code the oracle expects)."""
     rng = random.Random(seed)
     pool = seeds()
     cases = []
     for _ in range(count):
-        before_welcome = rng.random() < 0.2
+        mode = rng.choices(MODES, weights=(1, 2, 7))[0]
         data = mutate(rng, pool)
-        cases.append((before_welcome, data, expected_conn_error(before_welcome, data)))
+        cases.append((mode, data, expected_conn_error(mode, data)))
     violations = sum(code is not None for _, _, code in cases)
     assert violations > count // 3, "the mutations should mostly be violations"
     assert count - violations > count // 20, "and some should be valid"
@@ -167,10 +180,9 @@ async def test_mutated_frames_over_tcp_never_kill_or_hang_the_server() -> None:
     done = trio.Event()
     limiter = trio.CapacityLimiter(PARALLEL)
 
-    async def run_case(before_welcome: bool, data: bytes, code: int | None, port: int) -> None:
+    async def run_case(mode: str, data: bytes, code: int | None, port: int) -> None:
         async with limiter:
-            writes = [hello() + data] if before_welcome else [hello(), WAIT, data]
-            received = await tcp_exchange(port, *writes, half_close=True)
+            received = await tcp_exchange(port, *sequence(mode, data), half_close=True)
         errors = [f for f in received.frames if isinstance(f, ConnError)]
         if code is None:
             ok = not errors
@@ -184,12 +196,12 @@ async def test_mutated_frames_over_tcp_never_kill_or_hang_the_server() -> None:
             nursery.start_soon(well_behaved_client, f"tcp://127.0.0.1:{ports['tcp']}", done, rounds)
             with trio.fail_after(60):
                 async with trio.open_nursery() as fuzzers:
-                    for before_welcome, data, code in cases:
-                        fuzzers.start_soon(run_case, before_welcome, data, code, ports["tcp"])
+                    for mode, data, code in cases:
+                        fuzzers.start_soon(run_case, mode, data, code, ports["tcp"])
             done.set()
         # The server survived: a fresh connection is served as usual.
         async with rsnet.connect(f"tcp://127.0.0.1:{ports['tcp']}") as conn:
-            assert [item async for item in conn.subscribe("range", count=3)] == [0, 1, 2]
+            assert [item async for item in conn.subscribe("range", {"count": 3})] == [0, 1, 2]
     assert not mismatches, f"{len(mismatches)} of {CASES} cases, e.g. {mismatches[:3]}"
     assert rounds, "the well-behaved client never completed a round"
 
@@ -205,10 +217,9 @@ async def test_mutated_frames_over_websocket_get_conn_error_and_a_closing_handsh
     mismatches: list[tuple[bytes, int | None, list[Any], int | None]] = []
     limiter = trio.CapacityLimiter(PARALLEL)
 
-    async def run_case(before_welcome: bool, data: bytes, code: int | None, port: int) -> None:
+    async def run_case(mode: str, data: bytes, code: int | None, port: int) -> None:
         async with limiter:
-            messages = [hello() + data] if before_welcome else [hello(), WAIT, data]
-            received = await ws_exchange(port, *messages, close=code is None)
+            received = await ws_exchange(port, *sequence(mode, data), close=code is None)
         errors = [f for f in received.frames if isinstance(f, ConnError)]
         if code is None:
             ok = not errors
@@ -220,8 +231,8 @@ async def test_mutated_frames_over_websocket_get_conn_error_and_a_closing_handsh
     async with serving() as ports:
         with trio.fail_after(60):
             async with trio.open_nursery() as fuzzers:
-                for before_welcome, data, code in cases:
-                    fuzzers.start_soon(run_case, before_welcome, data, code, ports["ws"])
+                for mode, data, code in cases:
+                    fuzzers.start_soon(run_case, mode, data, code, ports["ws"])
         async with rsnet.connect(f"ws://127.0.0.1:{ports['ws']}/") as conn:
-            assert [item async for item in conn.subscribe("range", count=3)] == [0, 1, 2]
+            assert [item async for item in conn.subscribe("range", {"count": 3})] == [0, 1, 2]
     assert not mismatches, f"{len(mismatches)} of {len(cases)} cases, e.g. {mismatches[:3]}"
