@@ -42,6 +42,7 @@ from ..protocol import (
     Complete,
     Connection,
     ConnectionClosed,
+    ConnError,
     Error,
     ErrorCode,
     GoAway,
@@ -51,6 +52,7 @@ from ..protocol import (
     Request,
     State,
     Subscribe,
+    encode_frame,
 )
 from ..streams import Publisher, Subscriber, Subscription
 from ..streams.rules import MAX_DEMAND, add_demand, check_signal_argument, check_subscriber, invalid_request
@@ -854,6 +856,11 @@ class Session:
             subscribed.terminate(error)
         for served in outbound.values():
             served.remote_cancel(error)
+
+
+def conn_error_frame(code: int, message: str) -> bytes:
+    """A CONN_ERROR frame, for the WebSocket transport to answer what it detects itself (SPEC 2.2)."""
+    return encode_frame(ConnError(code, message, None))
 
 
 async def complete_handshake(
