@@ -81,6 +81,11 @@ class Topic:
         self._wakeup = trio.Event()
         self._on_stored = on_stored  # (producer, last sequence) pairs that became durable
 
+    @property
+    def idle(self) -> bool:
+        """No producer, no subscriber, nothing waiting to be written: the log may be closed."""
+        return not self.readers and not self.sinks and not self._pending
+
     # -- producers ------------------------------------------------------------------------
 
     def capacity(self) -> int:
