@@ -83,6 +83,9 @@ class _ClosedTopic:
     next_offset: int
     size_bytes: int
     counters: tuple[int, int, int, int]  # records_in, records_out, dropped, disconnected
+    expires_ms: int | None
+    """When the oldest record passes the topic's ``max_age`` (None: no age limit, or empty):
+    the sweep opens the topic then to apply retention, as it would if the topic were open."""
 
 
 class Broker:
@@ -165,6 +168,26 @@ class Broker:
                 except Exception as failure:
                     self._topic_failed(topic, failure)
             self.close_idle_topics()
+            self.expire_closed_topics(now)
+
+    def expire_closed_topics(self, now: int, limit: int = 8) -> int:
+        """Apply age retention to closed topics whose oldest record expired (as of ``now``, ms
+        since the epoch): open, enforce, close again; at most ``limit`` per call, oldest first,
+        so that a sweep stays short whatever the number of topics. Returns how many it did."""
+        due = sorted(
+            (closed.expires_ms, name)
+            for name, closed in self._closed.items()
+            if closed.expires_ms is not None and closed.expires_ms <= now
+        )
+        for _, name in due[:limit]:
+            topic = self._open_topic(name)
+            try:
+                topic.log.enforce_retention(now)
+            except Exception as failure:
+                self._topic_failed(topic, failure)
+                continue
+            self._close_topic(topic, now)
+        return min(len(due), limit)
 
     def close_idle_topics(self, now: float | None = None) -> int:
         """Close the logs of durable topics that had no producer, subscriber or pending write
@@ -282,7 +305,7 @@ class Broker:
             )
         )
 
-    def _close_topic(self, topic: Topic) -> None:
+    def _close_topic(self, topic: Topic, now: int | None = None) -> None:
         """Stop the topic's writer and close its log; the topic stays known (its data stays
         on disk, or in memory) and the next request that needs it opens it again."""
         if self.topics.get(topic.name) is topic:
@@ -300,10 +323,22 @@ class Broker:
                 topic_log.next_offset,
                 topic_log.size_bytes,
                 (topic.records_in, topic.records_out, topic.dropped, topic.disconnected),
+                self._expiry(topic, now_ms() if now is None else now),
             )
             topic_log.close()
         except Exception:
             log.exception("closing the log of topic %s failed", topic.name)
+
+    def _expiry(self, topic: Topic, now: int) -> int | None:
+        max_age = self.settings_for(topic.name).retention.max_age_ms
+        if max_age is None or topic.log.first_offset == topic.log.next_offset:
+            return None
+        oldest = topic.log.read(topic.log.first_offset, 1)
+        if not oldest:
+            return None
+        # Not before the next minute: retention removes whole segments, so the oldest record
+        # left may already be expired, waiting for its segment's turn.
+        return max(oldest[0].timestamp_ms + max_age, now + 60_000)
 
     # -- cursors ----------------------------------------------------------------------------
 

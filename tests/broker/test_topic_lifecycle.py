@@ -17,6 +17,8 @@ import rsnet
 from rsnet.broker.broker import Broker, TopicSettings
 from rsnet.broker.client import publish
 from rsnet.broker.codes import BrokerCode
+from rsnet.broker.storage import Retention
+from rsnet.broker.topic import now_ms
 from rsnet.protocol import Cancel, ErrorCode, Subscribe
 
 from .support import RawClient, broker_running, take
@@ -154,3 +156,21 @@ async def test_the_sweep_closes_idle_durable_topics(tmp_path):
                 await trio.sleep(0.01)
         assert broker.topic_count == 1
         assert [r["value"] for r in await take(conn, "quiet", 1, **{"from": "earliest"})] == [1]
+
+
+async def test_age_retention_reaches_closed_topics(tmp_path):
+    settings = TopicSettings(durable=True, retention=Retention(max_age_ms=1000))
+    broker = Broker(data_dir=tmp_path, settings_for=lambda name: settings, idle_close_s=0, retention_sweep_s=3600)
+    async with broker_running(broker) as url, rsnet.connect(url) as conn:
+        assert await publish(conn, "old", [1, 2]) == 2
+        assert await publish(conn, "old2", [3]) == 1
+        assert broker.close_idle_topics() == 2
+        assert broker.expire_closed_topics(now_ms()) == 0  # nothing is due yet (checks are >= 1 min apart)
+        later = now_ms() + 3_600_000
+        assert broker.expire_closed_topics(later, limit=1) == 1  # one per call at most
+        assert broker.expire_closed_topics(later) == 1
+        assert broker.topics == {}  # closed again
+        entries = {entry["topic"]: entry async for entry in conn.subscribe("$topics")}
+        assert (entries["old"]["first_offset"], entries["old"]["next_offset"]) == (2, 2)
+        assert (entries["old2"]["first_offset"], entries["old2"]["next_offset"]) == (1, 1)
+        assert broker.expire_closed_topics(later) == 0  # an empty topic has nothing to expire
