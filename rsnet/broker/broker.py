@@ -28,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import pathlib
+import reprlib
 from collections.abc import Callable
 from typing import Any
 
@@ -48,6 +49,13 @@ log = logging.getLogger("rsnet.broker")
 
 DEFAULT_SINK_WINDOW = 1024
 """Records a producer may have sent that are not yet stored (per OFFER stream)."""
+
+MAX_ID_LENGTH = 255
+"""Longest producer id or cursor name, in characters (they are stored with records and cursors)."""
+
+DEFAULT_MAX_CURSORS = 1_000
+"""Named cursors a topic keeps at most; a commit to one more is refused with REJECTED. (Each
+commit rewrites the topic's cursor file, so this also bounds what one commit costs.)"""
 
 DEFAULT_MAX_TOPICS = 10_000
 """Topics the broker hosts at most (in memory and on disk); a publish that would create one
@@ -108,6 +116,7 @@ class Broker:
         retention_sweep_s: float = 1.0,
         max_topics: int = DEFAULT_MAX_TOPICS,
         idle_close_s: float = DEFAULT_IDLE_CLOSE_S,
+        max_cursors: int = DEFAULT_MAX_CURSORS,
     ) -> None:
         self.data_dir = pathlib.Path(data_dir) if data_dir is not None else None
         self.fsync = fsync
@@ -119,6 +128,7 @@ class Broker:
         self.retention_sweep_s = retention_sweep_s
         self.max_topics = max_topics
         self.idle_close_s = idle_close_s
+        self.max_cursors = max_cursors
         self.topics: dict[str, Topic] = {}  # the open ones; see also _closed
         self.recovery: dict[str, Any] = {}  # topic -> RecoveryReport of its log
         self.denied = 0  # requests refused for lack of a grant
@@ -361,6 +371,12 @@ class Broker:
                 ErrorCode.REJECTED, f"cannot commit offset {offset} of {topic.name!r} (next is {topic.log.next_offset})"
             )
         store = self._cursors[topic.name]
+        if store.get(cursor) is None and len(store if isinstance(store, dict) else store.all()) >= self.max_cursors:
+            raise StreamError(
+                ErrorCode.REJECTED,
+                f"topic {topic.name!r} keeps at most {self.max_cursors} cursors; commit to an existing one",
+                {"topic": topic.name, "max_cursors": self.max_cursors},
+            )
         if isinstance(store, dict):
             store[cursor] = offset
         else:
@@ -391,8 +407,10 @@ class Broker:
             )
         if name == "$commit":
             topic_name, cursor, offset = params.get("topic"), params.get("cursor"), params.get("offset")
-            if not isinstance(topic_name, str) or not isinstance(cursor, str) or not isinstance(offset, int):
+            if not isinstance(topic_name, str) or not isinstance(offset, int) or isinstance(offset, bool):
                 raise StreamError(ErrorCode.REJECTED, "$commit needs params topic (str), cursor (str) and offset (int)")
+            _validated(validate_topic, topic_name)
+            cursor = _identifier(cursor, "cursor")
             self._check(context, "subscribe", topic_name)
             topic = self.topic(topic_name, create=False)
             if topic is None:
@@ -403,12 +421,14 @@ class Broker:
             producer, topic = params.get("producer"), params.get("topic")
             if not isinstance(producer, str) or not isinstance(topic, str):
                 raise StreamError(ErrorCode.REJECTED, "$acks needs params producer (str) and topic (str)")
+            _validated(validate_topic, topic)
+            producer = _identifier(producer, "producer")
             self._check(context, "publish", topic)
             return _AckPublisher(self, producer, topic)
         start = params.get("from", "latest")
         cursor = params.get("cursor")
-        if cursor is not None and not isinstance(cursor, str):
-            raise StreamError(ErrorCode.REJECTED, "cursor must be a string")
+        if cursor is not None:
+            cursor = _identifier(cursor, "cursor")
         if is_wildcard(name):
             _validated(validate_pattern, name)
             if cursor is not None:
@@ -439,8 +459,8 @@ class Broker:
         _validated(validate_topic, name)
         self._check(context, "publish", name)
         producer, sequence = params.get("producer"), params.get("sequence", 0)
-        if producer is not None and not isinstance(producer, str):
-            raise StreamError(ErrorCode.REJECTED, "producer must be a string")
+        if producer is not None:
+            producer = _identifier(producer, "producer")
         if not isinstance(sequence, int) or isinstance(sequence, bool) or not 0 <= sequence <= MAX_SEQUENCE:
             raise StreamError(ErrorCode.REJECTED, f"sequence must be an integer from 0 to {MAX_SEQUENCE}")
         topic = self.topic(name, create=self.settings_for(name).auto_create)
@@ -488,6 +508,13 @@ class Broker:
         return result
 
 
+def _identifier(value: Any, what: str) -> str:
+    """A producer id or cursor name from the params, bounded (it is stored, and shown in errors)."""
+    if not isinstance(value, str) or not 1 <= len(value) <= MAX_ID_LENGTH:
+        raise StreamError(ErrorCode.REJECTED, f"{what} must be a string of 1 to {MAX_ID_LENGTH} characters")
+    return value
+
+
 def _check_start_before_creation(name: str, start: Any) -> None:
     """A subscription waiting for a topic reads it from its first record, which is where every
     start position but a later offset points while the topic does not exist."""
@@ -504,7 +531,7 @@ def _check_start_before_creation(name: str, start: Any) -> None:
     ):
         raise StreamError(
             ErrorCode.REJECTED,
-            f"invalid start position {start!r}: use 'earliest', 'latest', an offset or {{'timestamp': ms}}",
+            f"invalid start position {reprlib.repr(start)}: use 'earliest', 'latest', an offset or {{'timestamp': ms}}",
         )
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import reprlib
 import time
 from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
@@ -477,5 +478,5 @@ def resolve_start(topic: Topic, start: Any) -> int:
         return start
     raise StreamError(
         ErrorCode.REJECTED,
-        f"invalid start position {start!r}: use 'earliest', 'latest', an offset or {{'timestamp': ms}}",
+        f"invalid start position {reprlib.repr(start)}: use 'earliest', 'latest', an offset or {{'timestamp': ms}}",
     )
