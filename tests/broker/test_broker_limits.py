@@ -8,9 +8,9 @@ import pytest
 import rsnet
 from rsnet.broker.broker import MAX_ID_LENGTH, Broker
 from rsnet.broker.client import commit, publish
-from rsnet.protocol import ErrorCode
+from rsnet.protocol import ErrorCode, Next, Offer, Request
 
-from .support import broker_running, take
+from .support import RawClient, broker_running, take
 
 
 async def refused(coroutine) -> rsnet.StreamError:
@@ -60,3 +60,18 @@ async def test_an_invalid_start_position_is_echoed_shortened():
         assert len(error.message) < 300
         error = await refused(take(conn, "missing", 1, **{"from": huge}))
         assert len(error.message) < 300
+
+
+async def test_a_producer_is_granted_at_most_the_sink_window_of_unwritten_records():
+    async with broker_running(Broker(sink_window=8)) as url:
+        client = await RawClient.connect(url)
+        await client.send(Offer(1, "orders", {"producer": "p"}, {}))
+        request = await client.frame_of(Request, 1)
+        assert request.n == 8
+        await client.send(*(Next(1, i) for i in range(8)))
+        granted = 0
+        while granted < 8:  # more only as the writer stores what came: never above the window
+            frame = await client.frame_of(Request, 1)
+            granted += frame.n
+            assert granted <= 8
+        await client.aclose()
