@@ -123,7 +123,7 @@ async def fanout(address: str, params: dict[str, Any]) -> dict[str, Any]:
     async def subscriber(conn: Any, task_status: Any) -> None:
         nonlocal received
         expected = 0
-        async with conn.subscribe(TOPIC, prefetch=prefetch, **{"from": "earliest"}) as records:
+        async with conn.subscribe(TOPIC, {"from": "earliest"}, prefetch=prefetch) as records:
             task_status.started()
             async for record in records:
                 if record["offset"] != expected:

@@ -41,7 +41,7 @@ async def run_demo(seconds: float) -> None:
     async def subscriber(url: str, who: str, scope: trio.CancelScope) -> None:
         with scope:
             async with connect(url) as conn:
-                async for _ in conn.subscribe(TOPIC, prefetch=64, **{"from": "earliest"}):
+                async for _ in conn.subscribe(TOPIC, {"from": "earliest"}, prefetch=64):
                     consumed[who] += 1
                     if SPEEDS[who]:
                         await trio.sleep(SPEEDS[who])

@@ -9,6 +9,7 @@ Only binary messages carry protocol bytes (SPEC.md section 2.2); the subprotocol
 from __future__ import annotations
 
 import ssl
+from typing import TypeVar
 
 import trio
 from websockets.client import ClientProtocol
@@ -17,12 +18,15 @@ from websockets.frames import Frame, Opcode
 from websockets.http11 import Request, Response
 from websockets.protocol import State
 from websockets.server import ServerProtocol
+from websockets.typing import Subprotocol
 from websockets.uri import parse_uri
 
 from .base import Transport, TransportClosed
 from .tcp import RECEIVE_SIZE, describe_peer, open_stream
 
-SUBPROTOCOL = "rsnet"
+SUBPROTOCOL = Subprotocol("rsnet")
+
+_Event = TypeVar("_Event", Request, Response)
 
 
 class WebSocketProtocolError(TransportClosed):
@@ -39,7 +43,7 @@ class WebSocketTransport(Transport):
         self._protocol = protocol
         self._peer = peer
         self._messages: list[bytes] = []
-        self._fragments: list[bytes] = []
+        self._fragments: list[bytes | bytearray | memoryview] = []
         self._eof = False
         # Control frames (pong, close) are written by the receiving task, data by the sender.
         self._send_lock = trio.Lock()
@@ -133,8 +137,8 @@ class WebSocketTransport(Transport):
 
 
 async def _handshake_events(
-    stream: trio.abc.Stream, protocol: ServerProtocol | ClientProtocol, want: type
-) -> Request | Response:
+    stream: trio.abc.Stream, protocol: ServerProtocol | ClientProtocol, want: type[_Event]
+) -> _Event:
     while True:
         pending = protocol.data_to_send()
         if pending:

@@ -38,7 +38,7 @@ async def broker_running(broker: Broker, **server_settings: Any) -> AsyncIterato
 async def take(conn, name: str, count: int, /, **params: Any) -> list[dict]:
     """The first ``count`` items of a subscription to ``name``."""
     records = []
-    async with conn.subscribe(name, **params) as items:
+    async with conn.subscribe(name, params) as items:
         async for record in items:
             records.append(record)
             if len(records) == count:

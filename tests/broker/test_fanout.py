@@ -76,7 +76,7 @@ async def _connection(url, task_status):
 
 async def _subscriber(conn, records, delay, result):
     try:
-        async with conn.subscribe("fan", prefetch=1 if delay else 64, **{"from": "earliest"}) as items:
+        async with conn.subscribe("fan", {"from": "earliest"}, prefetch=1 if delay else 64) as items:
             async for record in items:
                 result["records"].append(record)
                 if record["offset"] == records - 1:

@@ -17,7 +17,6 @@ from rsnet.broker.storage import (
     StorageError,
 )
 from rsnet.broker.storage import files as storage_files
-from rsnet.broker.storage import segments as storage_segments
 
 
 def open_log(
@@ -229,7 +228,7 @@ def fsyncs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
         calls.append(fd)
         real(fd)
 
-    monkeypatch.setattr(storage_segments, "datasync", counting)
+    monkeypatch.setattr(storage_files, "datasync", counting)
     return calls
 
 
@@ -291,7 +290,7 @@ def test_a_failed_write_is_cut_off_and_the_log_goes_on(tmp_path: pathlib.Path, m
         os.write(fd, data[: len(data) // 2])
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(storage_segments, "write_all", disk_full)
+    monkeypatch.setattr(storage_files, "write_all", disk_full)
     with pytest.raises(OSError, match="No space"):
         log.append(["b", "c"], timestamp_ms=0, producer="p", first_sequence=1)
     assert os.path.getsize(path) == size
@@ -313,7 +312,7 @@ def test_after_a_failed_fsync_the_log_refuses_to_go_on_until_reopened(
     def failing(fd: int) -> None:
         raise OSError(errno.EIO, "Input/output error")
 
-    monkeypatch.setattr(storage_segments, "datasync", failing)
+    monkeypatch.setattr(storage_files, "datasync", failing)
     with pytest.raises(OSError, match="Input/output"):
         log.append(["b"], timestamp_ms=0)
     assert log.durable_offset == 1  # "b" was never durable, so never acknowledged

@@ -17,8 +17,9 @@ from rsnet.broker.storage import (
     Retention,
     SegmentLog,
     StorageError,
+    segment_file,
+    sidecars,
 )
-from rsnet.broker.storage import segments as storage_segments
 
 SEGMENT_BYTES = 1024
 
@@ -97,13 +98,13 @@ def scanned_state(directory: pathlib.Path) -> Any:
 def decodes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Counts records decoded by scans at open."""
     calls: list[int] = []
-    real = storage_segments.decode_fields
+    real = segment_file.decode_fields
 
     def counting(body: Any) -> list[Any]:
         calls.append(1)
         return real(body)
 
-    monkeypatch.setattr(storage_segments, "decode_fields", counting)
+    monkeypatch.setattr(segment_file, "decode_fields", counting)
     return calls
 
 
@@ -298,7 +299,7 @@ def test_a_sidecar_that_cannot_be_written_does_not_stop_the_log(
     def disk_full(segment: Any) -> bytes:
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(storage_segments, "_sidecar_bytes", disk_full)
+    monkeypatch.setattr(sidecars, "sidecar_bytes", disk_full)
     write(tmp_path)
     assert files(tmp_path, ".idx") == [] and not [n for n in os.listdir(tmp_path) if n.endswith(".tmp")]
     monkeypatch.undo()

@@ -8,7 +8,11 @@ the (producer, sequence) idempotency key stored with each record.
   ``append`` drops a (producer, sequence) at or below the producer's highest stored
   sequence; ``read`` raises :class:`OffsetTrimmed` below ``first_offset``.
 - :class:`MemoryLog` (``memory.py``): in memory, gone with the process.
-- :class:`SegmentLog` (``segments.py``): a directory of CRC-checked segment files.
+- :class:`SegmentLog` (``segments.py``): a directory of CRC-checked segment files
+  (``segment_file.py``: one file's format and scan; ``sidecars.py``: the index saved when a
+  segment is sealed; ``recovery.py``: what opening keeps).
+- ``files.py``: every call that changes a file, behind :class:`~.files.FileOps` (the seam
+  tests inject storage faults through).
 - :class:`CursorStore` (``cursors.py``): committed offsets, replaced atomically.
 - ``records.py``: the frame (length, CRC-32, msgpack body) every stored thing is written in.
 
@@ -46,7 +50,7 @@ record at the same offset; a broker that must never show that serves readers onl
 Recovery (``SegmentLog.open``)
 ------------------------------
 Every segment is scanned (a sealed segment with a sidecar that matches it byte for byte is
-read from the sidecar instead, with the same result; see ``segments.py``): each frame's length and CRC, each body's fields, and each record's
+read from the sidecar instead, with the same result; see ``sidecars.py``): each frame's length and CRC, each body's fields, and each record's
 offset against the one expected next. The log kept is the longest contiguous run of intact
 records from the start of the first segment:
 
