@@ -25,8 +25,8 @@ from typing import Any
 READING = "sensor string, temp double, time long"
 
 
-def pipeline(spark: Any, url: str, source: str, sink: str, *, token: str | None = None) -> Any:
-    """The streaming DataFrame of per-window aggregates, as record values for ``sink``."""
+def pipeline(spark: Any, url: str, source: str, *, token: str | None = None) -> Any:
+    """The streaming DataFrame of per-window aggregates, as record values for a topic."""
     from pyspark.sql import functions as F
 
     reader = spark.readStream.format("rsnet").option("url", url).option("topic", source)
@@ -69,7 +69,7 @@ def start(
 ) -> Any:
     """Start the query (append mode: a window is written once, when the watermark closes it)."""
     writer = (
-        pipeline(spark, url, source, sink, token=token)
+        pipeline(spark, url, source, token=token)
         .writeStream.format("rsnet")
         .outputMode("append")
         .option("url", url)
