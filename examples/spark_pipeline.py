@@ -17,6 +17,7 @@ Needs ``pip install 'rsnet[spark]'`` and Java 17.
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import sys
 import time
@@ -87,6 +88,8 @@ def session() -> Any:
     import rsnet.spark
 
     rsnet.spark.check_java()
+    # Spark's Python workers import rsnet too: run them with this interpreter (its packages).
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
     spark = (
