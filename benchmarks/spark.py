@@ -72,15 +72,18 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def timed(action: Callable[[], Any], count: int, runs: int) -> dict[str, float]:
-    """Records/s of ``action`` over ``runs`` runs: best and median."""
-    rates = []
+def timed(action: Callable[[], Any], count: int, runs: int, pid: int) -> dict[str, float]:
+    """Records/s of ``action`` over ``runs`` runs (best and median), and the share of one core
+    process ``pid`` (the broker) used meanwhile: near 1.0, the broker is the bound."""
+    rates, shares = [], []
     for _ in range(runs):
-        started = time.perf_counter()
+        cpu, started = cpu_seconds(pid), time.perf_counter()
         action()
-        rates.append(count / (time.perf_counter() - started))
+        elapsed = time.perf_counter() - started
+        rates.append(count / elapsed)
+        shares.append((cpu_seconds(pid) - cpu) / elapsed)
     rates.sort()
-    return {"best": rates[-1], "median": rates[len(rates) // 2]}
+    return {"best": rates[-1], "median": rates[len(rates) // 2], "broker_cpu": max(shares)}
 
 
 def session() -> Any:
@@ -140,11 +143,8 @@ def run(records: int, runs: int, work: pathlib.Path) -> dict[str, Any]:
         from pyspark.sql import functions as F
 
         spark_schema = spark.read.format("rsnet").option("url", url).option("topic", "bench.readings").load().schema
-        broker_cpu = cpu_seconds(broker_pid)
-        started = time.perf_counter()
-        results["broker_delivery"] = timed(lambda: deliver(False), records, 1)
-        results["broker_cpu_share"] = (cpu_seconds(broker_pid) - broker_cpu) / (time.perf_counter() - started)
-        results["delivery_and_arrow"] = timed(lambda: deliver(True), records, 1)
+        results["broker_delivery"] = timed(lambda: deliver(False), records, 1, broker_pid)
+        results["delivery_and_arrow"] = timed(lambda: deliver(True), records, 1, broker_pid)
 
         def rsnet_read(partitions: int) -> Callable[[], None]:
             df = (
@@ -158,9 +158,11 @@ def run(records: int, runs: int, work: pathlib.Path) -> dict[str, Any]:
 
         file_df = spark.read.schema(SCHEMA).json(str(lines))
         rsnet_read(2)()  # warm up the Python workers and the JIT once
-        results["rsnet_batch_read"] = timed(rsnet_read(2), records, runs)
-        results["rsnet_batch_read_1_partition"] = timed(rsnet_read(1), records, runs)
-        results["json_file_read"] = timed(lambda: file_df.write.format("noop").mode("overwrite").save(), records, runs)
+        results["rsnet_batch_read"] = timed(rsnet_read(2), records, runs, broker_pid)
+        results["rsnet_batch_read_1_partition"] = timed(rsnet_read(1), records, runs, broker_pid)
+        results["json_file_read"] = timed(
+            lambda: file_df.write.format("noop").mode("overwrite").save(), records, runs, broker_pid
+        )
 
         def stream_write(sink: str) -> Callable[[], None]:
             def go() -> None:
@@ -176,8 +178,8 @@ def run(records: int, runs: int, work: pathlib.Path) -> dict[str, Any]:
 
             return go
 
-        results["stream_write_rsnet"] = timed(stream_write("rsnet"), records, runs)
-        results["stream_write_noop"] = timed(stream_write("noop"), records, runs)
+        results["stream_write_rsnet"] = timed(stream_write("rsnet"), records, runs, broker_pid)
+        results["stream_write_noop"] = timed(stream_write("noop"), records, runs, broker_pid)
         spark.stop()
     return results
 
@@ -185,7 +187,7 @@ def run(records: int, runs: int, work: pathlib.Path) -> dict[str, Any]:
 def markdown(results: dict[str, Any], command: str) -> str:
     def rate(key: str) -> str:
         value = results[key]
-        return f"{value['median']:,.0f} (best {value['best']:,.0f})"
+        return f"{value['median']:,.0f} (best {value['best']:,.0f}) | {value['broker_cpu']:.2f}"
 
     read, file_read = results["rsnet_batch_read"]["median"], results["json_file_read"]["median"]
     meta = machine.describe(command)
@@ -196,18 +198,17 @@ def markdown(results: dict[str, Any], command: str) -> str:
             f"`{command}`, {results['records']:,} records, median of {results['runs']} runs, "
             f"{meta.get('cpu', '')} ({meta.get('cores', '?')} cores, load {meta.get('load_average')}), commit {meta.get('commit')}, local[2], records/s.",
             "",
-            "| measurement | records/s |",
-            "|---|---|",
+            "| measurement | records/s | broker CPU share |",
+            "|---|---|---|",
             f"| batch read, rsnet topic (minPartitions 2) -> noop | {rate('rsnet_batch_read')} |",
             f"| batch read, rsnet topic (1 partition) -> noop | {rate('rsnet_batch_read_1_partition')} |",
             f"| batch read, JSON-lines file on local disk -> noop | {rate('json_file_read')} |",
-            f"| rsnet / file | {read / file_read:.2f}x |",
+            f"| rsnet / file | {read / file_read:.2f}x | |",
             f"| streaming write, JSON file -> durable rsnet topic (acknowledged) | {rate('stream_write_rsnet')} |",
             f"| streaming write, JSON file -> noop (all but the sink) | {rate('stream_write_noop')} |",
-            f"| where the time goes: broker delivery alone (one blocking client, exact demand) | "
-            f"{results['broker_delivery']['median']:,.0f}, broker CPU share {results['broker_cpu_share']:.2f} |",
+            f"| where the time goes: broker delivery alone (one blocking client, exact demand) | {rate('broker_delivery')} |",
             f"| where the time goes: delivery + Arrow building in one process | {rate('delivery_and_arrow')} |",
-            f"| filling the topic (one blocking producer, acknowledged) | {results['fill_records_per_s']:,.0f} |",
+            f"| filling the topic (one blocking producer, acknowledged) | {results['fill_records_per_s']:,.0f} | |",
             "",
         ]
     )
