@@ -55,6 +55,13 @@ export interface ConnectOptions {
   versions?: number[];
 }
 
+export interface OfferOptions {
+  /** OFFER metadata (for example `content_type`). */
+  metadata?: Record<string, unknown>;
+  /** Aborting ends the stream with an ERROR (APPLICATION_ERROR) and rejects the offer. */
+  signal?: AbortSignal;
+}
+
 export interface SubscribeOptions {
   /** Items in flight at most (default 256). */
   prefetch?: number;
@@ -382,13 +389,29 @@ export class Client {
    * demand; returns how many items were sent once the stream completed. Rejects with
    * `StreamError` if the server refuses or cancels with an error, `ConnectionLost` if the
    * connection ends first. A source that throws ends the stream with APPLICATION_ERROR and
-   * the promise rejects with that error.
+   * the promise rejects with that error; so does aborting `options.signal`.
    */
-  async offer(name: string, source: Iterable<unknown> | AsyncIterable<unknown>, params: unknown = null, metadata?: Record<string, unknown>): Promise<number> {
+  async offer(
+    name: string,
+    source: Iterable<unknown> | AsyncIterable<unknown>,
+    params: unknown = null,
+    options: OfferOptions = {},
+  ): Promise<number> {
     const out = new Outbound();
-    out.streamId = this.open(() => this.conn.sendOffer(name, params, metadata));
+    out.streamId = this.open(() => this.conn.sendOffer(name, params, options.metadata));
     this.outbound.set(out.streamId, out);
     this.scheduleFlush();
+    const signal = options.signal;
+    const abort = (): void => {
+      if (out.ended !== undefined) return;
+      const reason = signal?.reason instanceof Error ? signal.reason : new Error("the offer was aborted");
+      this.flushItems(out);
+      this.conn.sendError(out.streamId, ErrorCode.APPLICATION_ERROR, `the producer stopped: ${reason.message}`);
+      this.endOutbound(out, reason);
+      this.scheduleFlush();
+    };
+    if (signal?.aborted) abort();
+    signal?.addEventListener("abort", abort, { once: true });
     const iterator: Iterator<unknown> | AsyncIterator<unknown> =
       Symbol.asyncIterator in Object(source)
         ? (source as AsyncIterable<unknown>)[Symbol.asyncIterator]()
@@ -425,6 +448,7 @@ export class Client {
       }
       throw error;
     } finally {
+      signal?.removeEventListener("abort", abort);
       if (out.ended !== undefined) await (iterator as AsyncIterator<unknown>).return?.();
     }
     if (out.ended) throw out.ended;
