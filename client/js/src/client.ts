@@ -333,6 +333,10 @@ export class Client {
   private resolveClosed!: () => void;
   /** Resolves when the transport has closed, for whatever reason. */
   readonly closed: Promise<void> = new Promise((resolve) => (this.resolveClosed = resolve));
+  private resolveGoAway!: (message: string) => void;
+  /** Resolves with its message when the server sends GO_AWAY (it is shutting down: open
+   *  streams go on, new ones fail with `ConnectionLost` code GOING_AWAY). */
+  readonly goAway: Promise<string> = new Promise((resolve) => (this.resolveGoAway = resolve));
 
   /** Use `connect()`. */
   constructor(
@@ -606,13 +610,12 @@ export class Client {
           this.inbound.get(event.stream_id)?.deliver(event.items);
           break;
         case "COMPLETE": {
+          // Only for streams we subscribe to: the connection refuses a COMPLETE on an offer.
           const inbound = this.inbound.get(event.stream_id);
           if (inbound) {
             this.inbound.delete(event.stream_id);
             inbound.complete();
           }
-          const out = this.outbound.get(event.stream_id);
-          if (out) this.endOutbound(out, new StreamError(ErrorCode.PROTOCOL_ERROR, "unexpected COMPLETE"));
           break;
         }
         case "ERROR": {
@@ -659,7 +662,10 @@ export class Client {
             ),
           );
           break;
-        default: // GO_AWAY (handled in flush), PONG, HELLO/WELCOME (handshake)
+        case "GO_AWAY": // the transport is closed in flush once no stream is left
+          this.resolveGoAway(event.message);
+          break;
+        default: // PONG, HELLO/WELCOME (handshake)
           break;
       }
     }
