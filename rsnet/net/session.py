@@ -55,7 +55,14 @@ from ..protocol import (
     encode_frame,
 )
 from ..streams import Publisher, Subscriber, Subscription
-from ..streams.rules import MAX_DEMAND, add_demand, check_signal_argument, check_subscriber, invalid_request
+from ..streams.rules import (
+    MAX_DEMAND,
+    add_demand,
+    check_signal_argument,
+    check_subscriber,
+    invalid_request,
+    validate_subscription,
+)
 from ..streams.subscriptions import deliver_safely, subscribe_failed
 from ..transport import Transport, TransportClosed
 from .failures import failure_log
@@ -152,10 +159,8 @@ class _Outbound(Subscriber[Any]):
         self.pending: list[Any] = []  # items taken, not yet encoded (at most one window)
 
     def on_subscribe(self, subscription: Subscription) -> None:
-        check_signal_argument(subscription, "on_subscribe")
-        if self.subscription is not None or self.done:
-            subscription.cancel()  # rule 2.5, or the stream already ended
-            return
+        if not validate_subscription(self.subscription, subscription, wanted=not self.done):
+            return  # rule 2.5, or the stream already ended
         self.subscription = subscription
         if self._accept:
             self._session.conn.send_accept(self.stream_id)  # the remote on_subscribe

@@ -154,7 +154,7 @@ def test_restart_from_the_checkpoint_resumes_where_it_left_off_and_commits_the_c
     # The cursor is where the query's last micro-batch ended.
     publish(broker_url, "resume.in", ["after"], producer="after")
     with rsnet.sync.connect(broker_url, token=TOKEN) as client:
-        first = next(iter(client.subscribe("resume.in", prefetch=1, cursor="resume-test", **{"from": "earliest"})))
+        first = next(iter(client.subscribe("resume.in", {"cursor": "resume-test", "from": "earliest"}, prefetch=1)))
     assert (first["offset"], first["value"]) == (150, "after")
 
 
