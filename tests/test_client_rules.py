@@ -74,6 +74,17 @@ def test_refill_requests_three_quarters_of_prefetch_per_batch():
         Refill(0)
 
 
+def test_refill_with_a_limit_never_asks_for_more_than_the_limit():
+    refill = Refill(8, limit=20)
+    asked = refill.initial + sum(refill.consumed() for _ in range(20))
+    assert (refill.initial, asked) == (8, 20)
+    assert Refill(64, limit=5).initial == 5
+    assert Refill(8, limit=0).initial == 0
+    for bad in (-1, 1.5, None.__class__):
+        with pytest.raises(ValueError):
+            Refill(8, limit=bad)  # type: ignore[arg-type]  # the point of the test
+
+
 def test_params_are_one_mapping_or_nothing():
     assert stream_params(None) is None
     assert stream_params({}) is None

@@ -14,6 +14,9 @@ Schema (``server/rsnet.toml`` is a commented example of every key)::
     data_dir = "/var/lib/rsnet"     # omitted: every topic in memory; set: topics durable by default
     fsync = "always"                # always | interval | never (only for durable topics)
     fsync_interval_ms = 100         # for "interval"
+    max_topics = 10000              # topics at most; a publish creating one more gets TOO_MANY_TOPICS
+    idle_topic_close_s = 60         # a durable topic with no producer nor subscriber for this long
+                                    # has its log (its open files) closed; reopened on demand
 
     [listen]
     tcp = "127.0.0.1:7600"          # "HOST:PORT" ("[::1]:7600" for IPv6); "" = off
@@ -22,7 +25,8 @@ Schema (``server/rsnet.toml`` is a commented example of every key)::
 
     [topic_defaults]                # for topics no [[topics]] entry matches; built-in values shown
     storage = "default"             # memory | durable | default (durable iff data_dir is set)
-    auto_create = true              # a publish to an unknown topic creates it
+    auto_create = "publish"         # publish: publishing to a missing topic creates it | never
+    subscribe_missing = "wait"      # wait: a subscription to a missing topic waits for it | fail
     retention = { max_bytes = 1073741824, max_age_s = 604800 }   # also max_records; omitted = no limit
     slow_subscriber = { policy = "backpressure", max_lag = 10000 }  # backpressure | drop | disconnect
 
@@ -114,6 +118,8 @@ ENV_PREFIX = "RSNET_BROKER__"
 FsyncPolicyName = Literal["always", "interval", "never"]
 StorageChoice = Literal["memory", "durable", "default"]
 SlowPolicyName = Literal["backpressure", "drop", "disconnect"]
+AutoCreate = Literal["publish", "never"]
+SubscribeMissing = Literal["wait", "fail"]
 
 
 class ConfigError(Exception):
@@ -244,7 +250,8 @@ DEFAULT_RETENTION = RetentionConfig(max_bytes=1 << 30, max_age_s=7 * 24 * 3600.0
 
 class TopicDefaults(_Model):
     storage: StorageChoice = "default"
-    auto_create: bool = True
+    auto_create: AutoCreate = "publish"
+    subscribe_missing: SubscribeMissing = "wait"
     retention: RetentionConfig = DEFAULT_RETENTION
     slow_subscriber: SlowSubscriberConfig = SlowSubscriberConfig()
 
@@ -254,7 +261,8 @@ class TopicRule(_Model):
 
     pattern: TopicPattern
     storage: StorageChoice | None = None
-    auto_create: bool | None = None
+    auto_create: AutoCreate | None = None
+    subscribe_missing: SubscribeMissing | None = None
     retention: RetentionConfig | None = None
     slow_subscriber: SlowSubscriberConfig | None = None
 
@@ -289,6 +297,8 @@ class BrokerConfig(_Model):
     data_dir: Annotated[Path | None, BeforeValidator(_empty_is_none)] = None
     fsync: FsyncPolicyName = "always"
     fsync_interval_ms: PositiveInt = 100
+    max_topics: PositiveInt = 10_000
+    idle_topic_close_s: Annotated[float, Field(ge=0)] = 60.0
     topic_defaults: TopicDefaults = TopicDefaults()
     topics: tuple[TopicRule, ...] = ()
     auth: AuthConfig = AuthConfig()
@@ -344,6 +354,11 @@ def _cross_field_problems(config: BrokerConfig) -> list[str]:
                     f"{earlier.pattern!r} comes first and matches every topic this one does"
                 )
                 break
+    declared = sum(not is_wildcard(rule.pattern) for rule in config.topics)
+    if declared > config.max_topics:
+        problems.append(
+            f"max_topics: {config.max_topics} is fewer than the {declared} topics [[topics]] names outright"
+        )
     names: dict[str, int] = {}
     hashes: dict[str, int] = {}
     for index, token in enumerate(config.auth.tokens):
@@ -364,7 +379,8 @@ class TopicConfig:
     """The effective settings of one topic."""
 
     storage: Literal["memory", "durable"]
-    auto_create: bool
+    auto_create: AutoCreate
+    subscribe_missing: SubscribeMissing
     retention: RetentionConfig
     slow_subscriber: SlowSubscriberConfig
     rule: str | None
@@ -391,6 +407,7 @@ def topic_config(config: BrokerConfig, topic: str) -> TopicConfig:
     return TopicConfig(
         storage=storage,
         auto_create=pick("auto_create"),
+        subscribe_missing=pick("subscribe_missing"),
         retention=pick("retention"),
         slow_subscriber=pick("slow_subscriber"),
         rule=rule.pattern if rule is not None else None,
@@ -399,7 +416,7 @@ def topic_config(config: BrokerConfig, topic: str) -> TopicConfig:
 
 def declared_topics(config: BrokerConfig) -> list[str]:
     """The ``[[topics]]`` patterns without wildcards: topics the config names outright, which a
-    broker can create at startup (useful with ``auto_create = false``)."""
+    broker creates at startup (so they exist with ``auto_create = "never"``)."""
     return [rule.pattern for rule in config.topics if not is_wildcard(rule.pattern)]
 
 

@@ -47,7 +47,8 @@ def build_broker(config: BrokerConfig, authorizer: Authorizer) -> Broker:
             ),
             policy=SlowPolicy(configured.slow_subscriber.policy),
             max_lag=configured.slow_subscriber.max_lag,
-            auto_create=configured.auto_create,
+            auto_create=configured.auto_create == "publish",
+            wait_if_missing=configured.subscribe_missing == "wait",
         )
 
     def authorize(principal: Principal | None, action: str, name: str) -> bool:
@@ -61,6 +62,8 @@ def build_broker(config: BrokerConfig, authorizer: Authorizer) -> Broker:
         fsync_interval_ms=config.fsync_interval_ms,
         settings_for=settings_for,
         authorize=authorize,
+        max_topics=config.max_topics,
+        idle_close_s=config.idle_topic_close_s,
     )
 
 
@@ -168,7 +171,8 @@ async def run_broker(args: argparse.Namespace) -> int:
         damaged = {name: report.damaged for name, report in broker.recovery.items() if report.damaged}
         return {
             "healthy": True,
-            "topics": len(broker.topics),
+            "topics": broker.topic_count,
+            "open_topics": len(broker.topics),
             "connections": len(server.sessions),
             "recovered_damage": damaged,
         }

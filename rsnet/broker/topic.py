@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import reprlib
 import time
 from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
@@ -33,6 +34,7 @@ from ..streams import Subscriber, Subscription
 from ..streams.rules import MAX_DEMAND, add_demand, check_signal_argument, invalid_request
 from ..streams.subscriptions import DrainLoop, deliver_safely
 from .codes import BrokerCode
+from .logging import LogLimiter
 from .storage import TopicLog
 
 log = logging.getLogger("rsnet.broker")
@@ -66,6 +68,7 @@ class Topic:
         policy: SlowPolicy = SlowPolicy.BACKPRESSURE,
         max_lag: int = 10_000,
         on_stored: Callable[[Topic, list[tuple[str, int]]], None] | None = None,
+        log_limiter: LogLimiter | None = None,
     ) -> None:
         self.name = name
         self.log = log
@@ -80,6 +83,12 @@ class Topic:
         self._pending: list[TopicSink] = []  # sinks holding records for the writer
         self._wakeup = trio.Event()
         self._on_stored = on_stored  # (producer, last sequence) pairs that became durable
+        self.log_limiter = log_limiter or LogLimiter()  # for failures a peer can repeat at will
+
+    @property
+    def idle(self) -> bool:
+        """No producer, no subscriber, nothing waiting to be written: the log may be closed."""
+        return not self.readers and not self.sinks and not self._pending
 
     # -- producers ------------------------------------------------------------------------
 
@@ -377,7 +386,11 @@ class TopicReader(DrainLoop, Subscription):
         except Exception as failure:
             # Reading failed (a bug, a storage error): end this subscription, coded, and
             # nothing else; whoever called drain (a session, a topic's writer) carries on.
-            log.exception("a subscription to %s failed", ", ".join(sorted(t.name for t in self.positions)))
+            names = ", ".join(sorted(t.name for t in self.positions))
+            limiter = next(iter(self.positions)).log_limiter if self.positions else LogLimiter()
+            held = limiter.allow(("read", names))
+            if held is not None:
+                log.error("a subscription to %s failed (%d more since, not logged)", names, held, exc_info=True)
             self._failure = StreamError(ErrorCode.INTERNAL, f"reading failed ({type(failure).__name__})")
             self._missed = True
             return False
@@ -472,5 +485,5 @@ def resolve_start(topic: Topic, start: Any) -> int:
         return start
     raise StreamError(
         ErrorCode.REJECTED,
-        f"invalid start position {start!r}: use 'earliest', 'latest', an offset or {{'timestamp': ms}}",
+        f"invalid start position {reprlib.repr(start)}: use 'earliest', 'latest', an offset or {{'timestamp': ms}}",
     )
