@@ -10,11 +10,13 @@ the connection (finding 4).
 from __future__ import annotations
 
 import logging
+from functools import partial
 
 import msgpack
 import pytest
 import trio
 
+import rsnet
 from rsnet.protocol import (
     MAX_ERROR_DATA,
     MAX_ERROR_MESSAGE,
@@ -172,3 +174,58 @@ async def test_a_huge_invalid_params_map_is_rejected_on_its_stream_and_the_conne
     assert [i for e in events if isinstance(e, Items) and e.stream_id == healthy for i in e.items] == [0, 1, 2]
     assert client.state.name == "OPEN"
     no_tracebacks(caplog)
+
+
+async def test_the_client_answers_a_text_message_with_conn_error_and_1003() -> None:
+    """The same rule the other way round: a server that sends text gets CONN_ERROR and close 1003."""
+    from websockets.frames import Frame, Opcode
+    from websockets.http11 import Request as HttpRequest
+    from websockets.server import ServerProtocol
+
+    from rsnet.protocol import FrameDecoder, parse_frame
+
+    seen: dict = {}
+
+    async def raw_server(stream: trio.SocketStream) -> None:
+        protocol = ServerProtocol(subprotocols=["rsnet"])  # type: ignore[list-item]  # Subprotocol is a NewType of str
+        conn = Connection(Role.SERVER)
+        decoder = FrameDecoder()
+        frames: list = []
+        async with stream:
+            while True:
+                data = await stream.receive_some(65536)
+                if not data:
+                    break
+                protocol.receive_data(data)
+                for event in protocol.events_received():
+                    if isinstance(event, HttpRequest):
+                        protocol.send_response(protocol.accept(event))
+                    elif isinstance(event, Frame) and event.opcode is Opcode.BINARY:
+                        if conn.state.name == "AWAIT_HELLO":
+                            conn.receive_data(event.data)
+                            conn.events_received()
+                            conn.send_welcome()
+                            protocol.send_binary(bytes(conn.data_to_send()))
+                            protocol.send_text(b"[2, 1, {}]")
+                        else:
+                            frames.extend(parse_frame(f) for f in decoder.frames(event.data))
+                await stream.send_all(b"".join(protocol.data_to_send()))
+                if protocol.close_rcvd is not None:
+                    break
+        seen["frames"], seen["close"] = frames, protocol.close_rcvd
+
+    async with trio.open_nursery() as nursery:
+        (listener,) = await nursery.start(partial(trio.serve_tcp, raw_server, 0, host="127.0.0.1"))
+        port = listener.socket.getsockname()[1]
+        with trio.fail_after(5):
+            try:
+                async with rsnet.connect(f"ws://127.0.0.1:{port}/") as conn:
+                    while not conn.closed:
+                        await trio.sleep(0.01)
+            except rsnet.RsnetError:
+                pass  # the connection ended: what the client sent is what is checked
+            while "close" not in seen:
+                await trio.sleep(0.01)
+        nursery.cancel_scope.cancel()
+    assert_conn_error_then_closed(seen["frames"], ErrorCode.PROTOCOL_ERROR)
+    assert seen["close"] is not None and seen["close"].code == 1003
