@@ -170,9 +170,11 @@ class Keepalive:
     intervals without receiving a byte. Any traffic counts, so a busy connection never times
     out. Times are whatever clock the driver uses (``trio.current_time``, ``time.monotonic``).
 
-    The interval is the WELCOME's; where the server turned keepalive off, a client still bounds
-    its waits by its own proposal (the server answers PINGs whatever its setting), so no wait
-    outlives a dead server. ``None``: no keepalive at all (both sides said 0).
+    The interval (SPEC 10.1): the server's WELCOME decides what both sides must at least do; a
+    client that proposed a shorter interval keeps to its own for its PINGs and for declaring
+    the server dead (the server answers PINGs whatever its setting), and where the server
+    turned keepalive off, the client's proposal still bounds its waits, so no wait outlives a
+    dead server. ``None``: no keepalive at all (both sides said 0).
     """
 
     __slots__ = ("interval", "last_received", "last_sent")
@@ -185,8 +187,9 @@ class Keepalive:
     @classmethod
     def negotiated(cls, conn: Connection, proposed: float, now: float) -> Keepalive:
         """The timer for an open client connection that proposed ``proposed`` seconds."""
-        agreed = conn.keepalive_interval / 1000 or proposed
-        return cls(agreed or None, now)
+        announced = conn.keepalive_interval / 1000
+        intervals = [interval for interval in (announced, proposed) if interval > 0]
+        return cls(min(intervals) if intervals else None, now)
 
     def sent(self, now: float) -> None:
         self.last_sent = now

@@ -55,10 +55,11 @@ def test_keepalive_off_on_both_sides_means_no_timer():
     assert Keepalive(None, 0.0).due(1e9) == (Due.NOTHING, float("inf"))
 
 
-def test_the_welcomes_interval_wins_and_a_zero_falls_back_to_our_proposal():
+def test_the_shorter_of_the_welcome_and_our_proposal_and_a_zero_is_no_preference():
     conn = Connection(Role.CLIENT)
     conn.keepalive_interval = 20_000
-    assert Keepalive.negotiated(conn, 5.0, 0.0).interval == 20.0
+    assert Keepalive.negotiated(conn, 5.0, 0.0).interval == 5.0  # we watch the server more closely
+    assert Keepalive.negotiated(conn, 60.0, 0.0).interval == 20.0  # never less than the server asks
     conn.keepalive_interval = 0
     assert Keepalive.negotiated(conn, 5.0, 0.0).interval == 5.0
     assert Keepalive.negotiated(conn, 0.0, 0.0).interval is None
