@@ -23,7 +23,7 @@ async def refused(coroutine) -> rsnet.StreamError:
 @pytest.mark.parametrize("producer", ["", "p" * (MAX_ID_LENGTH + 1), 7])
 async def test_producer_ids_are_bounded(producer):
     async with broker_running(Broker()) as url, rsnet.connect(url) as conn:
-        error = await refused(conn.offer("orders", rsnet.just(1), producer=producer))
+        error = await refused(conn.offer("orders", rsnet.just(1), {"producer": producer}))
         assert f"1 to {MAX_ID_LENGTH} characters" in error.message
         assert await publish(conn, "orders", [1], producer="p" * MAX_ID_LENGTH) == 1
 

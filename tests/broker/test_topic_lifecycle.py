@@ -70,7 +70,7 @@ async def test_a_waiting_subscription_reads_the_topic_from_its_first_record(star
         received: list[int] = []
 
         async def read(task_status=trio.TASK_STATUS_IGNORED) -> None:
-            async with reader.subscribe("later", **{"from": start}) as items:
+            async with reader.subscribe("later", {"from": start}) as items:
                 task_status.started()
                 async for record in items:
                     received.append(record["value"])
