@@ -35,13 +35,13 @@ from typing import Any
 import trio
 
 from ..errors import StreamError
+from ..net.failures import TRACEBACKS_PER_MINUTE, RateLimitedLog
 from ..net.session import StreamContext
 from ..protocol import ErrorCode
 from ..streams import Publisher, Subscriber, Subscription, from_iterable, just
 from ..streams.rules import MAX_DEMAND, add_demand, check_subscriber, invalid_request
 from ..streams.subscriptions import deliver_safely
 from .codes import BrokerCode
-from .logging import LogLimiter
 from .names import is_valid_topic, is_wildcard, topic_matches, validate_pattern, validate_topic
 from .storage import CorruptData, CursorStore, FsyncPolicy, MemoryLog, Retention, SegmentLog, TopicLog
 from .topic import MAX_SEQUENCE, SlowPolicy, Topic, TopicReader, TopicSink, now_ms, resolve_start
@@ -140,7 +140,7 @@ class Broker:
         self._memory_logs: dict[str, MemoryLog] = {}
         self._closed: dict[str, _ClosedTopic] = {}  # durable topics on disk whose log is closed
         self._idle_since: dict[Topic, float] = {}
-        self._log_limiter = LogLimiter()
+        self._failure_log = RateLimitedLog(log, TRACEBACKS_PER_MINUTE)  # failures a client can repeat
         self._nursery: trio.Nursery | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -266,7 +266,7 @@ class Broker:
             policy=settings.policy,
             max_lag=settings.max_lag,
             on_stored=self._stored,
-            log_limiter=self._log_limiter,
+            failure_log=self._failure_log,
         )
         closed = self._closed.pop(name, None)
         if closed is not None:
@@ -310,15 +310,9 @@ class Broker:
         """Contain an unexpected exception to its topic: log it once, end the topic's producers
         and readers with INTERNAL, close its log, and forget it: the next publish or subscribe
         opens it again from what is stored (recovery checks it), as after a restart."""
-        held = self._log_limiter.allow(("topic", topic.name))
-        if held is not None:
-            log.error(
-                "topic %s failed; its producers and readers get INTERNAL, the next request reopens it "
-                "(%d more failures since, not logged)",
-                topic.name,
-                held,
-                exc_info=failure,
-            )
+        self._failure_log.exception(
+            "topic %s failed; its producers and readers get INTERNAL, the next request reopens it", topic.name
+        )
         self._close_topic(topic)
         topic.fail(
             StreamError(
