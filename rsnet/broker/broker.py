@@ -134,7 +134,8 @@ class Broker:
         self.recovery: dict[str, Any] = {}  # topic -> RecoveryReport of its log
         self.denied = 0  # requests refused for lack of a grant
         self._cursors: dict[str, CursorStore | dict[str, int]] = {}
-        self._watchers: list[tuple[str, TopicReader]] = []  # wildcard readers, for new topics
+        # Readers of a pattern, or of a topic not created yet: they get new topics that match.
+        self._watchers: dict[TopicReader, str] = {}
         self._acks: dict[tuple[str, str], set[_AckSubscription]] = {}
         self._writers: dict[Topic, trio.CancelScope] = {}
         self._memory_logs: dict[str, MemoryLog] = {}
@@ -277,7 +278,7 @@ class Broker:
         scope = self._writers[topic] = trio.CancelScope()
         self._nursery.start_soon(self._run_writer, topic, interval, scope)
         if new:  # a stored topic's readers came to it themselves, when they subscribed
-            for pattern, reader in list(self._watchers):
+            for reader, pattern in list(self._watchers.items()):
                 if topic_matches(pattern, name) and not reader.cancelled:
                     reader.add_topic(topic, topic_log.first_offset)
         return topic
@@ -390,7 +391,7 @@ class Broker:
             store.commit(cursor, offset)
 
     def _reader_ended(self, reader: TopicReader) -> None:
-        self._watchers = [(p, r) for p, r in self._watchers if r is not reader]
+        self._watchers.pop(reader, None)
 
     # -- acknowledgements ---------------------------------------------------------------------
 
@@ -577,7 +578,7 @@ class _PatternPublisher(Publisher[Any]):
         broker = self._broker
         reader = TopicReader(subscriber, on_end=broker._reader_ended)
         subscriber.on_subscribe(reader)
-        broker._watchers.append((self._pattern, reader))
+        broker._watchers[reader] = self._pattern
         for name in broker.topic_names():
             if topic_matches(self._pattern, name):
                 topic = broker.topic(name, create=False)

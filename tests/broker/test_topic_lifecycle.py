@@ -14,9 +14,12 @@ import pytest
 import trio
 
 import rsnet
+from rsnet.broker.auth import Authorizer
 from rsnet.broker.broker import Broker, TopicSettings
 from rsnet.broker.client import publish
 from rsnet.broker.codes import BrokerCode
+from rsnet.broker.config import load_config
+from rsnet.broker.daemon import build_broker
 from rsnet.broker.storage import Retention
 from rsnet.broker.topic import now_ms
 from rsnet.protocol import Cancel, ErrorCode, Subscribe
@@ -174,3 +177,21 @@ async def test_age_retention_reaches_closed_topics(tmp_path):
         assert (entries["old"]["first_offset"], entries["old"]["next_offset"]) == (2, 2)
         assert (entries["old2"]["first_offset"], entries["old2"]["next_offset"]) == (1, 1)
         assert broker.expire_closed_topics(later) == 0  # an empty topic has nothing to expire
+
+
+def test_the_daemon_builds_the_broker_the_configuration_describes():
+    config = load_config(
+        None,
+        {},
+        {
+            "max_topics": 7,
+            "idle_topic_close_s": 5,
+            "topic_defaults.auto_create": "never",
+            "topics": [{"pattern": "live.>", "auto_create": "publish", "subscribe_missing": "fail"}],
+        },
+    )
+    broker = build_broker(config, Authorizer(config.auth))
+    assert (broker.max_topics, broker.idle_close_s) == (7, 5.0)
+    other, live = broker.settings_for("orders"), broker.settings_for("live.x")
+    assert (other.auto_create, other.wait_if_missing) == (False, True)
+    assert (live.auto_create, live.wait_if_missing) == (True, False)
