@@ -193,7 +193,12 @@ class Broker:
             if closed.expires_ms is not None and closed.expires_ms <= now
         )
         for _, name in due[:limit]:
-            topic = self._open_topic(name)
+            try:
+                topic = self._open_topic(name)
+            except Exception:
+                self._failure_log.exception("opening topic %s to apply its retention failed; retried later", name)
+                self._closed[name].expires_ms = now + 60_000
+                continue
             try:
                 topic.log.enforce_retention(now)
             except Exception as failure:
@@ -335,17 +340,23 @@ class Broker:
         if topic.name in self._memory_logs:
             return  # kept for the topic's next opening (see _open_log)
         topic_log = topic.log
+        counters = (topic.records_in, topic.records_out, topic.dropped, topic.disconnected)
         try:
-            self._closed[topic.name] = _ClosedTopic(
+            summary = _ClosedTopic(
                 topic_log.first_offset,
                 topic_log.next_offset,
                 topic_log.size_bytes,
-                (topic.records_in, topic.records_out, topic.dropped, topic.disconnected),
+                counters,
                 self._expiry(topic, now_ms() if now is None else now),
             )
+        except Exception:  # a broken log: the topic stays known, its state unknown until reopened
+            self._failure_log.exception("reading the state of topic %s failed", topic.name)
+            summary = _ClosedTopic(0, 0, 0, counters, None)
+        self._closed[topic.name] = summary
+        try:
             topic_log.close()
         except Exception:
-            log.exception("closing the log of topic %s failed", topic.name)
+            self._failure_log.exception("closing the log of topic %s failed", topic.name)
 
     def _expiry(self, topic: Topic, now: int) -> int | None:
         max_age = self.settings_for(topic.name).retention.max_age_ms
