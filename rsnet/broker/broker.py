@@ -29,6 +29,7 @@ import dataclasses
 import logging
 import pathlib
 import reprlib
+import resource
 from collections.abc import Callable
 from typing import Any
 
@@ -61,6 +62,14 @@ commit rewrites the topic's cursor file, so this also bounds what one commit cos
 DEFAULT_MAX_TOPICS = 10_000
 """Topics the broker hosts at most (in memory and on disk); a publish that would create one
 more is refused with TOO_MANY_TOPICS."""
+
+
+def default_max_open_topics() -> int:
+    """An eighth of the process's file descriptor limit (at least 16): an open durable topic
+    holds a few descriptors, and connections need theirs."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return max(16, (soft if soft != resource.RLIM_INFINITY else 65536) // 8)
+
 
 DEFAULT_IDLE_CLOSE_S = 60.0
 """Seconds a durable topic stays open with no producer and no subscriber before its log (and
@@ -118,6 +127,7 @@ class Broker:
         max_topics: int = DEFAULT_MAX_TOPICS,
         idle_close_s: float = DEFAULT_IDLE_CLOSE_S,
         max_cursors: int = DEFAULT_MAX_CURSORS,
+        max_open_topics: int | None = None,
     ) -> None:
         self.data_dir = pathlib.Path(data_dir) if data_dir is not None else None
         self.fsync = fsync
@@ -130,6 +140,7 @@ class Broker:
         self.max_topics = max_topics
         self.idle_close_s = idle_close_s
         self.max_cursors = max_cursors
+        self.max_open_topics = max_open_topics if max_open_topics is not None else default_max_open_topics()
         self.topics: dict[str, Topic] = {}  # the open ones; see also _closed
         self.recovery: dict[str, Any] = {}  # topic -> RecoveryReport of its log
         self.denied = 0  # requests refused for lack of a grant
@@ -195,6 +206,9 @@ class Broker:
         for _, name in due[:limit]:
             try:
                 topic = self._open_topic(name)
+            except StreamError:  # too many topics open and in use: retried later
+                self._closed[name].expires_ms = now + 60_000
+                continue
             except Exception:
                 self._failure_log.exception("opening topic %s to apply its retention failed; retried later", name)
                 self._closed[name].expires_ms = now + 60_000
@@ -246,7 +260,8 @@ class Broker:
     def topic(self, name: str, *, create: bool) -> Topic | None:
         """The topic, opened if it exists; if not, created if ``create``, else None.
 
-        Raises StreamError TOO_MANY_TOPICS if creating it would pass ``max_topics``.
+        Raises StreamError TOO_MANY_TOPICS if creating it would pass ``max_topics``, or if
+        opening a durable topic would pass ``max_open_topics`` while every open one is in use.
         """
         topic = self.topics.get(name)
         if topic is not None:
@@ -265,6 +280,8 @@ class Broker:
     def _open_topic(self, name: str) -> Topic:
         settings = self.settings_for(name)
         new = not self.exists(name)
+        if settings.durable and self.data_dir is not None:
+            self._make_room(name)
         topic_log = self._open_log(name, settings)
         topic = Topic(
             name,
@@ -287,6 +304,25 @@ class Broker:
                 if topic_matches(pattern, name) and not reader.cancelled:
                     reader.add_topic(topic, topic_log.first_offset)
         return topic
+
+    def _make_room(self, name: str) -> None:
+        """Keep open durable logs (and their file descriptors) under ``max_open_topics``: close
+        idle ones, the longest idle first, before opening ``name``; refuse if none is idle."""
+        open_durable = [topic for topic in self.topics.values() if topic.name not in self._memory_logs]
+        excess = len(open_durable) + 1 - self.max_open_topics
+        if excess <= 0:
+            return
+        now = trio.current_time()
+        idle = sorted((self._idle_since.get(topic, now), id(topic), topic) for topic in open_durable if topic.idle)
+        for _, _, topic in idle[:excess]:
+            self._close_topic(topic)
+        if excess > len(idle):
+            raise StreamError(
+                BrokerCode.TOO_MANY_TOPICS,
+                f"cannot open topic {name!r}: {self.max_open_topics} topics are open and in use, the most this "
+                "broker keeps open at once (max_open_topics); try again later",
+                {"topic": name, "max_open_topics": self.max_open_topics},
+            )
 
     def _open_log(self, name: str, settings: TopicSettings) -> TopicLog:
         """The topic's log and cursors: opened (recovered) from ``data_dir``, or in memory.
@@ -591,8 +627,12 @@ class _PatternPublisher(Publisher[Any]):
         subscriber.on_subscribe(reader)
         broker._watchers[reader] = self._pattern
         for name in broker.topic_names():
-            if topic_matches(self._pattern, name):
-                topic = broker.topic(name, create=False)
+            if topic_matches(self._pattern, name) and not reader.cancelled:
+                try:
+                    topic = broker.topic(name, create=False)
+                except StreamError as refused:  # e.g. too many open topics: this subscription ends
+                    reader.fail(refused)
+                    return
                 if topic is not None:
                     reader.add_topic(topic, resolve_start(topic, self._start))
 
@@ -617,7 +657,12 @@ class _AckPublisher(Publisher[Any]):
         subscription = _AckSubscription(subscriber, self._producer, self._topic, lambda s: broker._acks[key].discard(s))
         broker._acks.setdefault(key, set()).add(subscription)
         subscriber.on_subscribe(subscription)
-        topic = broker.topic(self._topic, create=False)
+        try:
+            topic = broker.topic(self._topic, create=False)
+        except StreamError as refused:  # e.g. too many open topics: rule 1.9, an error after on_subscribe
+            subscription.cancel()
+            deliver_safely(subscriber.on_error, refused)
+            return
         if topic is not None:
             last = topic.log.last_sequence(self._producer)
             if last is not None:
