@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import resource
 
 import pytest
 import trio
@@ -24,7 +25,7 @@ from rsnet.broker.storage import Retention
 from rsnet.broker.topic import now_ms
 from rsnet.protocol import Accept, Cancel, Complete, Error, ErrorCode, Subscribe
 
-from .support import RawClient, broker_running, take
+from .support import RawClient, broker_running, served_url, start_daemon, take
 
 
 def open_fds() -> int:
@@ -230,3 +231,40 @@ async def test_when_every_open_topic_is_in_use_one_more_is_refused_until_one_fre
         assert isinstance(await holder.frame_of(Complete, 5), Complete)  # so the CANCEL before it was handled
         assert await publish(conn, "c", ["again"]) == 1  # a subscription ended: room again
         await holder.aclose()
+
+
+FD_LIMIT = 128
+
+
+def low_fd_limit() -> None:
+    resource.setrlimit(resource.RLIMIT_NOFILE, (FD_LIMIT, FD_LIMIT))
+
+
+async def test_the_daemon_at_a_128_descriptor_limit_serves_2000_missing_names_and_60_topics(tmp_path):
+    """The issue's scenario against the real process: before, every subscription to a missing
+    name held two descriptors for good, and "Too many open files" came after about a quarter
+    of the limit; now subscriptions hold none, and topics beyond max_open_topics (16 here)
+    close idle ones."""
+    process, printed = await start_daemon(
+        "--data-dir", str(tmp_path), "--tcp", "127.0.0.1:0", announces=b"auth off", preexec_fn=low_fd_limit
+    )
+    try:
+        url = served_url(printed)
+        client = await RawClient.connect(url)
+        frames = []
+        for index in range(2000):
+            frames += [Subscribe(2 * index + 1, f"typo.t{index}", {}, 1, {}), Cancel(2 * index + 1)]
+        for start in range(0, len(frames), 1000):  # 500 at a time, within max_streams
+            await client.send(*frames[start : start + 1000])
+        async with rsnet.connect(url) as conn:
+            for index in range(60):
+                assert await publish(conn, f"t{index}", [index]) == 1
+            assert [r["value"] for r in await take(conn, "t0", 1, **{"from": "earliest"})] == [0]
+            assert len(await topic_names(url)) == 60
+        assert sorted(p.name for p in tmp_path.iterdir()) == sorted(f"t{index}" for index in range(60))
+        assert process.returncode is None
+        await client.aclose()
+    finally:
+        process.terminate()
+        with trio.fail_after(10):
+            await process.wait()
