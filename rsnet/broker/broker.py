@@ -349,9 +349,10 @@ class Broker:
                 self._topic_failed(topic, failure)
 
     def _topic_failed(self, topic: Topic, failure: Exception) -> None:
-        """Contain an unexpected exception to its topic: log it once, end the topic's producers
-        and readers with INTERNAL, close its log, and forget it: the next publish or subscribe
-        opens it again from what is stored (recovery checks it), as after a restart."""
+        """Contain an unexpected exception to its topic: log it (with the broker's bounded
+        traceback budget), end the topic's producers and readers with INTERNAL, and close its
+        log: the next request opens it again from what is stored (recovery checks it), as
+        after a restart. Must be called from the ``except`` block that caught ``failure``."""
         self._failure_log.exception(
             "topic %s failed; its producers and readers get INTERNAL, the next request reopens it", topic.name
         )
@@ -632,6 +633,12 @@ class _PatternPublisher(Publisher[Any]):
                     topic = broker.topic(name, create=False)
                 except StreamError as refused:  # e.g. too many open topics: this subscription ends
                     reader.fail(refused)
+                    return
+                except Exception as failure:  # the topic's log cannot be opened
+                    broker._failure_log.exception("opening topic %s for a subscription failed", name)
+                    reader.fail(
+                        StreamError(ErrorCode.INTERNAL, f"opening topic {name!r} failed ({type(failure).__name__})")
+                    )
                     return
                 if topic is not None:
                     reader.add_topic(topic, resolve_start(topic, self._start))

@@ -196,6 +196,9 @@ async def test_a_closed_topic_that_fails_to_open_stays_known_and_the_broker_carr
         with pytest.raises(rsnet.StreamError) as caught:
             await take(conn, "doomed", 1, **{"from": "earliest"})
         assert caught.value.code == ErrorCode.INTERNAL
+        with pytest.raises(rsnet.StreamError) as caught:  # a pattern reaching it, too
+            await take(conn, "*", 1, **{"from": "earliest"})
+        assert caught.value.code == ErrorCode.INTERNAL
         assert "doomed" in [entry["topic"] async for entry in conn.subscribe("$topics")]
         await still_serving(url, "healthy")
         broker.faults.clear()
