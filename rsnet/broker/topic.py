@@ -32,7 +32,7 @@ from ..errors import StreamError
 from ..net.failures import TRACEBACKS_PER_MINUTE, RateLimitedLog
 from ..protocol import MAX_INT, ErrorCode
 from ..streams import Subscriber, Subscription
-from ..streams.rules import MAX_DEMAND, add_demand, check_signal_argument, invalid_request
+from ..streams.rules import MAX_DEMAND, add_demand, check_signal_argument, invalid_request, validate_subscription
 from ..streams.subscriptions import DrainLoop, deliver_safely
 from .codes import BrokerCode
 from .storage import TopicLog
@@ -215,10 +215,8 @@ class TopicSink(Subscriber[Any]):
         self.finished = trio.Event()
 
     def on_subscribe(self, subscription: Subscription) -> None:
-        check_signal_argument(subscription, "on_subscribe")
-        if self.subscription is not None:
-            subscription.cancel()  # rule 2.5
-            return
+        if not validate_subscription(self.subscription, subscription):
+            return  # rule 2.5
         self.subscription = subscription
         self.topic.sinks.add(self)
         self.refill()

@@ -48,7 +48,7 @@ from ..streams import Publisher, Subscriber, iterate, ops
 from ..streams.iterate import PublisherIterator
 from ..streams.subscriptions import subscribe_failed
 from ..transport import Transport, connect_tcp, connect_websocket
-from .session import Host, RemotePublisher, Session, complete_handshake
+from .session import Host, RemotePublisher, Session, complete_handshake, conn_error_frame
 
 MAX_PARKED = 1024
 """Subscriptions that may wait for a reconnect; more are refused with ConnectionLost."""
@@ -175,7 +175,9 @@ async def open_transport(url: str, *, ssl_context: ssl.SSLContext | None, max_fr
     """A transport to ``url`` (see :func:`rsnet.client_rules.parse_endpoint`)."""
     endpoint = parse_endpoint(url)
     if endpoint.websocket:
-        return await connect_websocket(url, max_message_size=max_frame_size, ssl_context=ssl_context)
+        return await connect_websocket(
+            url, max_message_size=max_frame_size, ssl_context=ssl_context, conn_error=conn_error_frame
+        )
     if endpoint.secure and ssl_context is None:
         ssl_context = ssl.create_default_context()
     return await connect_tcp(endpoint.host, endpoint.port, ssl_context if endpoint.secure else None)

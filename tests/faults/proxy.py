@@ -34,6 +34,7 @@ class FaultyProxy:
         self._healed = trio.Event()
         self._healed.set()
         self._nursery: trio.Nursery | None = None
+        self._pairs: set[trio.CancelScope] = set()
         self.port = 0
 
     @property
@@ -45,6 +46,12 @@ class FaultyProxy:
 
     def heal(self) -> None:
         self._healed.set()
+
+    def reset_all(self) -> None:
+        """Reset every connection through the proxy now (new ones are accepted as usual)."""
+        for scope in list(self._pairs):
+            self.resets += 1
+            scope.cancel()
 
     async def __aenter__(self) -> FaultyProxy:
         self._manager = trio.open_nursery()
@@ -69,8 +76,10 @@ class FaultyProxy:
             return
         budget = [self.reset_after_bytes]  # shared by both directions of this connection
         async with trio.open_nursery() as pair:
+            self._pairs.add(pair.cancel_scope)
             pair.start_soon(self._pump, downstream, upstream, budget, pair.cancel_scope)
             pair.start_soon(self._pump, upstream, downstream, budget, pair.cancel_scope)
+        self._pairs.discard(pair.cancel_scope)
         await _reset(downstream)
         await _reset(upstream)
 
