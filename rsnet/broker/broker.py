@@ -29,19 +29,20 @@ import dataclasses
 import logging
 import pathlib
 import reprlib
+import resource
 from collections.abc import Callable
 from typing import Any
 
 import trio
 
 from ..errors import StreamError
+from ..net.failures import TRACEBACKS_PER_MINUTE, RateLimitedLog
 from ..net.session import StreamContext
 from ..protocol import ErrorCode
 from ..streams import Publisher, Subscriber, Subscription, from_iterable, just
 from ..streams.rules import MAX_DEMAND, add_demand, check_subscriber, invalid_request
 from ..streams.subscriptions import deliver_safely
 from .codes import BrokerCode
-from .logging import LogLimiter
 from .names import is_valid_topic, is_wildcard, topic_matches, validate_pattern, validate_topic
 from .storage import CorruptData, CursorStore, FsyncPolicy, MemoryLog, Retention, SegmentLog, TopicLog
 from .topic import MAX_SEQUENCE, SlowPolicy, Topic, TopicReader, TopicSink, now_ms, resolve_start
@@ -61,6 +62,14 @@ commit rewrites the topic's cursor file, so this also bounds what one commit cos
 DEFAULT_MAX_TOPICS = 10_000
 """Topics the broker hosts at most (in memory and on disk); a publish that would create one
 more is refused with TOO_MANY_TOPICS."""
+
+
+def default_max_open_topics() -> int:
+    """An eighth of the process's file descriptor limit (at least 16): an open durable topic
+    holds a few descriptors, and connections need theirs."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return max(16, (soft if soft != resource.RLIM_INFINITY else 65536) // 8)
+
 
 DEFAULT_IDLE_CLOSE_S = 60.0
 """Seconds a durable topic stays open with no producer and no subscriber before its log (and
@@ -118,6 +127,7 @@ class Broker:
         max_topics: int = DEFAULT_MAX_TOPICS,
         idle_close_s: float = DEFAULT_IDLE_CLOSE_S,
         max_cursors: int = DEFAULT_MAX_CURSORS,
+        max_open_topics: int | None = None,
     ) -> None:
         self.data_dir = pathlib.Path(data_dir) if data_dir is not None else None
         self.fsync = fsync
@@ -130,17 +140,19 @@ class Broker:
         self.max_topics = max_topics
         self.idle_close_s = idle_close_s
         self.max_cursors = max_cursors
+        self.max_open_topics = max_open_topics if max_open_topics is not None else default_max_open_topics()
         self.topics: dict[str, Topic] = {}  # the open ones; see also _closed
         self.recovery: dict[str, Any] = {}  # topic -> RecoveryReport of its log
         self.denied = 0  # requests refused for lack of a grant
         self._cursors: dict[str, CursorStore | dict[str, int]] = {}
-        self._watchers: list[tuple[str, TopicReader]] = []  # wildcard readers, for new topics
+        # Readers of a pattern, or of a topic not created yet: they get new topics that match.
+        self._watchers: dict[TopicReader, str] = {}
         self._acks: dict[tuple[str, str], set[_AckSubscription]] = {}
         self._writers: dict[Topic, trio.CancelScope] = {}
         self._memory_logs: dict[str, MemoryLog] = {}
         self._closed: dict[str, _ClosedTopic] = {}  # durable topics on disk whose log is closed
         self._idle_since: dict[Topic, float] = {}
-        self._log_limiter = LogLimiter()
+        self._failure_log = RateLimitedLog(log, TRACEBACKS_PER_MINUTE)  # failures a client can repeat
         self._nursery: trio.Nursery | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -192,7 +204,15 @@ class Broker:
             if closed.expires_ms is not None and closed.expires_ms <= now
         )
         for _, name in due[:limit]:
-            topic = self._open_topic(name)
+            try:
+                topic = self._open_topic(name)
+            except StreamError:  # too many topics open and in use: retried later
+                self._closed[name].expires_ms = now + 60_000
+                continue
+            except Exception:
+                self._failure_log.exception("opening topic %s to apply its retention failed; retried later", name)
+                self._closed[name].expires_ms = now + 60_000
+                continue
             try:
                 topic.log.enforce_retention(now)
             except Exception as failure:
@@ -240,7 +260,8 @@ class Broker:
     def topic(self, name: str, *, create: bool) -> Topic | None:
         """The topic, opened if it exists; if not, created if ``create``, else None.
 
-        Raises StreamError TOO_MANY_TOPICS if creating it would pass ``max_topics``.
+        Raises StreamError TOO_MANY_TOPICS if creating it would pass ``max_topics``, or if
+        opening a durable topic would pass ``max_open_topics`` while every open one is in use.
         """
         topic = self.topics.get(name)
         if topic is not None:
@@ -259,6 +280,8 @@ class Broker:
     def _open_topic(self, name: str) -> Topic:
         settings = self.settings_for(name)
         new = not self.exists(name)
+        if settings.durable and self.data_dir is not None:
+            self._make_room(name)
         topic_log = self._open_log(name, settings)
         topic = Topic(
             name,
@@ -266,7 +289,7 @@ class Broker:
             policy=settings.policy,
             max_lag=settings.max_lag,
             on_stored=self._stored,
-            log_limiter=self._log_limiter,
+            failure_log=self._failure_log,
         )
         closed = self._closed.pop(name, None)
         if closed is not None:
@@ -277,10 +300,29 @@ class Broker:
         scope = self._writers[topic] = trio.CancelScope()
         self._nursery.start_soon(self._run_writer, topic, interval, scope)
         if new:  # a stored topic's readers came to it themselves, when they subscribed
-            for pattern, reader in list(self._watchers):
+            for reader, pattern in list(self._watchers.items()):
                 if topic_matches(pattern, name) and not reader.cancelled:
                     reader.add_topic(topic, topic_log.first_offset)
         return topic
+
+    def _make_room(self, name: str) -> None:
+        """Keep open durable logs (and their file descriptors) under ``max_open_topics``: close
+        idle ones, the longest idle first, before opening ``name``; refuse if none is idle."""
+        open_durable = [topic for topic in self.topics.values() if topic.name not in self._memory_logs]
+        excess = len(open_durable) + 1 - self.max_open_topics
+        if excess <= 0:
+            return
+        now = trio.current_time()
+        idle = sorted((self._idle_since.get(topic, now), id(topic), topic) for topic in open_durable if topic.idle)
+        for _, _, topic in idle[:excess]:
+            self._close_topic(topic)
+        if excess > len(idle):
+            raise StreamError(
+                BrokerCode.TOO_MANY_TOPICS,
+                f"cannot open topic {name!r}: {self.max_open_topics} topics are open and in use, the most this "
+                "broker keeps open at once (max_open_topics); try again later",
+                {"topic": name, "max_open_topics": self.max_open_topics},
+            )
 
     def _open_log(self, name: str, settings: TopicSettings) -> TopicLog:
         """The topic's log and cursors: opened (recovered) from ``data_dir``, or in memory.
@@ -307,18 +349,13 @@ class Broker:
                 self._topic_failed(topic, failure)
 
     def _topic_failed(self, topic: Topic, failure: Exception) -> None:
-        """Contain an unexpected exception to its topic: log it once, end the topic's producers
-        and readers with INTERNAL, close its log, and forget it: the next publish or subscribe
-        opens it again from what is stored (recovery checks it), as after a restart."""
-        held = self._log_limiter.allow(("topic", topic.name))
-        if held is not None:
-            log.error(
-                "topic %s failed; its producers and readers get INTERNAL, the next request reopens it "
-                "(%d more failures since, not logged)",
-                topic.name,
-                held,
-                exc_info=failure,
-            )
+        """Contain an unexpected exception to its topic: log it (with the broker's bounded
+        traceback budget), end the topic's producers and readers with INTERNAL, and close its
+        log: the next request opens it again from what is stored (recovery checks it), as
+        after a restart. Must be called from the ``except`` block that caught ``failure``."""
+        self._failure_log.exception(
+            "topic %s failed; its producers and readers get INTERNAL, the next request reopens it", topic.name
+        )
         self._close_topic(topic)
         topic.fail(
             StreamError(
@@ -340,17 +377,23 @@ class Broker:
         if topic.name in self._memory_logs:
             return  # kept for the topic's next opening (see _open_log)
         topic_log = topic.log
+        counters = (topic.records_in, topic.records_out, topic.dropped, topic.disconnected)
         try:
-            self._closed[topic.name] = _ClosedTopic(
+            summary = _ClosedTopic(
                 topic_log.first_offset,
                 topic_log.next_offset,
                 topic_log.size_bytes,
-                (topic.records_in, topic.records_out, topic.dropped, topic.disconnected),
+                counters,
                 self._expiry(topic, now_ms() if now is None else now),
             )
+        except Exception:  # a broken log: the topic stays known, its state unknown until reopened
+            self._failure_log.exception("reading the state of topic %s failed", topic.name)
+            summary = _ClosedTopic(0, 0, 0, counters, None)
+        self._closed[topic.name] = summary
+        try:
             topic_log.close()
         except Exception:
-            log.exception("closing the log of topic %s failed", topic.name)
+            self._failure_log.exception("closing the log of topic %s failed", topic.name)
 
     def _expiry(self, topic: Topic, now: int) -> int | None:
         max_age = self.settings_for(topic.name).retention.max_age_ms
@@ -396,7 +439,7 @@ class Broker:
             store.commit(cursor, offset)
 
     def _reader_ended(self, reader: TopicReader) -> None:
-        self._watchers = [(p, r) for p, r in self._watchers if r is not reader]
+        self._watchers.pop(reader, None)
 
     # -- acknowledgements ---------------------------------------------------------------------
 
@@ -583,10 +626,20 @@ class _PatternPublisher(Publisher[Any]):
         broker = self._broker
         reader = TopicReader(subscriber, on_end=broker._reader_ended)
         subscriber.on_subscribe(reader)
-        broker._watchers.append((self._pattern, reader))
+        broker._watchers[reader] = self._pattern
         for name in broker.topic_names():
-            if topic_matches(self._pattern, name):
-                topic = broker.topic(name, create=False)
+            if topic_matches(self._pattern, name) and not reader.cancelled:
+                try:
+                    topic = broker.topic(name, create=False)
+                except StreamError as refused:  # e.g. too many open topics: this subscription ends
+                    reader.fail(refused)
+                    return
+                except Exception as failure:  # the topic's log cannot be opened
+                    broker._failure_log.exception("opening topic %s for a subscription failed", name)
+                    reader.fail(
+                        StreamError(ErrorCode.INTERNAL, f"opening topic {name!r} failed ({type(failure).__name__})")
+                    )
+                    return
                 if topic is not None:
                     reader.add_topic(topic, resolve_start(topic, self._start))
 
@@ -611,7 +664,12 @@ class _AckPublisher(Publisher[Any]):
         subscription = _AckSubscription(subscriber, self._producer, self._topic, lambda s: broker._acks[key].discard(s))
         broker._acks.setdefault(key, set()).add(subscription)
         subscriber.on_subscribe(subscription)
-        topic = broker.topic(self._topic, create=False)
+        try:
+            topic = broker.topic(self._topic, create=False)
+        except StreamError as refused:  # e.g. too many open topics: rule 1.9, an error after on_subscribe
+            subscription.cancel()
+            deliver_safely(subscriber.on_error, refused)
+            return
         if topic is not None:
             last = topic.log.last_sequence(self._producer)
             if last is not None:

@@ -15,6 +15,8 @@ Schema (``server/rsnet.toml`` is a commented example of every key)::
     fsync = "always"                # always | interval | never (only for durable topics)
     fsync_interval_ms = 100         # for "interval"
     max_topics = 10000              # topics at most; a publish creating one more gets TOO_MANY_TOPICS
+    max_open_topics = 128           # durable topics open at once (omitted: 1/8 of the fd limit);
+                                    # idle ones are closed to make room, else TOO_MANY_TOPICS
     idle_topic_close_s = 60         # a durable topic with no producer nor subscriber for this long
                                     # has its log (its open files) closed; reopened on demand
 
@@ -298,6 +300,8 @@ class BrokerConfig(_Model):
     fsync: FsyncPolicyName = "always"
     fsync_interval_ms: PositiveInt = 100
     max_topics: PositiveInt = 10_000
+    max_open_topics: PositiveInt | None = None
+    """Durable topics open at once; None: an eighth of the file descriptor limit."""
     idle_topic_close_s: Annotated[float, Field(ge=0)] = 60.0
     topic_defaults: TopicDefaults = TopicDefaults()
     topics: tuple[TopicRule, ...] = ()

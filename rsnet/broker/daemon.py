@@ -63,6 +63,7 @@ def build_broker(config: BrokerConfig, authorizer: Authorizer) -> Broker:
         settings_for=settings_for,
         authorize=authorize,
         max_topics=config.max_topics,
+        max_open_topics=config.max_open_topics,
         idle_close_s=config.idle_topic_close_s,
     )
 

@@ -29,12 +29,12 @@ from typing import Any, Protocol, runtime_checkable
 import trio
 
 from ..errors import StreamError
+from ..net.failures import TRACEBACKS_PER_MINUTE, RateLimitedLog
 from ..protocol import MAX_INT, ErrorCode
 from ..streams import Subscriber, Subscription
 from ..streams.rules import MAX_DEMAND, add_demand, check_signal_argument, invalid_request, validate_subscription
 from ..streams.subscriptions import DrainLoop, deliver_safely
 from .codes import BrokerCode
-from .logging import LogLimiter
 from .storage import TopicLog
 
 log = logging.getLogger("rsnet.broker")
@@ -68,7 +68,7 @@ class Topic:
         policy: SlowPolicy = SlowPolicy.BACKPRESSURE,
         max_lag: int = 10_000,
         on_stored: Callable[[Topic, list[tuple[str, int]]], None] | None = None,
-        log_limiter: LogLimiter | None = None,
+        failure_log: RateLimitedLog | None = None,
     ) -> None:
         self.name = name
         self.log = log
@@ -83,7 +83,7 @@ class Topic:
         self._pending: list[TopicSink] = []  # sinks holding records for the writer
         self._wakeup = trio.Event()
         self._on_stored = on_stored  # (producer, last sequence) pairs that became durable
-        self.log_limiter = log_limiter or LogLimiter()  # for failures a peer can repeat at will
+        self.failure_log = failure_log or RateLimitedLog(logging.getLogger("rsnet.broker"), TRACEBACKS_PER_MINUTE)
 
     @property
     def idle(self) -> bool:
@@ -385,10 +385,8 @@ class TopicReader(DrainLoop, Subscription):
             # Reading failed (a bug, a storage error): end this subscription, coded, and
             # nothing else; whoever called drain (a session, a topic's writer) carries on.
             names = ", ".join(sorted(t.name for t in self.positions))
-            limiter = next(iter(self.positions)).log_limiter if self.positions else LogLimiter()
-            held = limiter.allow(("read", names))
-            if held is not None:
-                log.error("a subscription to %s failed (%d more since, not logged)", names, held, exc_info=True)
+            topic = next(iter(self.positions), None)
+            (topic.failure_log if topic is not None else log).exception("a subscription to %s failed", names)
             self._failure = StreamError(ErrorCode.INTERNAL, f"reading failed ({type(failure).__name__})")
             self._missed = True
             return False

@@ -9,19 +9,23 @@ from __future__ import annotations
 
 import os
 import pathlib
+import resource
 
 import pytest
 import trio
 
 import rsnet
+from rsnet.broker.auth import Authorizer
 from rsnet.broker.broker import Broker, TopicSettings
 from rsnet.broker.client import publish
 from rsnet.broker.codes import BrokerCode
+from rsnet.broker.config import load_config
+from rsnet.broker.daemon import build_broker
 from rsnet.broker.storage import Retention
 from rsnet.broker.topic import now_ms
-from rsnet.protocol import Cancel, ErrorCode, Subscribe
+from rsnet.protocol import Accept, Cancel, Complete, Error, ErrorCode, Subscribe
 
-from .support import RawClient, broker_running, take
+from .support import RawClient, broker_running, served_url, start_daemon, take
 
 
 def open_fds() -> int:
@@ -174,3 +178,93 @@ async def test_age_retention_reaches_closed_topics(tmp_path):
         assert (entries["old"]["first_offset"], entries["old"]["next_offset"]) == (2, 2)
         assert (entries["old2"]["first_offset"], entries["old2"]["next_offset"]) == (1, 1)
         assert broker.expire_closed_topics(later) == 0  # an empty topic has nothing to expire
+
+
+def test_the_daemon_builds_the_broker_the_configuration_describes():
+    config = load_config(
+        None,
+        {},
+        {
+            "max_topics": 7,
+            "max_open_topics": 3,
+            "idle_topic_close_s": 5,
+            "topic_defaults.auto_create": "never",
+            "topics": [{"pattern": "live.>", "auto_create": "publish", "subscribe_missing": "fail"}],
+        },
+    )
+    broker = build_broker(config, Authorizer(config.auth))
+    assert (broker.max_topics, broker.max_open_topics, broker.idle_close_s) == (7, 3, 5.0)
+    other, live = broker.settings_for("orders"), broker.settings_for("live.x")
+    assert (other.auto_create, other.wait_if_missing) == (False, True)
+    assert (live.auto_create, live.wait_if_missing) == (True, False)
+
+
+async def test_open_durable_topics_stay_within_max_open_topics_closing_idle_ones_first(tmp_path):
+    broker = Broker(data_dir=tmp_path, max_open_topics=4, retention_sweep_s=3600)  # no idle timeout here
+    async with broker_running(broker) as url, rsnet.connect(url) as conn:
+        baseline = open_fds()
+        for index in range(TOPICS):
+            assert await publish(conn, f"t{index}", [index]) == 1
+            assert len(broker.topics) <= 4
+        assert open_fds() <= baseline + 4 * 3  # a lock, the active segment, one being read, per log
+        for index in range(TOPICS):
+            assert [r["value"] for r in await take(conn, f"t{index}", 1, **{"from": "earliest"})] == [index]
+
+
+async def test_when_every_open_topic_is_in_use_one_more_is_refused_until_one_frees_up(tmp_path):
+    broker = Broker(data_dir=tmp_path, max_open_topics=2, retention_sweep_s=3600)
+    async with broker_running(broker) as url, rsnet.connect(url) as conn:
+        for name in ("a", "b", "c"):
+            assert await publish(conn, name, [name]) == 1
+        holder = await RawClient.connect(url)  # keeps a and b in use: a subscription to each
+        await holder.send(Subscribe(1, "a", {}, 0, {}), Subscribe(3, "b", {}, 0, {}))
+        for stream_id in (1, 3):
+            assert isinstance(await holder.frame_of((Accept, Error), stream_id), Accept)
+        with pytest.raises(rsnet.StreamError) as caught:
+            await publish(conn, "c", ["again"])
+        assert caught.value.code == BrokerCode.TOO_MANY_TOPICS
+        assert caught.value.data == {"topic": "c", "max_open_topics": 2}
+        with pytest.raises(rsnet.StreamError) as caught:  # a pattern needing a third one too
+            await take(conn, "*", 3, **{"from": "earliest"})
+        assert caught.value.code == BrokerCode.TOO_MANY_TOPICS
+        await holder.send(Cancel(1), Subscribe(5, "$topics", {}, 100, {}))
+        assert isinstance(await holder.frame_of(Complete, 5), Complete)  # so the CANCEL before it was handled
+        assert await publish(conn, "c", ["again"]) == 1  # a subscription ended: room again
+        await holder.aclose()
+
+
+FD_LIMIT = 128
+
+
+def low_fd_limit() -> None:
+    resource.setrlimit(resource.RLIMIT_NOFILE, (FD_LIMIT, FD_LIMIT))
+
+
+async def test_the_daemon_at_a_128_descriptor_limit_serves_2000_missing_names_and_60_topics(tmp_path):
+    """The issue's scenario against the real process: before, every subscription to a missing
+    name held two descriptors for good, and "Too many open files" came after about a quarter
+    of the limit; now subscriptions hold none, and topics beyond max_open_topics (16 here)
+    close idle ones."""
+    process, printed = await start_daemon(
+        "--data-dir", str(tmp_path), "--tcp", "127.0.0.1:0", announces=b"auth off", preexec_fn=low_fd_limit
+    )
+    try:
+        url = served_url(printed)
+        client = await RawClient.connect(url)
+        frames = []
+        for index in range(2000):
+            frames += [Subscribe(2 * index + 1, f"typo.t{index}", {}, 1, {}), Cancel(2 * index + 1)]
+        for start in range(0, len(frames), 1000):  # 500 at a time, within max_streams
+            await client.send(*frames[start : start + 1000])
+        async with rsnet.connect(url) as conn:
+            for index in range(60):
+                assert await publish(conn, f"t{index}", [index]) == 1
+            assert [r["value"] for r in await take(conn, "t0", 1, **{"from": "earliest"})] == [0]
+            assert len(await topic_names(url)) == 60
+        assert sorted(p.name for p in tmp_path.iterdir()) == sorted(f"t{index}" for index in range(60))
+        assert process.returncode is None
+        await client.aclose()
+    finally:
+        process.terminate()
+        with trio.fail_after(10):
+            await process.wait()
