@@ -41,6 +41,7 @@ from ..streams.rules import MAX_DEMAND, add_demand, check_subscriber, invalid_re
 from ..streams.subscriptions import deliver_safely
 from .auth import is_wildcard, topic_matches, validate_pattern, validate_topic
 from .storage import CorruptData, CursorStore, FsyncPolicy, MemoryLog, Retention, SegmentLog
+from .storage import files as storage_files
 from .topic import SlowPolicy, Topic, TopicReader, TopicSink, now_ms, resolve_start
 
 log = logging.getLogger("rsnet.broker")
@@ -76,6 +77,7 @@ class Broker:
         authorize: Callable[[Any, str, str], bool] | None = None,
         sink_window: int = DEFAULT_SINK_WINDOW,
         retention_sweep_s: float = 1.0,
+        unclean_recovery: bool = False,
     ) -> None:
         self.data_dir = pathlib.Path(data_dir) if data_dir is not None else None
         self.fsync = fsync
@@ -85,6 +87,8 @@ class Broker:
         self.authorize = authorize
         self.sink_window = sink_window
         self.retention_sweep_s = retention_sweep_s
+        self.unclean_recovery = unclean_recovery  # see SegmentLog.open; off: damage it cannot place stops the start
+        self.storage_files = storage_files.REAL  # how durable logs change their files (tests inject faults)
         self.topics: dict[str, Topic] = {}
         self.recovery: dict[str, Any] = {}  # topic -> RecoveryReport of its log
         self.denied = 0  # requests refused for lack of a grant
@@ -130,7 +134,13 @@ class Broker:
     def _open_topic(self, name: str) -> Topic:
         settings = self.settings_for(name)
         if settings.durable and self.data_dir is not None:
-            topic_log, report = SegmentLog.open(self.data_dir / name, settings.retention, self.fsync)
+            topic_log, report = SegmentLog.open(
+                self.data_dir / name,
+                settings.retention,
+                self.fsync,
+                file_ops=self.storage_files,
+                unclean_recovery=self.unclean_recovery,
+            )
             self.recovery[name] = report
             if report.damaged:
                 log.warning("topic %s: recovered with damage: %s", name, "; ".join(report.damaged))
@@ -272,6 +282,10 @@ class Broker:
                         {"lag": reader.lag(topic), "delivered": reader.delivered} for reader in topic.readers
                     ],
                     "producers": len(topic.sinks),
+                    "damaged": [
+                        {"first": damage.first, "end": damage.end, "problem": damage.problem}
+                        for damage in topic.log.damaged_ranges
+                    ],
                 }
             )
         return result

@@ -14,6 +14,7 @@ Schema (``server/rsnet.toml`` is a commented example of every key)::
     data_dir = "/var/lib/rsnet"     # omitted: every topic in memory; set: topics durable by default
     fsync = "always"                # always | interval | never (only for durable topics)
     fsync_interval_ms = 100         # for "interval"
+    unclean_recovery = false        # true: start despite damage recovery cannot place (see server/README.md)
 
     [listen]
     tcp = "127.0.0.1:7600"          # "HOST:PORT" ("[::1]:7600" for IPv6); "" = off
@@ -295,6 +296,7 @@ class BrokerConfig(_Model):
     data_dir: Annotated[Path | None, BeforeValidator(_empty_is_none)] = None
     fsync: FsyncPolicy = "always"
     fsync_interval_ms: PositiveInt = 100
+    unclean_recovery: bool = False
     topic_defaults: TopicDefaults = TopicDefaults()
     topics: tuple[TopicRule, ...] = ()
     auth: AuthConfig = AuthConfig()

@@ -58,6 +58,7 @@ def build_broker(config: BrokerConfig, authorizer: Authorizer) -> Broker:
         data_dir=config.data_dir,
         fsync=FsyncPolicy[config.fsync.upper()],
         fsync_interval_ms=config.fsync_interval_ms,
+        unclean_recovery=config.unclean_recovery,
         settings_for=settings_for,
         authorize=authorize,
     )
@@ -126,6 +127,7 @@ def metrics_refresher(broker: Broker, server: Server) -> Any:
                     metrics.set_producer_demand(name, sink.producer, sink.in_flight)
                     live_producers.add((name, sink.producer))
             metrics.set_storage(name, topic.log.size_bytes, topic.log.next_offset - topic.log.first_offset)
+            metrics.set_storage_faults(name, sum(d.end - d.first for d in topic.log.damaged_ranges))
             for reader in topic.readers:
                 label = reader_ids.setdefault(id(reader), f"s{next(numbers)}")
                 live.add(label)

@@ -24,6 +24,7 @@ name                                        type     labels                meani
 ``producer_demand``                         gauge    topic, producer       requested from a producer, not yet received
 ``storage_bytes``                           gauge    topic                 bytes the topic's log holds
 ``storage_records``                         gauge    topic                 records the topic's log holds
+``storage_damaged_records``                 gauge    topic                 offsets found damaged on disk (never reused)
 ``auth_denials_total``                      counter  reason                ``unauthenticated`` or ``forbidden``
 ==========================================  =======  ====================  =========================================
 
@@ -123,6 +124,12 @@ class BrokerMetrics:
         self._storage_records = Gauge(
             "rsnet_broker_storage_records", "Records held by a topic's log.", ["topic"], registry=r
         )
+        self._storage_damaged = Gauge(
+            "rsnet_broker_storage_damaged_records",
+            "Offsets of a topic whose records were found damaged on disk.",
+            ["topic"],
+            registry=r,
+        )
         self._auth_denials = Counter(
             "rsnet_broker_auth_denials", "Refused connections and requests, by reason.", ["reason"], registry=r
         )
@@ -171,6 +178,10 @@ class BrokerMetrics:
         if records is not None:
             self._storage_records.labels(topic).set(records)
 
+    def set_storage_faults(self, topic: str, damaged_records: int) -> None:
+        """What is wrong with a topic's storage: offsets found damaged."""
+        self._storage_damaged.labels(topic).set(damaged_records)
+
     def remove_topic(self, topic: str) -> None:
         """Forget every series of a deleted topic, including its subscribers' lag and producers."""
         for metric in (
@@ -180,6 +191,7 @@ class BrokerMetrics:
             self._slow_disconnects,
             self._storage_bytes,
             self._storage_records,
+            self._storage_damaged,
         ):
             _remove(metric, topic)
         for subscriber, topics in list(self._lag_topics.items()):

@@ -32,7 +32,7 @@ from ..streams import Subscriber, Subscription
 from ..streams.rules import MAX_DEMAND, add_demand, check_signal_argument, invalid_request
 from ..streams.subscriptions import DrainLoop, deliver_safely
 from .codes import BrokerCode
-from .storage import TopicLog
+from .storage import OffsetDamaged, TopicLog
 
 READ_BATCH = 256
 """Records read from the log per step of a subscription's drain loop."""
@@ -339,7 +339,12 @@ class TopicReader(DrainLoop, Subscription):
             visible = log.durable_offset - position
             if visible <= 0:
                 continue
-            records = log.read(position, min(self.requested, READ_BATCH, visible))
+            try:
+                records = log.read(position, min(self.requested, READ_BATCH, visible))
+            except OffsetDamaged as damaged:  # everything before it was delivered; end here, coded
+                self._failure = offset_damaged(topic.name, damaged)
+                self._missed = True  # the drain loop goes round once more and delivers the error
+                break
             if not records:
                 continue
             for record in records:
@@ -384,6 +389,16 @@ def offset_trimmed(topic: str, requested: int, first_available: int) -> StreamEr
     )
 
 
+def offset_damaged(topic: str, damaged: OffsetDamaged) -> StreamError:
+    damage = damaged.damage
+    return StreamError(
+        BrokerCode.OFFSET_DAMAGED,
+        f"offset {damaged.requested} of {topic!r} is damaged on disk (offsets {damage.first} to {damage.end - 1}); "
+        f"the next intact offset is {damage.end}",
+        {"topic": topic, "requested": damaged.requested, "first": damage.first, "next_intact": damage.end},
+    )
+
+
 def resolve_start(topic: Topic, start: Any) -> int:
     """The offset a subscription starts at: ``"earliest"``, ``"latest"``, an offset, or
     ``{"timestamp": ms}``. Raises StreamError for a trimmed or future offset."""
@@ -403,6 +418,9 @@ def resolve_start(topic: Topic, start: Any) -> int:
                 f"offset {start} of {topic.name!r} does not exist yet (next is {log.next_offset})",
                 {"topic": topic.name, "requested": start, "next": log.next_offset},
             )
+        for damage in log.damaged_ranges:
+            if damage.first <= start < damage.end:
+                raise offset_damaged(topic.name, OffsetDamaged(start, damage))
         return start
     raise StreamError(
         ErrorCode.REJECTED,

@@ -89,6 +89,7 @@ class SegmentLog(TopicLog):
         segment_bytes: int = DEFAULT_SEGMENT_BYTES,
         *,
         file_ops: FileOps = REAL,
+        unclean_recovery: bool = False,
     ) -> tuple[SegmentLog, RecoveryReport]:
         """Open (creating if needed) the log in ``directory``; recover it; report what was found.
 
@@ -96,6 +97,8 @@ class SegmentLog(TopicLog):
         open, or if a segment has a format version this code does not know: such a segment is
         left untouched. Recovery makes everything it keeps durable unless ``fsync`` is NEVER.
         ``file_ops``: how the log changes its files (tests pass one that injects faults).
+        Damage recovery cannot place raises :class:`UncleanRecoveryNeeded`, changing nothing,
+        unless ``unclean_recovery`` (see the package docstring).
         """
         if not isinstance(fsync, FsyncPolicy):
             raise TypeError(f"fsync must be a FsyncPolicy, not {fsync!r}")
@@ -109,7 +112,7 @@ class SegmentLog(TopicLog):
                 if fsync is not FsyncPolicy.NEVER:
                     file_ops.sync_directory(os.path.dirname(directory))
             log._lock()
-            report = log._recover()
+            report = log._recover(unclean_recovery)
         except BaseException:
             log._release()
             raise
@@ -173,6 +176,7 @@ class SegmentLog(TopicLog):
             self._size_bytes -= segment.size
             self._first_offset = self._segments[0].base_offset
             dropped += segment.records
+        self._damaged = [damage for damage in self._damaged if damage.end > self._first_offset]
         return dropped
 
     def close(self) -> None:
@@ -308,11 +312,16 @@ class SegmentLog(TopicLog):
                 break
         else:
             return self._next_offset
-        start_offset, position = segment.locate_timestamp(timestamp_ms)
-        for record in self._records(segment, start_offset, position, start_offset, segment.records):
-            if record.timestamp_ms >= timestamp_ms:
-                return record.offset
-        raise AssertionError("a segment's highest timestamp is not in it")  # pragma: no cover
+        offset, position = segment.locate_timestamp(timestamp_ms)
+        while True:  # through the segment's intact runs: a read never crosses a damaged range
+            damage = next((damage for damage in segment.damage if damage.first >= offset), None)
+            end = segment.next_offset if damage is None else damage.first
+            for record in self._records(segment, offset, position, offset, end - offset):
+                if record.timestamp_ms >= timestamp_ms:
+                    return record.offset
+            if damage is None or damage.end == segment.next_offset:
+                raise AssertionError("a segment's highest timestamp is not in it")  # pragma: no cover
+            offset, position = segment.locate(damage.end)
 
     def _records(self, segment: Segment, offset: int, position: int, wanted: int, count: int) -> Iterator[Record]:
         """Up to ``count`` records of ``segment`` from offset ``wanted`` on, scanning from
@@ -376,9 +385,10 @@ class SegmentLog(TopicLog):
         self._active_fd = self._lock_fd = -1
         self._readers.clear()
 
-    def _recover(self) -> RecoveryReport:
+    def _recover(self, unclean: bool) -> RecoveryReport:
         """Recover the directory (see ``recovery.py``) and take over the state it describes."""
-        recovered = recovery.recover(self._files, self.directory, self.fsync is not FsyncPolicy.NEVER)
+        recovered = recovery.recover(self._files, self.directory, self.fsync is not FsyncPolicy.NEVER, unclean)
+        self._damaged = recovered.damaged
         self._segments = recovered.segments
         self._bases = [segment.base_offset for segment in self._segments]
         self._producers = recovered.producers
