@@ -116,6 +116,7 @@ from .log import (
     StorageError,
     TopicLog,
     UncleanRecoveryNeeded,
+    WriteFailed,
 )
 from .memory import MemoryLog
 from .records import Record
@@ -139,4 +140,5 @@ __all__ = [
     "StorageError",
     "TopicLog",
     "UncleanRecoveryNeeded",
+    "WriteFailed",
 ]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 import enum
+import errno as _errno
 from collections.abc import Sequence
 from typing import Any
 
@@ -80,6 +81,24 @@ class UncleanRecoveryNeeded(StorageError):
     """Recovery found damage it cannot place: whether acknowledged records were lost after it
     is unknown. Nothing was changed; the message names the file, the damage and the flag
     (``unclean_recovery``) that lets an operator accept cutting the log there."""
+
+
+class WriteFailed(StorageError):
+    """Records could not be stored: the file system refused a write or an fsync (``errno``).
+
+    Nothing of the failed call counts as stored: the log still holds exactly what it held
+    before it (after a failed fsync: what the last successful sync made durable, the rest cut
+    off), and it stays usable, so appending again once the cause is gone (space freed) works.
+    ``full`` is true for ENOSPC and EDQUOT: no space left, or over quota.
+    """
+
+    def __init__(self, message: str, errno: int | None) -> None:
+        super().__init__(message)
+        self.errno = errno
+
+    @property
+    def full(self) -> bool:
+        return self.errno in (_errno.ENOSPC, _errno.EDQUOT)
 
 
 class LogFailed(StorageError):

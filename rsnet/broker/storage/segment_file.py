@@ -33,7 +33,7 @@ from collections.abc import Iterator
 
 import msgpack
 
-from .files import FileOps
+from .files import FileOps, unlink_if_present
 from .log import StorageError
 from .records import FRAME_HEAD, BadRecord, check_frame, decode_fields, frame, unpack
 
@@ -124,6 +124,24 @@ class Segment:
         self.next_offset = damage.end
         self._indexed_at = -INDEX_INTERVAL_BYTES
 
+    def checkpoint(self) -> tuple[int, int, int | None, int, int, int, dict[str, int]]:
+        """What appending changes, to :meth:`rewind` to after a failed fsync."""
+        return (
+            self.next_offset,
+            self.size,
+            self.crc,
+            self.max_timestamp,
+            len(self._offsets),
+            self._indexed_at,
+            dict(self.sequences),
+        )
+
+    def rewind(self, checkpoint: tuple[int, int, int | None, int, int, int, dict[str, int]]) -> None:
+        """Forget every record added since ``checkpoint`` was taken."""
+        self.next_offset, self.size, self.crc, self.max_timestamp, entries, self._indexed_at, sequences = checkpoint
+        self.sequences = dict(sequences)
+        del self._offsets[entries:], self._positions[entries:], self._maxima[entries:]
+
     def locate(self, offset: int) -> tuple[int, int]:
         """(offset, position) of the indexed record at or before ``offset``."""
         entry = bisect.bisect_right(self._offsets, offset) - 1
@@ -152,14 +170,18 @@ def create(ops: FileOps, directory: str, base_offset: int, producers: dict[str, 
         msgpack.packb({"base_offset": base_offset, "producers": producers}, use_bin_type=True)
     )
     temporary = path + ".tmp"
-    fd = ops.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
     try:
-        ops.write_all(fd, header)
-        if durable:
-            ops.datasync(fd)
-    finally:
-        os.close(fd)
-    ops.replace(temporary, path)
+        fd = ops.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        try:
+            ops.write_all(fd, header)
+            if durable:
+                ops.datasync(fd)
+        finally:
+            os.close(fd)
+        ops.replace(temporary, path)
+    except OSError:
+        unlink_if_present(ops, temporary, quiet=True)  # a full disk must not keep its bytes
+        raise
     segment = Segment(path, base_offset, len(header))
     segment.crc = zlib.crc32(header)
     return segment

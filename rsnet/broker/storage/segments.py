@@ -41,10 +41,11 @@ import fcntl
 import os
 import zlib
 from collections.abc import Iterator
+from typing import Any
 
 from . import recovery, segment_file, sidecars
 from .files import REAL, FileOps, unlink_if_present
-from .log import CorruptData, FsyncPolicy, LogFailed, Retention, StorageError, TopicLog
+from .log import CorruptData, FsyncPolicy, LogFailed, Retention, StorageError, TopicLog, WriteFailed
 from .records import BadRecord, Record, decode_record
 from .recovery import RecoveryReport
 from .segment_file import INDEX_INTERVAL_BYTES, Segment
@@ -79,6 +80,7 @@ class SegmentLog(TopicLog):
         self._synced_offset = 0  # every record below this has been fsynced
         self._directory_synced = True
         self._failure: BaseException | None = None
+        self._sync_point: tuple[Any, ...] = ()  # see _mark_synced
 
     @classmethod
     def open(
@@ -113,6 +115,9 @@ class SegmentLog(TopicLog):
                     file_ops.sync_directory(os.path.dirname(directory))
             log._lock()
             report = log._recover(unclean_recovery)
+        except OSError as exc:
+            log._release()
+            raise StorageError(f"{directory}: the log cannot be opened: {exc}") from exc
         except BaseException:
             log._release()
             raise
@@ -121,12 +126,20 @@ class SegmentLog(TopicLog):
     # -- TopicLog -----------------------------------------------------------------------------
 
     def sync(self) -> None:
+        """See :meth:`TopicLog.sync`; raises :class:`WriteFailed` if the fsync fails (the log is
+        then rolled back to its last sync point, see ``_fsync_active``)."""
+        try:
+            self._sync()
+        except OSError as exc:
+            raise WriteFailed(f"{self.directory}: records could not be made durable: {exc}", exc.errno) from exc
+
+    def _sync(self) -> None:
         self._check_usable()
         if self._synced_offset < self._next_offset:
             for segment in self._segments:
                 if segment.next_offset > self._synced_offset:
                     if segment is self._active:
-                        self._fsync(self._active_fd)
+                        self._fsync_active()
                     else:
                         fd = os.open(segment.path, os.O_RDONLY | os.O_CLOEXEC)
                         try:
@@ -137,13 +150,21 @@ class SegmentLog(TopicLog):
         if not self._directory_synced:
             self._sync_directory()
         self._durable_offset = self._next_offset
+        self._mark_synced()
 
     def enforce_retention(self, now_ms: int) -> int:
         """Delete every segment whose records have all expired; return how many records went.
 
         Segments go oldest first. When every record has expired (only age can do that), the
         active segment is rolled first, so the log is left empty at the same ``next_offset``.
+        Raises :class:`WriteFailed` if a file cannot be deleted (what was deleted stays so).
         """
+        try:
+            return self._enforce_retention(now_ms)
+        except OSError as exc:
+            raise WriteFailed(f"{self.directory}: retention could not delete a segment: {exc}", exc.errno) from exc
+
+    def _enforce_retention(self, now_ms: int) -> int:
         self._check_usable()
         retention = self.retention
         expired = 0
@@ -196,6 +217,14 @@ class SegmentLog(TopicLog):
         return self._segments[-1]
 
     def _store(self, frames: list[bytes], timestamp_ms: int, producer: str | None, first_sequence: int | None) -> None:
+        try:
+            self._store_frames(frames, timestamp_ms, producer, first_sequence)
+        except OSError as exc:
+            raise WriteFailed(f"{self.directory}: records could not be stored: {exc}", exc.errno) from exc
+
+    def _store_frames(
+        self, frames: list[bytes], timestamp_ms: int, producer: str | None, first_sequence: int | None
+    ) -> None:
         start = 0
         while start < len(frames):
             segment = self._active
@@ -214,7 +243,7 @@ class SegmentLog(TopicLog):
             self._stored(end - start, producer, None if first_sequence is None else first_sequence + end - 1)
             start = end
         if self.fsync is FsyncPolicy.ALWAYS:
-            self.sync()
+            self._sync()
         elif self.fsync is FsyncPolicy.NEVER:
             self._durable_offset = self._next_offset
 
@@ -241,9 +270,10 @@ class SegmentLog(TopicLog):
         """Seal the active segment (synced unless NEVER), write its sidecar, and start a new
         one at ``next_offset``: a segment with a later one after it is sealed."""
         if self.fsync is not FsyncPolicy.NEVER and self._synced_offset < self._next_offset:
-            self._fsync(self._active_fd)
+            self._fsync_active()
             self._synced_offset = self._next_offset
             self._durable_offset = self._next_offset
+            self._mark_synced()
         old = self._active
         self._write_sidecar(old)
         segment, fd = self._create_segment(self._next_offset)
@@ -254,6 +284,8 @@ class SegmentLog(TopicLog):
         self._bases.append(segment.base_offset)
         self._size_bytes += segment.size
         self._active_fd = fd
+        if self.fsync is not FsyncPolicy.NEVER:
+            self._mark_synced()  # the new segment's header is synced: a rollback keeps it
 
     def _create_segment(self, base_offset: int) -> tuple[Segment, int]:
         """Write a new segment file (header only), sync its directory entry, open it for appending."""
@@ -277,6 +309,45 @@ class SegmentLog(TopicLog):
         except OSError as exc:
             self._failure = exc
             raise
+
+    def _fsync_active(self) -> None:
+        """fsync the active segment; if that fails, roll the log back to its last sync point.
+
+        After a failed fsync the kernel may have dropped the pages it could not write and
+        report success to the next fsync, so what was written since the last successful sync
+        cannot be trusted: it is cut off (truncate, then fsync again), and the log's state is
+        rewound to match. None of it was acknowledged (``durable_offset`` never passed the
+        sync point). Only if cutting it off fails too is the log failed (:class:`LogFailed`).
+        """
+        try:
+            self._files.datasync(self._active_fd)
+        except OSError as exc:
+            self._roll_back(exc)
+            raise
+
+    def _mark_synced(self) -> None:
+        """Everything in the log is durable now: the point a failed fsync rolls back to."""
+        self._sync_point = (
+            len(self._segments),
+            self._next_offset,
+            self._size_bytes,
+            dict(self._producers),
+            self._active.checkpoint(),
+        )
+
+    def _roll_back(self, cause: OSError) -> None:
+        segments, next_offset, size_bytes, producers, checkpoint = self._sync_point
+        try:
+            assert segments == len(self._segments), "a segment is rolled only after a sync point"
+            self._files.truncate(self._active_fd, checkpoint[1])
+            self._files.datasync(self._active_fd)
+        except OSError:
+            self._failure = cause
+            return
+        self._active.rewind(checkpoint)
+        self._next_offset = self._synced_offset = next_offset
+        self._size_bytes = size_bytes
+        self._producers = dict(producers)
 
     def _sync_directory(self) -> None:
         try:
@@ -398,4 +469,5 @@ class SegmentLog(TopicLog):
         self._directory_synced = recovered.directory_synced
         self._durable_offset = self._synced_offset = self._next_offset
         self._size_bytes = sum(segment.size for segment in self._segments)
+        self._mark_synced()
         return recovered.report
