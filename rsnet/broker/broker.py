@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import pathlib
 from collections.abc import Callable
 from typing import Any
@@ -40,9 +41,9 @@ from ..streams import Publisher, Subscriber, Subscription, from_iterable, just
 from ..streams.rules import MAX_DEMAND, add_demand, check_subscriber, invalid_request
 from ..streams.subscriptions import deliver_safely
 from .auth import is_wildcard, topic_matches, validate_pattern, validate_topic
-from .storage import CorruptData, CursorStore, FsyncPolicy, MemoryLog, Retention, SegmentLog
+from .storage import CorruptData, CursorStore, FsyncPolicy, MemoryLog, Retention, SegmentLog, StorageError
 from .storage import files as storage_files
-from .topic import SlowPolicy, Topic, TopicReader, TopicSink, now_ms, resolve_start
+from .topic import SlowPolicy, Topic, TopicReader, TopicSink, now_ms, resolve_start, storage_refusal
 
 log = logging.getLogger("rsnet.broker")
 
@@ -96,24 +97,59 @@ class Broker:
         self._watchers: list[tuple[str, TopicReader]] = []  # wildcard readers, for new topics
         self._acks: dict[tuple[str, str], set[_AckSubscription]] = {}
         self._nursery: trio.Nursery | None = None
+        self._retention_failing: set[str] = set()  # topics whose last retention sweep failed
 
     # -- lifecycle -------------------------------------------------------------------------
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Open the durable topics found in ``data_dir`` and serve until cancelled."""
+        """Open the durable topics found in ``data_dir`` and serve until cancelled.
+
+        Raises StorageError, before it is started, if ``data_dir`` cannot be written or a
+        topic's log cannot be opened (damage recovery cannot place, see ``unclean_recovery``).
+        """
+        failure: StorageError | None = None
         try:
+            if self.data_dir is not None:
+                self._check_data_dir()
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
-                if self.data_dir is not None:
-                    self.data_dir.mkdir(parents=True, exist_ok=True)
-                    for directory in sorted(p for p in self.data_dir.iterdir() if p.is_dir()):
+                try:
+                    for directory in sorted(p for p in self.data_dir.iterdir() if p.is_dir()) if self.data_dir else []:
                         self._open_topic(directory.name)
-                nursery.start_soon(self._sweep)
-                task_status.started()
-                await trio.sleep_forever()
+                except StorageError as error:  # raised below, as itself, not in an exception group
+                    failure = error
+                    nursery.cancel_scope.cancel()
+                else:
+                    nursery.start_soon(self._sweep)
+                    task_status.started()
+                    await trio.sleep_forever()
         finally:
             for topic in self.topics.values():
                 topic.log.close()
+        if failure is not None:
+            raise failure
+
+    def _check_data_dir(self) -> None:
+        """Make sure durable topics can be stored before saying so: create ``data_dir`` and
+        write, sync and delete a file in it. Raises StorageError naming the directory and why
+        (a read-only mount, missing permissions, a full disk)."""
+        assert self.data_dir is not None
+        files = self.storage_files
+        probe = str(self.data_dir / ".rsnet-write-check")
+        try:
+            files.makedirs(str(self.data_dir))
+            fd = files.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+            try:
+                files.write_all(fd, b"rsnet")
+                files.datasync(fd)
+            finally:
+                os.close(fd)
+            files.unlink(probe)
+        except OSError as failure:
+            raise StorageError(
+                f"data_dir {self.data_dir} cannot be written ({failure}): durable topics could not store anything. "
+                "Fix its permissions, its mount (read-only?) or its free space, or run without data_dir"
+            ) from failure
 
     async def _sweep(self) -> None:
         """Retention, once per ``retention_sweep_s``."""
@@ -121,14 +157,27 @@ class Broker:
             await trio.sleep(self.retention_sweep_s)
             now = now_ms()
             for topic in list(self.topics.values()):
-                topic.log.enforce_retention(now)
+                if topic.storage_failure is not None:
+                    continue  # its writer reports it, and repairs the log first
+                try:
+                    topic.log.enforce_retention(now)
+                except StorageError as failure:  # tried again next sweep; the topic goes on
+                    if topic.name not in self._retention_failing:  # one line per failing spell
+                        log.error("topic %s: retention failed: %s", topic.name, failure)
+                    self._retention_failing.add(topic.name)
+                else:
+                    self._retention_failing.discard(topic.name)
 
     # -- topics -------------------------------------------------------------------------------
 
     def topic(self, name: str, *, create: bool) -> Topic | None:
         topic = self.topics.get(name)
         if topic is None and create:
-            topic = self._open_topic(name)
+            try:
+                topic = self._open_topic(name)
+            except StorageError as failure:  # e.g. no space for its directory: refuse this stream only
+                log.error("topic %s cannot be created: %s", name, failure)
+                raise storage_refusal(name, failure, f"topic {name!r} cannot be created: {failure}") from None
         return topic
 
     def _open_topic(self, name: str) -> Topic:
@@ -148,7 +197,14 @@ class Broker:
         else:
             topic_log = MemoryLog(settings.retention)
             self._cursors[name] = {}
-        topic = Topic(name, topic_log, policy=settings.policy, max_lag=settings.max_lag, on_stored=self._stored)
+        topic = Topic(
+            name,
+            topic_log,
+            policy=settings.policy,
+            max_lag=settings.max_lag,
+            on_stored=self._stored,
+            on_storage_failed=self._storage_failed,
+        )
         self.topics[name] = topic
         interval = self.fsync_interval_ms / 1000 if settings.durable and self.fsync is FsyncPolicy.INTERVAL else None
         assert self._nursery is not None, "the broker is not running"
@@ -193,6 +249,13 @@ class Broker:
         for producer, sequence in acknowledged:
             for subscription in list(self._acks.get((producer, topic.name), ())):
                 subscription.acknowledge(sequence)
+
+    def _storage_failed(self, topic: Topic, error: StreamError, producers: list[str]) -> None:
+        """The topic refused its producers (a full disk, a failing one): each hears why on
+        its ``$acks``, which ends with the coded error."""
+        for producer in producers:
+            for subscription in list(self._acks.get((producer, topic.name), ())):
+                subscription.fail(error)
 
     # -- Host ----------------------------------------------------------------------------------
 
@@ -386,6 +449,14 @@ class _AckSubscription(Subscription):
         if self.subscriber is not None:
             self.subscriber = None
             self._on_end(self)
+
+    def fail(self, error: StreamError) -> None:
+        """End with ``error`` (after the acknowledgements already due, if there is demand)."""
+        subscriber = self.subscriber
+        if subscriber is not None:
+            self._emit()
+            self.cancel()
+            deliver_safely(subscriber.on_error, error)
 
     def acknowledge(self, sequence: int) -> None:
         if self.latest is None or sequence > self.latest:

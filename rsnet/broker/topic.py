@@ -20,6 +20,8 @@ which batches what producers sent into one ``append`` (one fsync) per turn of th
 from __future__ import annotations
 
 import enum
+import errno
+import logging
 import time
 from collections.abc import Callable
 from typing import Any
@@ -32,7 +34,9 @@ from ..streams import Subscriber, Subscription
 from ..streams.rules import MAX_DEMAND, add_demand, check_signal_argument, invalid_request
 from ..streams.subscriptions import DrainLoop, deliver_safely
 from .codes import BrokerCode
-from .storage import OffsetDamaged, TopicLog
+from .storage import OffsetDamaged, StorageError, TopicLog, WriteFailed
+
+log = logging.getLogger("rsnet.broker")
 
 READ_BATCH = 256
 """Records read from the log per step of a subscription's drain loop."""
@@ -59,6 +63,7 @@ class Topic:
         policy: SlowPolicy = SlowPolicy.BACKPRESSURE,
         max_lag: int = 10_000,
         on_stored: Callable[[Topic, list[tuple[str, int]]], None] | None = None,
+        on_storage_failed: Callable[[Topic, StreamError, list[str]], None] | None = None,
     ) -> None:
         self.name = name
         self.log = log
@@ -73,6 +78,9 @@ class Topic:
         self._pending: list[TopicSink] = []  # sinks holding records for the writer
         self._wakeup = trio.Event()
         self._on_stored = on_stored  # (producer, last sequence) pairs that became durable
+        self._on_storage_failed = on_storage_failed  # the error and the producers refused
+        self.storage_failure: str | None = None  # why the last append or sync failed, until one succeeds
+        self.storage_failures = 0  # appends and syncs that failed
 
     # -- producers ------------------------------------------------------------------------
 
@@ -105,25 +113,41 @@ class Topic:
             if self._pending:
                 self._append_pending()
             if sync_interval and trio.current_time() >= deadline:
-                self.log.sync()
                 deadline = trio.current_time() + sync_interval
-                for reader in list(self.readers):
-                    reader.appended(self)  # more is durable: readers may go on
+                try:
+                    self.log.sync()
+                except StorageError as failure:
+                    self._storage_failed(failure)
+                else:
+                    self.storage_failure = None
+                    for reader in list(self.readers):
+                        reader.appended(self)  # more is durable: readers may go on
             self._settle()
 
     def _append_pending(self) -> None:
+        if self.storage_failure is not None:
+            try:  # a log left failed by an earlier fault may work again (space freed): look
+                self.log.repair()
+            except StorageError as failure:
+                self._storage_failed(failure)
+                return
         pending, self._pending = self._pending, []
         timestamp = now_ms()
         for sink in pending:
             values, sink.buffer = sink.buffer, []
             if not values:
                 continue
-            offsets = self.log.append(
-                values,
-                timestamp_ms=timestamp,
-                producer=sink.producer,
-                first_sequence=sink.next_sequence if sink.producer is not None else None,
-            )
+            try:
+                offsets = self.log.append(
+                    values,
+                    timestamp_ms=timestamp,
+                    producer=sink.producer,
+                    first_sequence=sink.next_sequence if sink.producer is not None else None,
+                )
+            except StorageError as failure:
+                self._storage_failed(failure)
+                break
+            self.storage_failure = None
             # A duplicate's original is somewhere below the head: count it stored once
             # everything appended so far is durable (under INTERVAL that may be later).
             head = self.log.next_offset - 1
@@ -136,6 +160,38 @@ class Topic:
             self.records_in += sum(offset is not None for offset in offsets)
         for reader in list(self.readers):
             reader.appended(self)
+
+    def _storage_failed(self, failure: StorageError) -> None:
+        """The log could not store (or sync) records: every producer of the topic is refused
+        with STORAGE_FULL or STORAGE_ERROR and resends from its last acknowledged sequence.
+
+        What the log holds is unchanged by the failed call (see ``WriteFailed``), so nothing
+        acknowledged is lost and readers go on. What producers sent and were not told is
+        stored counts for nothing: their unacknowledged offsets may be given to other records
+        now, so no acknowledgement may come from them. The next offer tries again: appends
+        resume as soon as the disk takes them.
+        """
+        error = storage_refusal(
+            self.name,
+            failure,
+            f"topic {self.name!r} cannot store records now ({failure}); nothing after your last acknowledged "
+            "sequence was stored: offer them again later",
+        )
+        if self.storage_failure is None:  # one line per failing spell, not per refused offer
+            log.error("topic %s: storage failed, producers refused until it works again: %s", self.name, failure)
+        self.storage_failure = str(failure)
+        self.storage_failures += 1
+        refused = []
+        for sink in list(self.sinks) + self._pending:
+            sink.buffer.clear()
+            sink.sent_offsets.clear()
+            sink.in_flight = 0
+            if sink.producer is not None:
+                refused.append(sink.producer)
+            sink.fail(error)
+        self._pending.clear()
+        if self._on_storage_failed is not None:
+            self._on_storage_failed(self, error, refused)
 
     def _settle(self) -> None:
         """Records below the log's durable offset are stored: acknowledge and refill."""
@@ -205,6 +261,16 @@ class TopicSink(Subscriber[Any]):
             self.done = True
             self.error = error
             self._leave_when_settled()
+
+    def fail(self, error: StreamError) -> None:
+        """Refuse the rest of the producer's records: its stream is cancelled (the broker tells
+        the producer ``error`` on its ``$acks``); what it sent before stays as it is."""
+        if self.done:
+            return
+        subscription = self.subscription
+        self._end(error)
+        if subscription is not None:
+            subscription.cancel()
 
     def _leave_when_settled(self) -> None:
         # A finished producer stays until its last records are stored and acknowledged.
@@ -397,6 +463,13 @@ def offset_damaged(topic: str, damaged: OffsetDamaged) -> StreamError:
         f"the next intact offset is {damage.end}",
         {"topic": topic, "requested": damaged.requested, "first": damage.first, "next_intact": damage.end},
     )
+
+
+def storage_refusal(topic: str, failure: StorageError, message: str) -> StreamError:
+    """STORAGE_FULL for a failure for lack of space (ENOSPC, EDQUOT), else STORAGE_ERROR."""
+    cause = failure if isinstance(failure, WriteFailed) else failure.__cause__
+    full = getattr(cause, "errno", None) in (errno.ENOSPC, errno.EDQUOT)
+    return StreamError(BrokerCode.STORAGE_FULL if full else BrokerCode.STORAGE_ERROR, message, {"topic": topic})
 
 
 def resolve_start(topic: Topic, start: Any) -> int:

@@ -108,21 +108,30 @@ def test_a_fault_while_rolling_to_a_new_segment_stores_nothing_and_the_next_roll
     assert values(tmp_path)[-1] == "y" * 30 and len(segments) >= 1
 
 
-def test_when_even_the_rollback_fails_the_log_refuses_writes_but_still_serves_reads(tmp_path: pathlib.Path) -> None:
+def test_when_even_the_rollback_fails_the_log_refuses_writes_until_repaired_and_serves_reads(
+    tmp_path: pathlib.Path,
+) -> None:
     faults = FaultyFiles()
     log = open_log(tmp_path, faults)
-    log.append(["a"], timestamp_ms=0)
+    log.append(["a"], timestamp_ms=0, producer="p", first_sequence=0)
     faults.fail("datasync", errno.EIO)
     with pytest.raises(WriteFailed):
-        log.append(["b"], timestamp_ms=0)
+        log.append(["b"], timestamp_ms=0, producer="p", first_sequence=1)
+    assert (log.next_offset, log.durable_offset, log.last_sequence("p")) == (1, 1, 0)  # what is durable
     faults.heal()
     with pytest.raises(LogFailed, match="reopen"):
         log.append(["c"], timestamp_ms=0)
     assert [r.value for r in log.read(0, 1)] == ["a"]
+    faults.fail("datasync", errno.EIO)
+    with pytest.raises(StorageError, match="cannot be repaired yet"):
+        log.repair()
+    assert [r.value for r in log.read(0, 1)] == ["a"]  # still served
+    faults.heal()
+    log.repair()  # scans the files as an open would ("b" was cut off before the failed fsync)
+    assert log.append(["b"], timestamp_ms=0, producer="p", first_sequence=1) == [1]
+    assert [r.value for r in log.read(0, 10)] == ["a", "b"]
     log.close()
-    log = SegmentLog.open(tmp_path)[0]  # whatever reached the file is kept, and durable now
-    with log:
-        assert [r.value for r in log.read(0, 10)][:1] == ["a"]
+    assert values(tmp_path) == ["a", "b"]
 
 
 def test_a_directory_that_cannot_be_written_is_refused_at_open_with_the_reason(tmp_path: pathlib.Path) -> None:

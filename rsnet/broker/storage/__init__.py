@@ -89,6 +89,17 @@ touched, the byte and offset of the damage, what was wrong and where the copy is
 ``damaged_ranges`` are the log's ``damaged_ranges``. Producers' highest sequences are rebuilt
 from the segments' headers and records, so idempotency survives restarts (and damage).
 
+Storage failures
+----------------
+Every change to a file goes through ``files.FileOps`` (tests inject ENOSPC and EIO there). A
+write the file system refuses is cut off and ``append`` raises :class:`WriteFailed`
+(``full`` for ENOSPC/EDQUOT) with the log as it was before the call. A failed fsync rolls the
+log back to its last sync point (cut and synced again, state rewound), since the kernel may
+have dropped the pages it could not write; none of it was acknowledged. Either way the log
+goes on: the next ``append`` works once the disk does. Only if that cut fails too does the
+log refuse writes (:class:`LogFailed`) until ``repair()`` has scanned its files again; reads
+are served throughout.
+
 Retention
 ---------
 See :class:`Retention`. ``enforce_retention(now_ms)`` is called by the broker; MemoryLog drops

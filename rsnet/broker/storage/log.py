@@ -304,6 +304,12 @@ class TopicLog(abc.ABC):
     def close(self) -> None:
         """Release the log (a durable log syncs first unless its policy is NEVER). Idempotent."""
 
+    @abc.abstractmethod
+    def repair(self) -> None:
+        """If an earlier failure left the log refusing writes (:class:`LogFailed`), look at its
+        storage again and go on with what is really there; raises StorageError if that fails
+        too (the log then stays as it was). Does nothing to a log that works."""
+
     def __enter__(self) -> TopicLog:
         return self
 

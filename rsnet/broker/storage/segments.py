@@ -337,13 +337,14 @@ class SegmentLog(TopicLog):
 
     def _roll_back(self, cause: OSError) -> None:
         segments, next_offset, size_bytes, producers, checkpoint = self._sync_point
+        assert segments == len(self._segments), "a segment is rolled only after a sync point"
         try:
-            assert segments == len(self._segments), "a segment is rolled only after a sync point"
             self._files.truncate(self._active_fd, checkpoint[1])
             self._files.datasync(self._active_fd)
         except OSError:
+            # The file may still hold what follows the sync point: refuse writes until
+            # repair() has scanned it again. The state below is what is durable either way.
             self._failure = cause
-            return
         self._active.rewind(checkpoint)
         self._next_offset = self._synced_offset = next_offset
         self._size_bytes = size_bytes
@@ -456,9 +457,34 @@ class SegmentLog(TopicLog):
         self._active_fd = self._lock_fd = -1
         self._readers.clear()
 
+    def repair(self) -> None:
+        """Recover the directory again (as :meth:`open` does, still holding its lock) and take
+        over what it finds, after a failed write or fsync left the log failed (LogFailed).
+
+        Records that were acknowledged are durable, so recovery keeps them: readers' positions
+        stay valid. If recovery fails (the disk still failing) the log stays failed, and its
+        reads are still served from the files as they were.
+        """
+        self._check_open()
+        if self._failure is None:
+            return
+        try:
+            recovered = recovery.recover(self._files, self.directory, self.fsync is not FsyncPolicy.NEVER)
+        except OSError as exc:
+            raise StorageError(f"{self.directory}: the log cannot be repaired yet: {exc}") from exc
+        for fd in [self._active_fd, *self._readers.values()]:
+            os.close(fd)
+        self._readers.clear()
+        self._install(recovered)
+        self._failure = None
+
     def _recover(self, unclean: bool) -> RecoveryReport:
         """Recover the directory (see ``recovery.py``) and take over the state it describes."""
         recovered = recovery.recover(self._files, self.directory, self.fsync is not FsyncPolicy.NEVER, unclean)
+        self._install(recovered)
+        return recovered.report
+
+    def _install(self, recovered: recovery.Recovered) -> None:
         self._damaged = recovered.damaged
         self._segments = recovered.segments
         self._bases = [segment.base_offset for segment in self._segments]
@@ -470,4 +496,3 @@ class SegmentLog(TopicLog):
         self._durable_offset = self._synced_offset = self._next_offset
         self._size_bytes = sum(segment.size for segment in self._segments)
         self._mark_synced()
-        return recovered.report
