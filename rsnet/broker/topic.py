@@ -411,6 +411,12 @@ class TopicReader(DrainLoop, Subscription):
                 self._failure = offset_damaged(topic.name, damaged)
                 self._missed = True  # the drain loop goes round once more and delivers the error
                 break
+            except StorageError as failure:  # e.g. bytes damaged since start-up (CorruptData)
+                self._failure = storage_refusal(
+                    topic.name, failure, f"reading {topic.name!r} at offset {position} failed: {failure}"
+                )
+                self._missed = True
+                break
             if not records:
                 continue
             for record in records:

@@ -138,6 +138,8 @@ async def test_a_subscriber_reaching_a_damaged_range_gets_offset_damaged_and_can
         (damaged,) = topics[0]["damaged"]
         assert (damaged["first"], damaged["end"]) == (DAMAGED, DAMAGED + 1)
         assert "CRC mismatch" in damaged["problem"]
+        listing = await trio.run_process([sys.executable, "-m", "rsnet.cli", "topics", url], capture_stdout=True)
+        assert f"  damaged: offsets {DAMAGED} to {DAMAGED}: " in listing.stdout.decode()
 
         received = []
         with pytest.raises(rsnet.StreamError) as raised:
@@ -195,3 +197,22 @@ async def test_the_broker_refuses_to_start_on_damage_it_cannot_place_until_told_
         broker.terminate()
         await broker.wait()
     assert (tmp_path / "events" / "quarantine" / segment.name).read_bytes() == data
+
+
+async def test_bytes_damaged_while_the_broker_runs_end_that_subscription_coded_and_nothing_else(
+    tmp_path: pathlib.Path,
+) -> None:
+    async with broker_serving(Broker(data_dir=tmp_path)) as (url, _), rsnet.connect(url) as conn:
+        await publish(conn, "events", [{"n": n} for n in range(100)], producer="p")
+        (segment,) = sorted((tmp_path / "events").glob("*.log"))
+        data = bytearray(segment.read_bytes())
+        data[-20] ^= 0xFF  # inside the last record, behind the broker's back
+        segment.write_bytes(data)
+        received = []
+        with pytest.raises(rsnet.StreamError) as raised:
+            async with subscribe(conn, "events", {"from": 0}) as items:
+                async for record in items:
+                    received.append(record["value"]["n"])
+        assert raised.value.code == BrokerCode.STORAGE_ERROR and "corrupt data" in raised.value.message
+        assert received == list(range(len(received))) and len(received) < 100
+        assert len(await read_range(conn, "events", 0, 50)) == 50  # the broker serves what it can

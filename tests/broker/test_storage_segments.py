@@ -290,10 +290,13 @@ def test_a_record_damaged_after_opening_is_reported_when_read(tmp_path: pathlib.
         byte = file.read(1)
         file.seek(-1, os.SEEK_CUR)
         file.write(bytes([byte[0] ^ 0xFF]))
+    last_in_first = int(segment_files(tmp_path)[1][:-4]) - 1
+    before = log.read(0, 100)  # the records before the damaged one, then the read stops
+    assert [r.offset for r in before] == list(range(last_in_first))
     with pytest.raises(
         CorruptData, match=r"00000000000000000000\.log: corrupt data at byte \d+: .*CRC mismatch"
     ) as error:
-        log.read(0, 100)
+        log.read(last_in_first, 100)
     assert error.value.path == str(first)
     assert log.read(int(segment_files(tmp_path)[1][:-4]), 1)  # other segments still read
     log.close()

@@ -249,7 +249,10 @@ def _repair(ops: FileOps, directory: str, listing: _Listing, plan: _Plan, durabl
     if plan.after_damage:
         quarantine = _quarantine_directory(ops, directory)
         for name in reversed(plan.after_damage):
-            ops.replace(os.path.join(directory, name), os.path.join(quarantine, name))
+            target = os.path.join(quarantine, name)
+            while os.path.exists(target):  # an earlier unclean recovery's: keep both
+                target += "~"
+            ops.replace(os.path.join(directory, name), target)
     for name in listing.temporaries:
         ops.unlink(os.path.join(directory, name))
     # Only clean sealed segments that are kept may have a sidecar: not the active one (its

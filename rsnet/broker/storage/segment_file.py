@@ -252,6 +252,11 @@ def resync(fd: int, start: int, end: int, expected: int) -> tuple[int, int] | No
     body is a record, its offset is after ``expected`` by no more records than the skipped
     bytes could have held, and the frame after it is the next record or the end of the
     file: bytes inside a stored value that merely look like a frame are not taken for one.
+
+    Limit: a value that embeds whole framed records with the right offsets (written to fool
+    this search) could still be taken for records, but only if damage strikes just before
+    it; the CRC-32 alone would not stop that, a stronger check would cost records in logs
+    with two damages close together.
     """
     data = os.pread(fd, end - start, start)
     view = memoryview(data)

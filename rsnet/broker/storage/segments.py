@@ -368,14 +368,21 @@ class SegmentLog(TopicLog):
     # -- reading --------------------------------------------------------------------------------
 
     def _read(self, offset: int, count: int) -> list[Record]:
+        """Raises CorruptData only if the first record is unreadable: the ones before a record
+        damaged since the log was opened are returned, and the next read reaches the damage."""
         records: list[Record] = []
         index = bisect.bisect_right(self._bases, offset) - 1
-        while len(records) < count:
-            segment = self._segments[index]
-            start_offset, position = segment.locate(offset)
-            records.extend(self._records(segment, start_offset, position, offset, count - len(records)))
-            offset = segment.next_offset
-            index += 1
+        try:
+            while len(records) < count:
+                segment = self._segments[index]
+                start_offset, position = segment.locate(offset)
+                for record in self._records(segment, start_offset, position, offset, count - len(records)):
+                    records.append(record)
+                offset = segment.next_offset
+                index += 1
+        except CorruptData:
+            if not records:
+                raise
         return records
 
     def _offset_for_timestamp(self, timestamp_ms: int) -> int:
