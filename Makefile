@@ -1,18 +1,46 @@
 # Two commands do everything on a fresh machine with python3 and make:
 #   make demo   - install into .venv and run the live demo
-#   make test   - install into .venv (with the test and benchmark extras) and run the whole
-#                 test suite, which includes one quick run of the benchmark suite
+#   make test   - install into .venv (with the test and benchmark extras), client/js's npm
+#                 packages (npm ci), Java 17 and Chromium where missing (as root, through apt);
+#                 lint (ruff), check the format (ruff format) and the types (mypy); then run the
+#                 whole test suite, which includes one quick run of the benchmark suite and the
+#                 JavaScript client's node tests
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test clean
+.PHONY: demo test clean java
 
 demo: $(VENV)/.installed
 	$(BIN)/rsnet demo
 
-test: $(VENV)/.installed
+test: $(VENV)/.installed java client/js/node_modules/.package-lock.json
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The Spark connector's tests start a real local Spark, which needs Java 17.
+java:
+	@if command -v java >/dev/null 2>&1 || { [ -n "$$JAVA_HOME" ] && [ -x "$$JAVA_HOME/bin/java" ]; }; then exit 0; fi; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "installing Java 17 for the Spark tests (apt-get install openjdk-17-jre-headless)"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless; \
+	else \
+		echo "make test: the Spark tests need Java 17 and none was found; install it, e.g." >&2; \
+		echo "  sudo apt-get install -y openjdk-17-jre-headless   (or set JAVA_HOME)" >&2; \
+		exit 1; \
+	fi
+
+# The JavaScript client's packages, exactly as locked (its tests run inside pytest), and
+# Chromium for its browser test (through apt, as root, where missing; else that test skips).
+client/js/node_modules/.package-lock.json: client/js/package-lock.json
+	@if command -v npm >/dev/null; then cd client/js && npm ci --no-audit --no-fund; \
+	else echo "npm not found: the JavaScript client's tests will be skipped"; fi
+	@if ! command -v chromium >/dev/null && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  apt-get install -y --no-install-recommends chromium >/dev/null \
+	  || (apt-get update >/dev/null && apt-get install -y --no-install-recommends chromium >/dev/null) \
+	  || echo "could not install chromium: the live view's browser test will be skipped"; fi
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)

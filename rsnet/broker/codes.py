@@ -18,6 +18,8 @@ class BrokerCode(enum.IntEnum):
     """The requested offset is beyond the end of the topic."""
     SLOW_SUBSCRIBER = 4102
     """The subscriber fell more than ``max_lag`` records behind on a ``disconnect`` topic."""
+    TOO_MANY_TOPICS = 4103
+    """Publishing would create a topic beyond the broker's ``max_topics``; ``data.max_topics`` says how many."""
     OFFSET_DAMAGED = 4110
     """The offset's record was found damaged on disk; ``data`` has the damaged range and the next
     intact offset (subscribe from there to go on)."""

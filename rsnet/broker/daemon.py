@@ -10,6 +10,7 @@ accepting, GO_AWAY, drain for ``--grace`` seconds, close the logs.
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import json
 import logging
@@ -24,7 +25,7 @@ import trio
 from ..net.server import Server
 from .auth import Authorizer, Principal
 from .broker import Broker, TopicSettings
-from .config import BrokerConfig, ConfigError, declared_topics, load_config, topic_settings
+from .config import BrokerConfig, ConfigError, declared_topics, load_config, topic_config
 from .logging import configure_logging
 from .metrics import BrokerMetrics, serve_http
 from .storage import FsyncPolicy, Retention, StorageError
@@ -37,16 +38,17 @@ def build_broker(config: BrokerConfig, authorizer: Authorizer) -> Broker:
     """A :class:`Broker` set up as ``config`` says."""
 
     def settings_for(name: str) -> TopicSettings:
-        settings = topic_settings(config, name)
-        retention = settings.retention
+        configured = topic_config(config, name)
+        retention = configured.retention
         return TopicSettings(
-            durable=settings.storage == "durable",
+            durable=configured.storage == "durable",
             retention=Retention(
                 max_records=retention.max_records, max_bytes=retention.max_bytes, max_age_ms=retention.max_age_ms
             ),
-            policy=SlowPolicy(settings.slow_subscriber.policy),
-            max_lag=settings.slow_subscriber.max_lag,
-            auto_create=settings.auto_create,
+            policy=SlowPolicy(configured.slow_subscriber.policy),
+            max_lag=configured.slow_subscriber.max_lag,
+            auto_create=configured.auto_create == "publish",
+            wait_if_missing=configured.subscribe_missing == "wait",
         )
 
     def authorize(principal: Principal | None, action: str, name: str) -> bool:
@@ -61,6 +63,8 @@ def build_broker(config: BrokerConfig, authorizer: Authorizer) -> Broker:
         unclean_recovery=config.unclean_recovery,
         settings_for=settings_for,
         authorize=authorize,
+        max_topics=config.max_topics,
+        idle_close_s=config.idle_topic_close_s,
     )
 
 
@@ -128,19 +132,24 @@ def metrics_refresher(broker: Broker, server: Server) -> Any:
                     metrics.set_producer_demand(name, sink.producer, sink.in_flight)
                     live_producers.add((name, sink.producer))
             metrics.set_storage(name, topic.log.size_bytes, topic.log.next_offset - topic.log.first_offset)
-            failures = failures_seen.get(name, 0)
+            counted = failures_seen.get(name, 0)
+            if topic.storage_failures < counted:  # a new Topic object: the topic was reopened
+                counted = 0
             failures_seen[name] = topic.storage_failures
             metrics.set_storage_faults(
                 name,
                 sum(d.end - d.first for d in topic.log.damaged_ranges),
                 topic.storage_failure is not None,
-                topic.storage_failures - failures,
+                topic.storage_failures - counted,
             )
             for reader in topic.readers:
                 label = reader_ids.setdefault(id(reader), f"s{next(numbers)}")
                 live.add(label)
                 metrics.set_lag(name, label, reader.lag(topic))
                 metrics.set_demand(label, reader.requested)
+        for name, report in broker.recovery.items():  # closed topics: as their last opening found them
+            if name not in broker.topics:
+                metrics.set_storage_faults(name, sum(d.end - d.first for d in report.damaged_ranges), False)
         for gone in producers - live_producers:
             metrics.remove_producer(*gone)
         producers.clear()
@@ -178,7 +187,8 @@ async def run_broker(args: argparse.Namespace) -> int:
         failing = {name: topic.storage_failure for name, topic in broker.topics.items() if topic.storage_failure}
         return {
             "healthy": not failing,  # a topic that cannot store refuses its producers
-            "topics": len(broker.topics),
+            "topics": broker.topic_count,
+            "open_topics": len(broker.topics),
             "connections": len(server.sessions),
             "recovered_damage": damaged,
             "storage_failing": failing,
@@ -195,20 +205,13 @@ async def run_broker(args: argparse.Namespace) -> int:
                 broker.topic(name, create=True)
             log.info("configuration: %s", json.dumps(config.describe()))
             scheme = "tls" if tls else "tcp"
-            if config.listen.tcp is not None:
-                port = await nursery.start(
-                    lambda task_status: server.serve_tcp(
-                        config.listen.tcp.host, config.listen.tcp.port, ssl_context=tls, task_status=task_status
-                    )
-                )
-                _announce(f"serving {scheme}://{config.listen.tcp.host}:{port}")
-            if config.listen.ws is not None:
-                port = await nursery.start(
-                    lambda task_status: server.serve_websocket(
-                        config.listen.ws.host, config.listen.ws.port, ssl_context=tls, task_status=task_status
-                    )
-                )
-                _announce(f"serving {'wss' if tls else 'ws'}://{config.listen.ws.host}:{port}/")
+            tcp, ws = config.listen.tcp, config.listen.ws
+            if tcp is not None:
+                port = await nursery.start(functools.partial(server.serve_tcp, tcp.host, tcp.port, ssl_context=tls))
+                _announce(f"serving {scheme}://{tcp.host}:{port}")
+            if ws is not None:
+                port = await nursery.start(functools.partial(server.serve_websocket, ws.host, ws.port, ssl_context=tls))
+                _announce(f"serving {'wss' if tls else 'ws'}://{ws.host}:{port}/")
             if config.metrics is not None:
                 listeners = await nursery.start(
                     serve_http, metrics, config.metrics.listen.host, config.metrics.listen.port, health

@@ -17,11 +17,14 @@ This module imports only the standard library.
 
 from __future__ import annotations
 
+import collections
 import datetime
 import json as jsonlib
 import logging
 import re
 import sys
+import time
+from collections.abc import Callable, Hashable
 from typing import IO, Any
 
 _STANDARD_ATTRIBUTES = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime"}
@@ -80,15 +83,50 @@ class TextFormatter(logging.Formatter):
         return f"{head} {suffix}{newline}{rest}"
 
 
+class _BrokerHandler(logging.StreamHandler):
+    """The handler :func:`configure_logging` installs (so that a second call replaces it)."""
+
+
 def configure_logging(json: bool, level: str | int = "info", stream: IO[str] | None = None) -> logging.Handler:
     """Send every log record at ``level`` or above to ``stream`` (default stderr), as JSON lines
     or text; replaces the handler a previous call installed, leaves others alone. Returns the handler."""
-    handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
+    handler = _BrokerHandler(stream if stream is not None else sys.stderr)
     handler.setFormatter(JsonFormatter() if json else TextFormatter())
-    handler._rsnet_broker = True  # type: ignore[attr-defined]
     root = logging.getLogger()
-    for old in [h for h in root.handlers if getattr(h, "_rsnet_broker", False)]:
+    for old in [h for h in root.handlers if isinstance(h, _BrokerHandler)]:
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level.upper() if isinstance(level, str) else level)
     return handler
+
+
+class LogLimiter:
+    """At most one log line per key every ``period`` seconds, for what a peer can repeat at will
+    (a subscription to a topic whose reads fail): the next line let through says how many were
+    held back. Remembers at most ``max_keys`` keys (the least recently logged are forgotten).
+
+        if (held := limiter.allow(("read", topic))) is not None:
+            log.error("reading %s failed (%d more not logged)", topic, held)
+    """
+
+    def __init__(
+        self, period: float = 60.0, *, max_keys: int = 1024, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.period = period
+        self.max_keys = max_keys
+        self._clock = clock
+        self._last: collections.OrderedDict[Hashable, tuple[float, int]] = collections.OrderedDict()
+
+    def allow(self, key: Hashable) -> int | None:
+        """None if a line for ``key`` was let through less than ``period`` ago (this one is
+        counted), else how many were held back since the last one (log this one)."""
+        now = self._clock()
+        last = self._last.get(key)
+        if last is not None and now - last[0] < self.period:
+            self._last[key] = (last[0], last[1] + 1)
+            return None
+        self._last[key] = (now, 0)
+        self._last.move_to_end(key)
+        while len(self._last) > self.max_keys:
+            self._last.popitem(last=False)
+        return last[1] if last is not None else 0

@@ -22,24 +22,30 @@ from __future__ import annotations
 import enum
 import errno
 import logging
+import reprlib
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import trio
 
 from ..errors import StreamError
-from ..protocol import ErrorCode
+from ..protocol import MAX_INT, ErrorCode
 from ..streams import Subscriber, Subscription
-from ..streams.rules import MAX_DEMAND, add_demand, check_signal_argument, invalid_request
+from ..streams.rules import MAX_DEMAND, add_demand, check_signal_argument, invalid_request, validate_subscription
 from ..streams.subscriptions import DrainLoop, deliver_safely
 from .codes import BrokerCode
+from .logging import LogLimiter
 from .storage import OffsetDamaged, StorageError, TopicLog, WriteFailed
 
 log = logging.getLogger("rsnet.broker")
 
 READ_BATCH = 256
 """Records read from the log per step of a subscription's drain loop."""
+
+MAX_SEQUENCE = MAX_INT - 1
+"""The highest producer sequence a record may carry: the sequence after it, where the producer
+resumes (``$acks``), must be a protocol integer too."""
 
 
 class SlowPolicy(enum.StrEnum):
@@ -64,6 +70,7 @@ class Topic:
         max_lag: int = 10_000,
         on_stored: Callable[[Topic, list[tuple[str, int]]], None] | None = None,
         on_storage_failed: Callable[[Topic, StreamError, list[str]], None] | None = None,
+        log_limiter: LogLimiter | None = None,
     ) -> None:
         self.name = name
         self.log = log
@@ -81,6 +88,12 @@ class Topic:
         self._on_storage_failed = on_storage_failed  # the error and the producers refused
         self.storage_failure: str | None = None  # why the last append or sync failed, until one succeeds
         self.storage_failures = 0  # appends and syncs that failed
+        self.log_limiter = log_limiter or LogLimiter()  # for failures a peer can repeat at will
+
+    @property
+    def idle(self) -> bool:
+        """No producer, no subscriber, nothing waiting to be written: the log may be closed."""
+        return not self.readers and not self.sinks and not self._pending
 
     # -- producers ------------------------------------------------------------------------
 
@@ -210,6 +223,27 @@ class Topic:
             for sink in list(self.sinks):
                 sink.refill()
 
+    def fail(self, error: StreamError) -> None:
+        """The topic stops: every producer and reader gets ``error``, no one is left waiting.
+
+        Records a producer sent that are not acknowledged stay unacknowledged: the producer
+        resends them (idempotently, by sequence) once the topic is open again.
+        """
+        for sink in list(self.sinks):
+            sink.fail(error)
+        self.sinks.clear()
+        self._pending.clear()
+        for reader in list(self.readers):
+            reader.fail(error)
+
+
+@runtime_checkable
+class FailableSubscription(Protocol):
+    """A subscription that can end its stream with a coded error, not only cancel it (the
+    session's subscription to a remote producer: an ERROR frame instead of CANCEL)."""
+
+    def fail(self, error: StreamError) -> None: ...
+
 
 class TopicSink(Subscriber[Any]):
     """Subscribed to a producer's publisher; feeds a topic under the topic's capacity.
@@ -234,10 +268,8 @@ class TopicSink(Subscriber[Any]):
         self.finished = trio.Event()
 
     def on_subscribe(self, subscription: Subscription) -> None:
-        check_signal_argument(subscription, "on_subscribe")
-        if self.subscription is not None:
-            subscription.cancel()  # rule 2.5
-            return
+        if not validate_subscription(self.subscription, subscription):
+            return  # rule 2.5
         self.subscription = subscription
         self.topic.sinks.add(self)
         self.refill()
@@ -245,6 +277,17 @@ class TopicSink(Subscriber[Any]):
     def on_next(self, item: Any) -> None:
         check_signal_argument(item, "on_next")
         if self.done:
+            return
+        sequence = self.next_sequence + len(self.buffer)
+        if self.producer is not None and sequence > MAX_SEQUENCE:
+            self.fail(
+                StreamError(
+                    ErrorCode.REJECTED,
+                    f"producer {self.producer!r} ran out of sequence numbers: a record's sequence must be at most "
+                    f"{MAX_SEQUENCE}; continue under a new producer id",
+                    {"topic": self.topic.name, "producer": self.producer, "sequence": sequence},
+                )
+            )
             return
         if not self.buffer:
             self.topic.submit(self)
@@ -263,13 +306,15 @@ class TopicSink(Subscriber[Any]):
             self._leave_when_settled()
 
     def fail(self, error: StreamError) -> None:
-        """Refuse the rest of the producer's records: its stream is cancelled (the broker tells
-        the producer ``error`` on its ``$acks``); what it sent before stays as it is."""
+        """Refuse the rest of the producer's records: its stream ends with ``error`` (a coded
+        ERROR for a remote producer, a cancel for a local one); what it sent before is stored."""
         if self.done:
             return
         subscription = self.subscription
         self._end(error)
-        if subscription is not None:
+        if isinstance(subscription, FailableSubscription):
+            subscription.fail(error)
+        elif subscription is not None:
             subscription.cancel()
 
     def _leave_when_settled(self) -> None:
@@ -375,13 +420,32 @@ class TopicReader(DrainLoop, Subscription):
 
     # -- the drain loop ---------------------------------------------------------------------
 
+    def fail(self, error: StreamError) -> None:
+        """End the subscription with ``error`` (delivered by the drain loop, rule 1.3)."""
+        if self._failure is None:
+            self._failure = error
+        self.drain()
+
     def _drain_step(self) -> bool:
         if self.cancelled:
             return True
         if self._failure is not None:
             self._terminate(self._failure)
             return True
-        if self._emit():
+        try:
+            emitted = self._emit()
+        except Exception as failure:
+            # Reading failed (a bug, a storage error): end this subscription, coded, and
+            # nothing else; whoever called drain (a session, a topic's writer) carries on.
+            names = ", ".join(sorted(t.name for t in self.positions))
+            limiter = next(iter(self.positions)).log_limiter if self.positions else LogLimiter()
+            held = limiter.allow(("read", names))
+            if held is not None:
+                log.error("a subscription to %s failed (%d more since, not logged)", names, held, exc_info=True)
+            self._failure = StreamError(ErrorCode.INTERNAL, f"reading failed ({type(failure).__name__})")
+            self._missed = True
+            return False
+        if emitted:
             self._missed = True  # a full batch went out: there may be more to read
         return False
 
@@ -503,5 +567,5 @@ def resolve_start(topic: Topic, start: Any) -> int:
         return start
     raise StreamError(
         ErrorCode.REJECTED,
-        f"invalid start position {start!r}: use 'earliest', 'latest', an offset or {{'timestamp': ms}}",
+        f"invalid start position {reprlib.repr(start)}: use 'earliest', 'latest', an offset or {{'timestamp': ms}}",
     )

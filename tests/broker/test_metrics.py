@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 import trio
 
-from rsnet.broker.logging import configure_logging
+from rsnet.broker.logging import LogLimiter, configure_logging
 from rsnet.broker.metrics import MAX_REQUEST_BODY, MAX_REQUEST_HEAD, BrokerMetrics, serve_http
 
 # -- the metrics ----------------------------------------------------------------------------
@@ -384,3 +384,16 @@ def test_configure_logging_replaces_its_own_handler_only(root_logger):
     assert first.getvalue() == ""
     assert second.getvalue().rstrip().endswith("WARNING rsnet.broker.test: hello topic='a.b'")
     assert other in root_logger.handlers
+
+
+def test_log_limiter_lets_one_line_per_key_and_period_through_and_counts_the_rest():
+    now = [0.0]
+    limiter = LogLimiter(60.0, max_keys=2, clock=lambda: now[0])
+    assert limiter.allow("a") == 0
+    assert [limiter.allow("a") for _ in range(3)] == [None, None, None]
+    assert limiter.allow("b") == 0  # keys are independent
+    now[0] = 60.0
+    assert limiter.allow("a") == 3  # the next line says how many were held back
+    assert limiter.allow("a") is None
+    limiter.allow("c")  # a third key: the least recently logged one ("b") is forgotten
+    assert limiter.allow("b") == 0

@@ -109,8 +109,7 @@ def test_retention_removes_a_damaged_range_with_its_segment(tmp_path: pathlib.Pa
 
 
 def subscribe(conn: rsnet.Client, topic: str, params: dict[str, Any]) -> Any:
-    """The one place these tests pass subscription params (the API is changing to a mapping)."""
-    return conn.subscribe(topic, prefetch=1024, **params)
+    return conn.subscribe(topic, params, prefetch=1024)
 
 
 async def read_range(conn: rsnet.Client, topic: str, start: int, stop: int) -> list[dict[str, Any]]:

@@ -33,8 +33,7 @@ from .support import broker_serving, served_url, start_daemon
 
 
 def subscribe(conn: rsnet.Client, topic: str, params: dict[str, Any]) -> Any:
-    """The one place these tests pass subscription params (the API is changing to a mapping)."""
-    return conn.subscribe(topic, prefetch=1024, **params)
+    return conn.subscribe(topic, params, prefetch=1024)
 
 
 async def read_all(conn: rsnet.Client, topic: str) -> list[Any]:

@@ -1,0 +1,208 @@
+"""The broker's conventions over the blocking client: for code that cannot run an event loop.
+
+The counterpart of :mod:`rsnet.broker.client` for :mod:`rsnet.sync` (a Spark executor's worker,
+a script): list topics and their offsets (``$topics``), read an exact offset range, commit a
+cursor (``$commit``), publish with an idempotent producer and wait for ``$acks``.
+
+    with rsnet.sync.connect(url) as client:
+        for chunk in read_range(client, "orders", 100, 200):   # offsets 100..199, in order
+            ...
+        publish(client, "totals", rows, producer="job-7", first_sequence=0)
+
+Every call into :mod:`rsnet.sync` goes through the few functions at the top of this module
+(``_subscribe``, ``_offer`` and :func:`read_range`), so a change of the blocking client's API
+is adapted here and nowhere else.
+
+This module must never import trio or asyncio (a test checks it): it runs where no event loop can.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from ..errors import StreamError
+from ..protocol import ErrorCode
+from ..sync import BlockingClient
+from ..sync import connect as _connect
+from .codes import BrokerCode
+from .names import is_wildcard, topic_matches, validate_pattern
+
+READ_WINDOW = 8192
+"""Records :func:`read_range` keeps requested and not yet taken, at most (its memory bound)."""
+
+_BEYOND_ANY_END = 2**63 - 1  # an offset no topic reaches: the broker answers with the topic's end
+
+
+# -- the only calls into rsnet.sync --------------------------------------------------------------
+
+
+def connect(url: str, *, token: str | None = None, timeout: float = 10.0) -> BlockingClient:
+    """``rsnet.sync.connect``: raises ValueError for a bad URL, ConnectionLost if the broker
+    cannot be reached or refuses (``code`` UNAUTHORIZED for a bad token)."""
+    return _connect(url, token=token, timeout=timeout)
+
+
+def _subscribe(client: BlockingClient, name: str, params: dict[str, Any] | None, prefetch: int) -> Iterator[Any]:
+    return client.subscribe(name, params or {}, prefetch=prefetch)
+
+
+def _offer(client: BlockingClient, name: str, items: Iterable[Any], params: dict[str, Any]) -> None:
+    client.offer(name, items, params)
+
+
+def read_range(
+    client: BlockingClient, topic: str, start: int, end: int, *, window: int = READ_WINDOW
+) -> Iterator[list[dict[str, Any]]]:
+    """The records of ``topic`` with offsets in ``[start, end)``, in order, as lists (whatever
+    arrived together, so the caller handles them in bulk).
+
+    Demand is exact: the total requested is never more than ``end - start``, so no record
+    beyond the range is sent, and at most ``window`` records are requested and not yet taken
+    (the memory bound). The subscription is cancelled when the range is read or the caller
+    stops early. A record the broker skipped (``"skipped"``, a lagging subscriber on a
+    ``drop`` topic) shortens the range: the lists end at the first record at or past ``end``.
+
+    Raises :class:`StreamError` as the broker sends it: ``OFFSET_TRIMMED`` (4100) if ``start``
+    (or a record not yet read) was removed by retention, ``OFFSET_OUT_OF_RANGE`` (4101) if
+    ``start`` is beyond the topic's end, ``UNAUTHORIZED``, ``UNKNOWN_PUBLISHER``.
+    """
+    # rsnet.sync's subscribe() replenishes demand by a fixed policy that overshoots a known
+    # count, so this drives the client's stream primitives itself. It is the one place that
+    # relies on BlockingClient's internals; a subscribe(..., limit=n) would replace it.
+    count = end - start
+    if count <= 0:
+        return
+    conn = client._conn
+    requested = min(count, window)
+    stream_id, stream = client._open(lambda: conn.send_subscribe(topic, {"from": start}, initial_demand=requested))
+    buffered = stream.items
+    taken = 0
+    try:
+        while taken < count:
+            if not buffered:
+                client._pump(lambda: buffered or stream.ended)
+                if not buffered:
+                    if stream.error is not None:
+                        raise stream.error
+                    raise StreamError(ErrorCode.APPLICATION_ERROR, f"the subscription to {topic!r} ended early")
+            chunk = list(buffered)
+            buffered.clear()
+            taken += len(chunk)
+            # Top up once a quarter of the window is left, never past the range's end.
+            if requested < count and requested - taken <= window // 4:
+                more = min(window - (requested - taken), count - requested)
+                client._request(stream_id, more)
+                requested += more
+            last = chunk[-1]["offset"]
+            if last >= end - 1:
+                yield [record for record in chunk if record["offset"] < end]
+                return
+            yield chunk
+    finally:
+        client._abandon(stream_id, stream)
+
+
+# -- the broker's conventions --------------------------------------------------------------------
+
+
+def list_topics(client: BlockingClient) -> list[dict[str, Any]]:
+    """``$topics``: one map per topic the client may subscribe to (``topic``, ``first_offset``,
+    ``next_offset``, ...; see protocol/BROKER.md)."""
+    return list(_subscribe(client, "$topics", None, 1024))
+
+
+def resolve_topics(client: BlockingClient, names: Iterable[str]) -> dict[str, tuple[int, int]]:
+    """``{topic: (first_offset, next_offset)}`` for topic names and patterns.
+
+    A pattern (``*``, ``>``) matches the topics that exist now. A plain name missing from
+    ``$topics`` is asked for directly, as a subscriber would: the broker then creates it if
+    it creates topics on demand (it starts empty), else refuses with ``UNKNOWN_PUBLISHER``;
+    an unauthorized name fails with ``UNAUTHORIZED``. Raises :class:`StreamError` for those
+    and ValueError for an invalid name.
+    """
+    names = list(names)
+    for name in names:
+        try:
+            validate_pattern(name)
+        except ValueError as invalid:
+            raise ValueError(f"invalid topic or pattern {name!r}: {invalid}") from None
+    known = {info["topic"]: (info["first_offset"], info["next_offset"]) for info in list_topics(client)}
+    found: dict[str, tuple[int, int]] = {}
+    for name in names:
+        if is_wildcard(name):
+            found.update((topic, ends) for topic, ends in known.items() if topic_matches(name, topic))
+        elif name in known:
+            found[name] = known[name]
+        else:
+            found[name] = _probe(client, name)
+    return dict(sorted(found.items()))
+
+
+def _probe(client: BlockingClient, topic: str) -> tuple[int, int]:
+    """Ask for an offset past any end: the broker answers OFFSET_OUT_OF_RANGE with the topic's
+    next offset (after creating it, if it creates topics on demand), or says why not."""
+    try:
+        for _ in _subscribe(client, topic, {"from": _BEYOND_ANY_END}, 1):
+            break
+    except StreamError as error:
+        if error.code == BrokerCode.OFFSET_OUT_OF_RANGE and isinstance(error.data, dict):
+            end = int(error.data["next"])
+            return end, end
+        raise
+    raise StreamError(ErrorCode.APPLICATION_ERROR, f"the broker sent a record of {topic!r} at offset 2**63-1")
+
+
+def commit(client: BlockingClient, topic: str, cursor: str, offset: int) -> None:
+    """``$commit``: cursor ``cursor`` of ``topic`` is at ``offset`` (the next record it wants)."""
+    for _ in _subscribe(client, "$commit", {"topic": topic, "cursor": cursor, "offset": offset}, 1):
+        pass
+
+
+def publish(
+    client: BlockingClient,
+    topic: str,
+    values: Iterable[Any],
+    *,
+    producer: str,
+    first_sequence: int,
+    wait: bool = True,
+) -> int:
+    """Publish ``values`` to ``topic`` as ``producer`` with sequences ``first_sequence``,
+    ``first_sequence + 1``, ...; with ``wait``, return when the broker has stored every one
+    (see :func:`wait_acknowledged`, which a caller publishing several times calls once).
+
+    The broker stores each (producer, sequence) once, so publishing the same values with the
+    same sequences again (a retried task) stores nothing twice. Returns how many values were
+    sent. Raises :class:`StreamError` if the broker refuses or stops the offer,
+    :class:`~rsnet.errors.ConnectionLost` if the connection ends first.
+    """
+    sent = 0
+    finished = False
+
+    def counted() -> Iterator[Any]:
+        nonlocal sent, finished
+        for value in values:
+            sent += 1
+            yield value
+        finished = True
+
+    _offer(client, topic, counted(), {"producer": producer, "sequence": first_sequence})
+    if not finished:  # offer returns early if the broker cancelled
+        raise StreamError(ErrorCode.APPLICATION_ERROR, f"the broker stopped taking records for {topic!r} after {sent}")
+    if wait and sent:
+        wait_acknowledged(client, topic, producer=producer, last_sequence=first_sequence + sent - 1)
+    return sent
+
+
+def wait_acknowledged(client: BlockingClient, topic: str, *, producer: str, last_sequence: int) -> None:
+    """Return once ``$acks`` says every record of ``producer`` on ``topic`` up to
+    ``last_sequence`` is stored (under the topic's fsync policy).
+
+    Subscribed after the offers (the blocking client opens a subscription only when it waits
+    for an item): the first ack is then the last sequence stored so far, so an ack sent
+    before this subscription is not missed.
+    """
+    for ack in _subscribe(client, "$acks", {"producer": producer, "topic": topic}, 16):
+        if ack["sequence"] >= last_sequence:
+            return

@@ -1,0 +1,123 @@
+"""The ``rsnet`` data source's options, checked once where Spark hands them over.
+
+Names follow Spark's Kafka source where they mean the same thing. Spark passes option names
+case-insensitively and every value as a string; a bad value raises ValueError naming the
+option, the value and what is accepted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping
+from typing import Any
+
+OFFSET_WORDS = ("earliest", "latest")
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    url: str
+    topics: tuple[str, ...]  # names and patterns; empty for a writer that takes a `topic` column
+    token: str | None
+    starting: str | dict[str, int] | None  # "earliest" | "latest" | {topic: offset}; None: the default
+    ending: str | dict[str, int]  # batch reads: "latest" | {topic: offset}
+    max_records_per_batch: int | None
+    min_partitions: int | None
+    fail_on_data_loss: bool
+    cursor: str | None
+
+
+def parse(options: Mapping[str, str], *, need_topic: bool = True) -> Options:
+    """The options Spark passed to ``format("rsnet")``; ValueError for a missing or bad one."""
+    opts = {key.lower(): value for key, value in options.items()}
+    known = {
+        "url",
+        "topic",
+        "token",
+        "startingoffsets",
+        "endingoffsets",
+        "maxrecordsperbatch",
+        "minpartitions",
+        "failondataloss",
+        "cursor",
+    }
+    spark_own = {"path", "checkpointlocation"}  # Spark passes them along; unused here
+    unknown = sorted(set(opts) - known - spark_own)
+    if unknown:  # a typo, or a Kafka option that means something else here (maxOffsetsPerTrigger)
+        raise ValueError(f"rsnet: unknown option(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+    url = opts.get("url")
+    if not url:
+        raise ValueError("rsnet: option url is required, e.g. .option('url', 'tcp://127.0.0.1:7600')")
+    topics = _topics(opts.get("topic"))
+    if need_topic and not topics:
+        raise ValueError("rsnet: option topic is required: a topic, a comma-separated list, or a pattern (orders.*)")
+    cursor = opts.get("cursor")
+    if cursor is not None and not cursor.strip():
+        raise ValueError("rsnet: option cursor must not be empty")
+    return Options(
+        url=url,
+        topics=topics,
+        token=opts.get("token"),
+        starting=_offsets("startingOffsets", opts.get("startingoffsets"), OFFSET_WORDS),
+        ending=_offsets("endingOffsets", opts.get("endingoffsets"), ("latest",)) or "latest",
+        max_records_per_batch=_positive("maxRecordsPerBatch", opts.get("maxrecordsperbatch")),
+        min_partitions=_positive("minPartitions", opts.get("minpartitions")),
+        fail_on_data_loss=_bool("failOnDataLoss", opts.get("failondataloss"), default=True),
+        cursor=cursor,
+    )
+
+
+def _topics(value: str | None) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if value.lstrip().startswith("["):
+        try:
+            names = json.loads(value)
+        except ValueError:
+            names = None
+        if not isinstance(names, list) or not all(isinstance(name, str) for name in names):
+            raise ValueError(f"rsnet: option topic {value!r} is not a JSON list of names")
+    else:
+        names = value.split(",")
+    return tuple(name.strip() for name in names if name.strip())
+
+
+def _offsets(option: str, value: str | None, words: tuple[str, ...]) -> str | dict[str, int] | None:
+    if value is None:
+        return None
+    if value.strip() in words:
+        return value.strip()
+    try:
+        parsed: Any = json.loads(value)
+    except ValueError:
+        parsed = None
+    if not isinstance(parsed, dict) or not all(
+        isinstance(offset, int) and not isinstance(offset, bool) and offset >= 0 for offset in parsed.values()
+    ):
+        accepted = " or ".join(repr(word) for word in words)
+        raise ValueError(
+            f"rsnet: option {option} must be {accepted} or JSON per topic like "
+            f'{{"orders": 42}} (offsets >= 0), got {value!r}'
+        )
+    return parsed
+
+
+def _positive(option: str, value: str | None) -> int | None:
+    if value is None:
+        return None
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise ValueError(f"rsnet: option {option} must be a positive integer, got {value!r}")
+    return number
+
+
+def _bool(option: str, value: str | None, *, default: bool) -> bool:
+    if value is None:
+        return default
+    if value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    raise ValueError(f"rsnet: option {option} must be true or false, got {value!r}")

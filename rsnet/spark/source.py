@@ -1,0 +1,388 @@
+"""The ``rsnet`` data source: broker topics as a Spark batch and streaming source and sink.
+
+Where each part runs: ``RsnetDataSource`` is created on the driver; the planning calls of a
+stream reader (``initialOffset``, ``latestOffset``, ``partitions``, ``commit``) run in one
+long-lived Python process the JVM starts; ``read`` and the writers' ``write`` run in executor
+worker processes. So offsets are plain JSON, and ``read`` opens its own blocking connection per
+partition (no event loop can be yielded out of).
+
+Offsets are ``{"topics": {topic: next offset}, "query": id}``: the broker's own per-topic
+offsets, and an id minted when the query first starts, kept in the checkpoint with them (the
+default cursor name ``spark-<id>`` comes from it, so it survives restarts).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+    InputPartition,
+)
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import StructType
+
+from ..broker import blocking
+from ..broker.codes import BrokerCode
+from ..errors import ConnectionLost, StreamError
+from ..protocol import ErrorCode
+from . import options as _options
+from .arrow import DEFAULT_SCHEMA, ROWS_PER_BATCH, RecordBatches
+
+log = logging.getLogger("rsnet.spark")
+
+CONNECT_TIMEOUT = 10.0
+"""Seconds to reach the broker and complete the handshake."""
+
+
+class DataLossError(RuntimeError):
+    """Records the query needs were removed by retention (``failOnDataLoss`` is true)."""
+
+
+class RsnetDataSource(DataSource):
+    """Format ``rsnet``: see the README's Spark section for the options."""
+
+    def __init__(self, options: dict[str, str]) -> None:
+        super().__init__(options)
+        self.parsed = _options.parse(options, need_topic=False)  # bad values fail at load()/save()
+
+    @classmethod
+    def name(cls) -> str:
+        return "rsnet"
+
+    def schema(self) -> str:
+        return DEFAULT_SCHEMA
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return RangeReader(_with_topic(self.parsed), schema)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return StreamReader(_with_topic(self.parsed), schema)
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        from .sink import BatchWriter
+
+        _check_writable(self.parsed, schema, overwrite)
+        return BatchWriter(self.parsed, schema, producer=f"spark-{uuid.uuid4().hex[:12]}")
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        from .sink import StreamWriter
+
+        _check_writable(self.parsed, schema, overwrite)
+        return StreamWriter(self.parsed, schema)
+
+
+def _with_topic(opts: _options.Options) -> _options.Options:
+    if not opts.topics:
+        raise ValueError("rsnet: option topic is required: a topic, a comma-separated list, or a pattern (orders.*)")
+    return opts
+
+
+def _check_writable(opts: _options.Options, schema: StructType, overwrite: bool) -> None:
+    if overwrite:
+        raise ValueError("rsnet: topics are append-only; write with mode 'append'")
+    if len(opts.topics) > 1 or any("*" in name or ">" in name for name in opts.topics):
+        raise ValueError(f"rsnet: a writer's option topic must be one topic name, got {','.join(opts.topics)!r}")
+    if "topic" in schema.fieldNames():
+        if schema["topic"].dataType.simpleString() != "string":
+            raise ValueError(f"rsnet: column topic must be a string, not {schema['topic'].dataType.simpleString()}")
+    elif not opts.topics:
+        raise ValueError("rsnet: a writer needs option topic or a string column named topic")
+
+
+# -- connections and the errors users meet -------------------------------------------------------
+
+
+def open_client(opts: _options.Options) -> Any:
+    """A blocking connection to the broker; a failure says which option to look at."""
+    try:
+        return blocking.connect(opts.url, token=opts.token, timeout=CONNECT_TIMEOUT)
+    except ValueError as bad:
+        raise ValueError(f"rsnet: option url {opts.url!r} is not usable: {bad}") from None
+    except ConnectionLost as lost:
+        if lost.code == ErrorCode.UNAUTHORIZED:
+            raise PermissionError(f"rsnet: the broker at {opts.url} refused the token (option token): {lost}") from None
+        raise ConnectionError(f"rsnet: cannot reach the broker at {opts.url}: {lost}") from None
+
+
+@contextlib.contextmanager
+def connected(opts: _options.Options) -> Iterator[Any]:
+    """:func:`open_client` for a block; rsnet errors in it become messages naming the cause."""
+    client = open_client(opts)
+    try:
+        with client:
+            yield client
+    except StreamError as error:
+        raise _explained(opts, error) from None
+    except ConnectionLost as lost:
+        raise ConnectionError(f"rsnet: lost the connection to the broker at {opts.url}: {lost}") from None
+
+
+def _explained(opts: _options.Options, error: StreamError) -> Exception:
+    if error.code == ErrorCode.UNKNOWN_PUBLISHER:
+        return LookupError(f"rsnet: {error.message} at {opts.url} (the broker does not create topics on demand)")
+    if error.code == ErrorCode.UNAUTHORIZED:
+        return PermissionError(f"rsnet: the token is not allowed this at {opts.url}: {error.message}")
+    if error.code == ErrorCode.REJECTED:
+        return ValueError(f"rsnet: the broker at {opts.url} rejected a request: {error.message}")
+    return RuntimeError(f"rsnet: the broker at {opts.url} answered {error}")
+
+
+# -- offsets and partitions ----------------------------------------------------------------------
+
+
+class Range(InputPartition):
+    """One Spark task's share: offsets ``[start, end)`` of one topic."""
+
+    def __init__(self, topic: str, start: int, end: int) -> None:
+        super().__init__((topic, start, end))
+        self.topic, self.start, self.end = topic, start, end
+
+
+def plan(start: dict[str, int], end: dict[str, int], min_partitions: int | None) -> list[Range]:
+    """Ranges covering ``start``..``end`` per topic: one per topic with records, or, with
+    ``min_partitions``, about that many in all, each topic's range split in proportion to its
+    size (like the Kafka source's minPartitions)."""
+    sizes = {topic: end[topic] - start.get(topic, end[topic]) for topic in end}
+    sizes = {topic: size for topic, size in sizes.items() if size > 0}
+    total = sum(sizes.values())
+    ranges = []
+    for topic, size in sizes.items():
+        pieces = 1
+        if min_partitions is not None and min_partitions > len(sizes):
+            pieces = min(size, max(1, round(min_partitions * size / total)))
+        first = start[topic]
+        for index in range(pieces):
+            lo, hi = first + size * index // pieces, first + size * (index + 1) // pieces
+            ranges.append(Range(topic, lo, hi))
+    return ranges
+
+
+def read_ranges(opts: _options.Options, builder: RecordBatches, part: Range) -> Iterator[Any]:
+    """The records of ``part`` as Arrow record batches: exactly the offsets of its range that
+    the broker still has (a gap fails the read, or, with failOnDataLoss=false, is logged and
+    skipped)."""
+    position, end = part.start, part.end
+    pending: list[dict[str, Any]] = []
+    with connected(opts) as client:
+        while position < end:
+            try:
+                for chunk in blocking.read_range(client, part.topic, position, end):
+                    if not chunk:
+                        continue
+                    first = chunk[0]["offset"]
+                    if first != position or chunk[-1]["offset"] - first + 1 != len(chunk):
+                        missing = _first_gap(chunk, position)
+                        _lost(opts, part.topic, missing, "the broker skipped records")
+                    position = chunk[-1]["offset"] + 1
+                    pending.extend(chunk)
+                    while len(pending) >= ROWS_PER_BATCH:
+                        yield builder.build(pending[:ROWS_PER_BATCH])
+                        del pending[:ROWS_PER_BATCH]
+                break
+            except StreamError as error:
+                if error.code != BrokerCode.OFFSET_TRIMMED or not isinstance(error.data, dict):
+                    raise
+                available = int(error.data["first_available"])
+                _lost(opts, part.topic, (position, min(available, end)), "removed by retention")
+                position = max(position, available)
+    if pending:
+        yield builder.build(pending)
+
+
+def _first_gap(chunk: list[dict[str, Any]], position: int) -> tuple[int, int]:
+    expected = position
+    for record in chunk:
+        if record["offset"] != expected:
+            return expected, record["offset"]
+        expected += 1
+    return expected, expected
+
+
+def _lost(opts: _options.Options, topic: str, missing: tuple[int, int], why: str) -> None:
+    message = f"rsnet: offsets {missing[0]} to {missing[1] - 1} of topic {topic!r} at {opts.url} are gone ({why})"
+    if opts.fail_on_data_loss:
+        raise DataLossError(f"{message}; set option failOnDataLoss to false to skip them with a warning")
+    log.warning("%s; skipped (failOnDataLoss=false)", message)
+
+
+def _initial(opts: _options.Options, ends: dict[str, tuple[int, int]], default: str) -> dict[str, int]:
+    starting = opts.starting or default
+    if starting == "earliest":
+        return {topic: first for topic, (first, _) in ends.items()}
+    if starting == "latest":
+        return {topic: last for topic, (_, last) in ends.items()}
+    assert isinstance(starting, dict)
+    unknown = sorted(set(starting) - set(ends))
+    if unknown:
+        raise ValueError(f"rsnet: option startingOffsets names topics not read: {', '.join(unknown)}")
+    # Topics the JSON does not name start at their earliest retained record.
+    return {topic: starting.get(topic, first) for topic, (first, _) in ends.items()}
+
+
+# -- batch reads ---------------------------------------------------------------------------------
+
+
+class RangeReader(DataSourceReader):
+    """``spark.read``: the offsets from ``startingOffsets`` (default earliest) to
+    ``endingOffsets`` (default latest), resolved when the read is planned."""
+
+    def __init__(self, opts: _options.Options, schema: StructType) -> None:
+        self.opts, self.schema = opts, schema
+
+    def partitions(self) -> list[Range]:
+        opts = self.opts
+        with connected(opts) as client:
+            ends = blocking.resolve_topics(client, opts.topics)
+        start = _initial(opts, ends, "earliest")
+        if opts.ending == "latest":
+            end = {topic: last for topic, (_, last) in ends.items()}
+        else:
+            assert isinstance(opts.ending, dict)
+            end = {topic: opts.ending.get(topic, last) for topic, (_, last) in ends.items()}
+            beyond = {topic: (end[topic], ends[topic][1]) for topic in end if end[topic] > ends[topic][1]}
+            if beyond:
+                raise ValueError(f"rsnet: endingOffsets beyond the end of the topic (asked, next): {beyond}")
+        return plan(start, end, opts.min_partitions)
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        assert isinstance(partition, Range)
+        return read_ranges(self.opts, RecordBatches(self.schema), partition)
+
+
+# -- streaming reads -----------------------------------------------------------------------------
+
+
+class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """``spark.readStream``: micro-batches of the records published since the last one."""
+
+    def __init__(self, opts: _options.Options, schema: StructType) -> None:
+        self.opts, self.schema = opts, schema
+        self._client: Any = None
+        self._target: dict[str, tuple[int, int]] | None = None  # availableNow's fixed end
+        self._committed: dict[str, int] = {}  # the cursor's offsets as last committed
+
+    def _ends(self) -> dict[str, tuple[int, int]]:
+        if self._target is not None:
+            return self._target
+        # The planner process is long-lived: keep one connection, reopen it once if it died.
+        for attempt in (1, 2):
+            if self._client is None or self._client.closed:
+                self._client = open_client(self.opts)
+            try:
+                return blocking.resolve_topics(self._client, self.opts.topics)
+            except ConnectionLost:
+                self._client = None
+                if attempt == 2:
+                    raise
+            except StreamError as error:
+                raise _explained(self.opts, error) from None
+        raise AssertionError("unreachable")
+
+    def initialOffset(self) -> dict[str, Any]:
+        start = _initial(self.opts, self._ends(), "latest")
+        return {"topics": start, "query": uuid.uuid4().hex[:12]}
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.opts.max_records_per_batch is None:
+            return ReadAllAvailable()
+        return ReadMaxRows(self.opts.max_records_per_batch)
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        ends = self._ends()
+        begin = start["topics"]
+        for topic, (first, last) in ends.items():
+            if begin.get(topic, first) > last:
+                self._moved_back(topic, begin[topic], first, last)
+        # Spark plans the next micro-batch only once the one ending at ``start`` is done (and
+        # a restart re-runs an unfinished batch before planning): ``start`` is processed.
+        # Committing it here too keeps the cursor current after the last batch of an
+        # availableNow run, which is never followed by a commit() call.
+        self.commit(start)
+        # A topic seen for the first time (a pattern matched a new one) enters at its earliest
+        # retained record: it is read from the next micro-batch on.
+        end = {topic: begin.get(topic, first) for topic, (first, _) in ends.items()}
+        available = {topic: max(0, ends[topic][1] - end[topic]) for topic in end}
+        for topic, (first, last) in ends.items():
+            if end[topic] > last:  # skipped (failOnDataLoss=false): this batch moves to the
+                end[topic] = first  # topic's start, the next reads from there
+                available[topic] = 0
+        if isinstance(limit, ReadMaxRows):
+            available = share(available, limit.max_rows)
+        for topic, count in available.items():
+            end[topic] += count
+        for topic, offset in begin.items():  # a topic no longer listed keeps its position
+            end.setdefault(topic, offset)
+        return {"topics": end, "query": start["query"]}
+
+    def _moved_back(self, topic: str, position: int, first: int, last: int) -> None:
+        message = (
+            f"rsnet: topic {topic!r} at {self.opts.url} ends at offset {last}, before the query's position "
+            f"{position} (was it deleted and created again, or did an in-memory broker restart?)"
+        )
+        if self.opts.fail_on_data_loss:
+            raise DataLossError(f"{message}; set option failOnDataLoss to false to go on from offset {first}")
+        log.warning("%s; going on from offset %d (failOnDataLoss=false)", message, first)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target = None
+        self._target = self._ends()
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[Range]:
+        return plan(start["topics"], end["topics"], self.opts.min_partitions)
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        assert isinstance(partition, Range)
+        return read_ranges(self.opts, RecordBatches(self.schema), partition)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        """Advance the query's cursor on every topic to ``end`` (records before it are
+        processed), so an operator can see how far the query has come. Spark's checkpoint,
+        not the cursor, is what a restart resumes from."""
+        cursor = self.opts.cursor or f"spark-{end['query']}"
+        self._ends()  # (re)connects if needed
+        for topic, offset in end["topics"].items():
+            if self._committed.get(topic) == offset:
+                continue
+            try:
+                blocking.commit(self._client, topic, cursor, offset)
+            except StreamError as error:
+                # The cursor only informs operators: a topic that moved back (reported by
+                # latestOffset) or vanished must not stop the query here.
+                log.warning("rsnet: cannot commit cursor %r of %r at %d: %s", cursor, topic, offset, error)
+            self._committed[topic] = offset
+
+    def stop(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+
+def share(available: dict[str, int], limit: int) -> dict[str, int]:
+    """At most ``limit`` records in all, split across topics in proportion to what each has
+    (the remainder goes to topics in name order): the exact per-batch bound of maxRecordsPerBatch."""
+    total = sum(available.values())
+    if total <= limit:
+        return available
+    shares = {topic: count * limit // total for topic, count in available.items()}
+    left = limit - sum(shares.values())
+    for topic in sorted(available):
+        if left == 0:
+            break
+        if shares[topic] < available[topic]:
+            shares[topic] += 1
+            left -= 1
+    return shares

@@ -1,0 +1,90 @@
+"""A real ``rsnet broker`` process on 127.0.0.1 and blocking helpers to fill and read topics."""
+
+from __future__ import annotations
+
+import pathlib
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import rsnet.sync
+from rsnet.broker import blocking
+
+TOKEN = "spark-tests-token"
+
+CONFIG = """
+[listen]
+tcp = "127.0.0.1:0"
+
+[[topics]]
+pattern = "trim.>"
+retention = {{ max_records = 100 }}
+
+[[topics]]
+pattern = "strict.>"
+auto_create = "never"
+subscribe_missing = "fail"
+
+[auth]
+[[auth.tokens]]
+name = "tests"
+hash = "{hash}"
+publish = [">"]
+subscribe = [">"]
+"""
+
+
+@contextmanager
+def broker_process(directory: pathlib.Path) -> Iterator[str]:
+    """Run ``rsnet broker`` (in-memory topics, auth on with :data:`TOKEN`) until the block
+    ends; yields its tcp:// URL."""
+    from rsnet.broker.auth import hash_token
+
+    config = directory / "rsnet.toml"
+    config.write_text(CONFIG.format(hash=hash_token(TOKEN)))
+    process = subprocess.Popen(
+        [sys.executable, "-m", "rsnet.cli", "broker", "--config", str(config)],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stderr is not None
+    printed = ""
+    try:
+        while "serving " not in printed:
+            line = process.stderr.readline()
+            assert line, f"the broker exited: {printed}"
+            printed += line
+        url = printed.split("serving ", 1)[1].split()[0]
+        yield url
+    finally:
+        process.terminate()
+        process.wait(10)
+        process.stderr.close()
+
+
+def publish(url: str, topic: str, values: list[Any], *, producer: str | None = None, first_sequence: int = 0) -> None:
+    with rsnet.sync.connect(url, token=TOKEN) as client:
+        blocking.publish(client, topic, values, producer=producer or f"test-{topic}", first_sequence=first_sequence)
+
+
+def records(url: str, topic: str) -> list[dict[str, Any]]:
+    """Every retained record of ``topic``, read with exact demand."""
+    with rsnet.sync.connect(url, token=TOKEN) as client:
+        ((first, end),) = blocking.resolve_topics(client, [topic]).values()
+        return [record for chunk in blocking.read_range(client, topic, first, end) for record in chunk]
+
+
+def ends(url: str, topic: str) -> tuple[int, int]:
+    with rsnet.sync.connect(url, token=TOKEN) as client:
+        return blocking.resolve_topics(client, [topic])[topic]
+
+
+def wait_until(condition: Any, what: str, timeout: float = 30.0) -> None:
+    """Poll ``condition`` (a state of the broker another process changes) until it holds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)

@@ -1,0 +1,47 @@
+"""The broker conventions over the blocking client (rsnet.broker.blocking), which Spark's
+executors use: exact demand, and no event loop."""
+
+from __future__ import annotations
+
+import pathlib
+import subprocess
+import sys
+
+import rsnet.sync
+
+from .support import TOKEN, publish, wait_until
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def test_exact_demand_sends_no_record_beyond_the_range(broker_url):
+    from rsnet.broker import blocking
+
+    publish(broker_url, "demand.exact", list(range(1000)))
+
+    def delivered():
+        with rsnet.sync.connect(broker_url, token=TOKEN) as client:
+            (info,) = [topic for topic in blocking.list_topics(client) if topic["topic"] == "demand.exact"]
+            return info["records_out"]
+
+    before = delivered()
+    with rsnet.sync.connect(broker_url, token=TOKEN) as client:
+        got = [r["offset"] for chunk in blocking.read_range(client, "demand.exact", 100, 437, window=64) for r in chunk]
+    assert got == list(range(100, 437))
+    wait_until(lambda: delivered() - before >= 337, "the broker's delivery count")
+    assert delivered() - before == 337  # the records the range holds, none more
+
+
+def test_importing_and_using_the_broker_helpers_loads_no_event_loop(broker_url):
+    probe = f"""
+import sys
+sys.path.insert(0, {str(ROOT)!r})
+from rsnet.broker import blocking
+with blocking.connect({broker_url!r}, token={TOKEN!r}) as client:
+    blocking.publish(client, "noloop.t", [1, 2, 3], producer="noloop", first_sequence=0)
+    blocking.commit(client, "noloop.t", "c", 3)
+    assert [r["value"] for chunk in blocking.read_range(client, "noloop.t", 0, 3) for r in chunk] == [1, 2, 3]
+print(sorted(name for name in sys.modules if name.split(".")[0] in ("trio", "asyncio", "anyio", "sniffio")))
+"""
+    result = subprocess.run([sys.executable, "-I", "-c", probe], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "[]", result.stdout
