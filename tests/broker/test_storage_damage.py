@@ -17,7 +17,7 @@ import pytest
 import trio
 
 import rsnet
-from rsnet.broker.broker import Broker
+from rsnet.broker.broker import Broker, TopicSettings
 from rsnet.broker.client import publish
 from rsnet.broker.codes import BrokerCode
 from rsnet.broker.daemon import metrics_refresher
@@ -215,3 +215,17 @@ async def test_bytes_damaged_while_the_broker_runs_end_that_subscription_coded_a
         assert raised.value.code == BrokerCode.STORAGE_ERROR and "corrupt data" in raised.value.message
         assert received == list(range(len(received))) and len(received) < 100
         assert len(await read_range(conn, "events", 0, 50)) == 50  # the broker serves what it can
+
+
+async def test_a_closed_topic_whose_oldest_record_is_damaged_still_gets_its_age_retention(
+    tmp_path: pathlib.Path,
+) -> None:
+    (tmp_path / "events").mkdir()
+    write(tmp_path / "events", 64 << 10)
+    flip_inside(tmp_path / "events", 0)
+    settings = TopicSettings(durable=True, retention=Retention(max_age_ms=10**6))
+    broker = Broker(data_dir=tmp_path, settings_for=lambda name: settings)
+    async with broker_serving(broker):
+        # opened at start for recovery, then closed: its expiry comes from the first readable record
+        closed = broker._closed["events"]
+        assert closed.first_offset == 0 and closed.expires_ms is not None
