@@ -160,6 +160,8 @@ async def _topics(args: argparse.Namespace) -> int:
             f"{topic['topic']:<32} {topic['first_offset']:>10} {topic['next_offset']:>10} {topic['policy']:>12} "
             f"{len(lags):>5} {max(lags, default=0):>8} {topic['dropped']:>8}"
         )
+        for damage in topic.get("damaged", []):  # records found damaged on disk (BROKER.md, OFFSET_DAMAGED)
+            print(f"  damaged: offsets {damage['first']} to {damage['end'] - 1}: {damage['problem']}")
     return 0
 
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import pathlib
 import reprlib
 import resource
@@ -44,8 +45,9 @@ from ..streams.rules import MAX_DEMAND, add_demand, check_subscriber, invalid_re
 from ..streams.subscriptions import deliver_safely
 from .codes import BrokerCode
 from .names import is_valid_topic, is_wildcard, topic_matches, validate_pattern, validate_topic
-from .storage import CorruptData, CursorStore, FsyncPolicy, MemoryLog, Retention, SegmentLog, TopicLog
-from .topic import MAX_SEQUENCE, SlowPolicy, Topic, TopicReader, TopicSink, now_ms, resolve_start
+from .storage import CorruptData, CursorStore, FsyncPolicy, MemoryLog, Retention, SegmentLog, StorageError, TopicLog
+from .storage import files as storage_files
+from .topic import MAX_SEQUENCE, SlowPolicy, Topic, TopicReader, TopicSink, now_ms, resolve_start, storage_refusal
 
 log = logging.getLogger("rsnet.broker")
 
@@ -128,6 +130,7 @@ class Broker:
         idle_close_s: float = DEFAULT_IDLE_CLOSE_S,
         max_cursors: int = DEFAULT_MAX_CURSORS,
         max_open_topics: int | None = None,
+        unclean_recovery: bool = False,
     ) -> None:
         self.data_dir = pathlib.Path(data_dir) if data_dir is not None else None
         self.fsync = fsync
@@ -141,6 +144,8 @@ class Broker:
         self.idle_close_s = idle_close_s
         self.max_cursors = max_cursors
         self.max_open_topics = max_open_topics if max_open_topics is not None else default_max_open_topics()
+        self.unclean_recovery = unclean_recovery  # see SegmentLog.open; off: damage it cannot place stops the start
+        self.storage_files = storage_files.REAL  # how durable logs change their files (tests inject faults)
         self.topics: dict[str, Topic] = {}  # the open ones; see also _closed
         self.recovery: dict[str, Any] = {}  # topic -> RecoveryReport of its log
         self.denied = 0  # requests refused for lack of a grant
@@ -154,6 +159,7 @@ class Broker:
         self._idle_since: dict[Topic, float] = {}
         self._failure_log = RateLimitedLog(log, TRACEBACKS_PER_MINUTE)  # failures a client can repeat
         self._nursery: trio.Nursery | None = None
+        self._retention_failing: set[str] = set()  # topics whose last retention sweep failed
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -163,23 +169,56 @@ class Broker:
         Each topic found is opened (recovery checks it, :attr:`recovery` has the report) and
         closed again: it is opened for real by the first request that needs it, so that open
         files grow with the topics in use, not with the topics on disk.
+
+        Raises StorageError, before it is started, if ``data_dir`` cannot be written or a
+        topic's log cannot be opened (damage recovery cannot place, see ``unclean_recovery``).
         """
+        failure: StorageError | None = None
         try:
+            if self.data_dir is not None:
+                self._check_data_dir()
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
-                if self.data_dir is not None:
-                    self.data_dir.mkdir(parents=True, exist_ok=True)
-                    for directory in sorted(p for p in self.data_dir.iterdir() if p.is_dir()):
+                try:
+                    for directory in sorted(p for p in self.data_dir.iterdir() if p.is_dir()) if self.data_dir else []:
                         if not is_valid_topic(directory.name):
                             log.warning("%s is not a topic (not a valid topic name): left alone", directory)
                             continue
                         self._close_topic(self._open_topic(directory.name))
-                nursery.start_soon(self._sweep)
-                task_status.started()
-                await trio.sleep_forever()
+                except StorageError as error:  # raised below, as itself, not in an exception group
+                    failure = error
+                    nursery.cancel_scope.cancel()
+                else:
+                    nursery.start_soon(self._sweep)
+                    task_status.started()
+                    await trio.sleep_forever()
         finally:
             for topic in list(self.topics.values()):
                 self._close_topic(topic)
+        if failure is not None:
+            raise failure
+
+    def _check_data_dir(self) -> None:
+        """Make sure durable topics can be stored before saying so: create ``data_dir`` and
+        write, sync and delete a file in it. Raises StorageError naming the directory and why
+        (a read-only mount, missing permissions, a full disk)."""
+        assert self.data_dir is not None
+        files = self.storage_files
+        probe = str(self.data_dir / ".rsnet-write-check")
+        try:
+            files.makedirs(str(self.data_dir))
+            fd = files.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+            try:
+                files.write_all(fd, b"rsnet")
+                files.datasync(fd)
+            finally:
+                os.close(fd)
+            files.unlink(probe)
+        except OSError as failure:
+            raise StorageError(
+                f"data_dir {self.data_dir} cannot be written ({failure}): durable topics could not store anything. "
+                "Fix its permissions, its mount (read-only?) or its free space, or run without data_dir"
+            ) from failure
 
     async def _sweep(self) -> None:
         """Retention and closing idle topics, once per ``retention_sweep_s``."""
@@ -187,10 +226,18 @@ class Broker:
             await trio.sleep(self.retention_sweep_s)
             now = now_ms()
             for topic in list(self.topics.values()):
+                if topic.storage_failure is not None:
+                    continue  # its writer reports it, and repairs the log first
                 try:
                     topic.log.enforce_retention(now)
+                except StorageError as failure:  # tried again next sweep; the topic goes on
+                    if topic.name not in self._retention_failing:  # one line per failing spell
+                        log.error("topic %s: retention failed: %s", topic.name, failure)
+                    self._retention_failing.add(topic.name)
                 except Exception as failure:
                     self._topic_failed(topic, failure)
+                else:
+                    self._retention_failing.discard(topic.name)
             self.close_idle_topics()
             self.expire_closed_topics(now)
 
@@ -275,7 +322,11 @@ class Broker:
                     f"cannot create topic {name!r}: the broker hosts its maximum of {self.max_topics} topics",
                     {"topic": name, "max_topics": self.max_topics},
                 )
-        return self._open_topic(name)
+        try:
+            return self._open_topic(name)
+        except StorageError as failure:  # e.g. no space for a new topic's directory: refuse this stream only
+            log.error("topic %s cannot be opened: %s", name, failure)
+            raise storage_refusal(name, failure, f"topic {name!r} cannot be opened: {failure}") from None
 
     def _open_topic(self, name: str) -> Topic:
         settings = self.settings_for(name)
@@ -290,6 +341,7 @@ class Broker:
             max_lag=settings.max_lag,
             on_stored=self._stored,
             failure_log=self._failure_log,
+            on_storage_failed=self._storage_failed,
         )
         closed = self._closed.pop(name, None)
         if closed is not None:
@@ -331,7 +383,13 @@ class Broker:
         after a failure comes back with its records when it is opened again.
         """
         if settings.durable and self.data_dir is not None:
-            segment_log, report = SegmentLog.open(self.data_dir / name, settings.retention, self.fsync)
+            segment_log, report = SegmentLog.open(
+                self.data_dir / name,
+                settings.retention,
+                self.fsync,
+                file_ops=self.storage_files,
+                unclean_recovery=self.unclean_recovery,
+            )
             self.recovery[name] = report
             if report.damaged:
                 log.warning("topic %s: recovered with damage: %s", name, "; ".join(report.damaged))
@@ -399,7 +457,13 @@ class Broker:
         max_age = self.settings_for(topic.name).retention.max_age_ms
         if max_age is None or topic.log.first_offset == topic.log.next_offset:
             return None
-        oldest = topic.log.read(topic.log.first_offset, 1)
+        first = topic.log.first_offset
+        for damage in topic.log.damaged_ranges:  # the oldest record that can be read
+            if damage.first <= first < damage.end:
+                first = damage.end
+        if first == topic.log.next_offset:
+            return None
+        oldest = topic.log.read(first, 1)
         if not oldest:
             return None
         # Not before the next minute: retention removes whole segments, so the oldest record
@@ -449,6 +513,13 @@ class Broker:
                 subscription.acknowledge(sequence)
 
     # -- Host ----------------------------------------------------------------------------------
+
+    def _storage_failed(self, topic: Topic, error: StreamError, producers: list[str]) -> None:
+        """The topic refused its producers (a full disk, a failing one): each hears why on its
+        ``$acks`` too, which ends with the coded error."""
+        for producer in producers:
+            for subscription in list(self._acks.get((producer, topic.name), ())):
+                subscription.fail(error)
 
     def _check(self, context: StreamContext, action: str, name: str) -> None:
         if self.authorize is not None and not self.authorize(context.principal, action, name):
@@ -536,6 +607,7 @@ class Broker:
                 policy = topic.policy.value
                 subscribers = [{"lag": reader.lag(topic), "delivered": reader.delivered} for reader in topic.readers]
                 producers = len(topic.sinks)
+                damaged = topic.log.damaged_ranges
             else:
                 closed = self._closed.get(name)
                 if closed is not None:
@@ -547,6 +619,8 @@ class Broker:
                     counters = (0, 0, 0)
                 policy = self.settings_for(name).policy.value
                 subscribers, producers = [], 0
+                report = self.recovery.get(name)  # as its last opening found it
+                damaged = [d for d in report.damaged_ranges if d.end > first] if report is not None else []
             result.append(
                 {
                     "topic": name,
@@ -559,6 +633,7 @@ class Broker:
                     "dropped": counters[2],
                     "subscribers": subscribers,
                     "producers": producers,
+                    "damaged": [{"first": d.first, "end": d.end, "problem": d.problem} for d in damaged],
                 }
             )
         return result
@@ -703,6 +778,14 @@ class _AckSubscription(Subscription):
         if self.subscriber is not None:
             self.subscriber = None
             self._on_end(self)
+
+    def fail(self, error: StreamError) -> None:
+        """End with ``error`` (after the acknowledgements already due, if there is demand)."""
+        subscriber = self.subscriber
+        if subscriber is not None:
+            self._emit()
+            self.cancel()
+            deliver_safely(subscriber.on_error, error)
 
     def acknowledge(self, sequence: int) -> None:
         if self.latest is None or sequence > self.latest:

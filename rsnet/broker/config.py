@@ -19,6 +19,7 @@ Schema (``server/rsnet.toml`` is a commented example of every key)::
                                     # idle ones are closed to make room, else TOO_MANY_TOPICS
     idle_topic_close_s = 60         # a durable topic with no producer nor subscriber for this long
                                     # has its log (its open files) closed; reopened on demand
+    unclean_recovery = false        # true: start despite damage recovery cannot place (see server/README.md)
 
     [listen]
     tcp = "127.0.0.1:7600"          # "HOST:PORT" ("[::1]:7600" for IPv6); "" = off
@@ -303,6 +304,7 @@ class BrokerConfig(_Model):
     max_open_topics: PositiveInt | None = None
     """Durable topics open at once; None: an eighth of the file descriptor limit."""
     idle_topic_close_s: Annotated[float, Field(ge=0)] = 60.0
+    unclean_recovery: bool = False
     topic_defaults: TopicDefaults = TopicDefaults()
     topics: tuple[TopicRule, ...] = ()
     auth: AuthConfig = AuthConfig()
