@@ -210,6 +210,13 @@ def markdown(results: dict[str, Any], command: str) -> str:
             f"| where the time goes: delivery + Arrow building in one process | {rate('delivery_and_arrow')} |",
             f"| filling the topic (one blocking producer, acknowledged) | {results['fill_records_per_s']:,.0f} | |",
             "",
+            "Reading the numbers: the broker CPU share is of one core, measured during the row (the broker is",
+            "one process, one thread). Near 1.0 the broker's delivery is the bound; a low share while a task",
+            "waits means the wait is elsewhere: for writes into a durable topic, the broker's fsync (`always`)",
+            "runs inside its event loop, and one producer gets demand back only after each append. Spark's",
+            "own fixed costs (query start, checkpoint) weigh on small runs; this machine is shared, so compare",
+            "rows of one run, not runs.",
+            "",
         ]
     )
 

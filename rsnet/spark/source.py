@@ -229,6 +229,10 @@ def _initial(opts: _options.Options, ends: dict[str, tuple[int, int]], default: 
     unknown = sorted(set(starting) - set(ends))
     if unknown:
         raise ValueError(f"rsnet: option startingOffsets names topics not read: {', '.join(unknown)}")
+    beyond = {topic: offset for topic, offset in starting.items() if offset > ends[topic][1]}
+    if beyond:
+        detail = ", ".join(f"{topic} {offset} (its next is {ends[topic][1]})" for topic, offset in beyond.items())
+        raise ValueError(f"rsnet: option startingOffsets is beyond the end of: {detail}")
     # Topics the JSON does not name start at their earliest retained record.
     return {topic: starting.get(topic, first) for topic, (first, _) in ends.items()}
 

@@ -137,6 +137,10 @@ def test_bad_option_values_are_named(spark, broker_url):
         reader(spark, broker_url, "orders.stream", maxRecordsPerBatch="lots")
     with pytest.raises(Exception, match=r"startingOffsets must be 'earliest' or 'latest' or JSON"):
         batch(spark, broker_url, "orders.stream", startingOffsets="yesterday").collect()
+    with pytest.raises(
+        Exception, match=r"startingOffsets is beyond the end of: orders.stream 999999 \(its next is \d+\)"
+    ):
+        batch(spark, broker_url, "orders.stream", startingOffsets='{"orders.stream": 999999}').collect()
     with pytest.raises(Exception, match=r"unknown option\(s\) maxoffsetspertrigger"):
         reader(spark, broker_url, "orders.stream", maxOffsetsPerTrigger=10)
 
