@@ -14,6 +14,7 @@ import rsnet.sync
 from rsnet.broker import blocking
 
 TOKEN = "spark-tests-token"
+READER_TOKEN = "spark-tests-reader"  # may only subscribe to allowed.>
 
 CONFIG = """
 [listen]
@@ -33,6 +34,12 @@ name = "tests"
 hash = "{hash}"
 publish = [">"]
 subscribe = [">"]
+
+[[auth.tokens]]
+name = "reader"
+hash = "{reader_hash}"
+publish = []
+subscribe = ["allowed.>"]
 """
 
 
@@ -43,7 +50,7 @@ def broker_process(directory: pathlib.Path) -> Iterator[str]:
     from rsnet.broker.auth import hash_token
 
     config = directory / "rsnet.toml"
-    config.write_text(CONFIG.format(hash=hash_token(TOKEN)))
+    config.write_text(CONFIG.format(hash=hash_token(TOKEN), reader_hash=hash_token(READER_TOKEN)))
     process = subprocess.Popen(
         [sys.executable, "-m", "rsnet.cli", "broker", "--config", str(config)],
         stderr=subprocess.PIPE,

@@ -9,7 +9,7 @@ import pytest
 from pyspark.errors import PySparkException
 from pyspark.sql import functions as F
 
-from .support import TOKEN, ends, publish, wait_until
+from .support import READER_TOKEN, TOKEN, ends, publish, wait_until
 
 
 def reader(spark, url, topic, **options):
@@ -152,6 +152,13 @@ def test_unreachable_broker_unknown_topic_and_bad_token_say_so(spark, broker_url
         batch(spark, broker_url, "strict.absent").collect()
     with pytest.raises(PySparkException, match=r"refused the token \(option token\)"):
         batch(spark, broker_url, "orders.stream", token="wrong").collect()
+    with pytest.raises(PySparkException, match=r"the token is not allowed this .*not allowed to subscribe 'secret.t'"):
+        batch(spark, broker_url, "secret.t", token=READER_TOKEN).collect()
+    df = spark.createDataFrame([("x",)], "value string")
+    with pytest.raises(PySparkException, match=r"the token is not allowed this .*not allowed to publish 'allowed.t'"):
+        df.write.format("rsnet").mode("append").option("url", broker_url).option("token", READER_TOKEN).option(
+            "topic", "allowed.t"
+        ).save()
 
 
 def test_retention_trimmed_offsets_fail_the_read_or_are_skipped(spark, broker_url):
