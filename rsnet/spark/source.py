@@ -316,10 +316,11 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # Committing it here too keeps the cursor current after the last batch of an
         # availableNow run, which is never followed by a commit() call.
         self.commit(start)
-        # A topic seen for the first time (a pattern matched a new one) enters at its earliest
-        # retained record: it is read from the next micro-batch on.
+        # A topic seen for the first time (a pattern matched a new one) enters this batch's end
+        # at its earliest retained record, with no records (``start`` does not name it, so the
+        # batch could not read a range of it): it is read from the next micro-batch on.
         end = {topic: begin.get(topic, first) for topic, (first, _) in ends.items()}
-        available = {topic: max(0, ends[topic][1] - end[topic]) for topic in end}
+        available = {topic: max(0, ends[topic][1] - end[topic]) if topic in begin else 0 for topic in end}
         for topic, (first, last) in ends.items():
             if end[topic] > last:  # skipped (failOnDataLoss=false): this batch moves to the
                 end[topic] = first  # topic's start, the next reads from there

@@ -224,3 +224,22 @@ def test_a_missing_java_is_named_before_spark_fails_obscurely(monkeypatch, tmp_p
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(RuntimeError, match=r"no java on PATH and JAVA_HOME is not set"):
         rsnet.spark.check_java()
+
+
+def test_a_pattern_picks_up_topics_created_while_the_query_runs(spark, broker_url, tmp_path):
+    publish(broker_url, "grow.a", ["a0", "a1"])
+    df = reader(spark, broker_url, "grow.*", startingOffsets="earliest")
+    first = run_available_now(df, tmp_path / "checkpoint")
+    assert [(row["topic"], json.loads(row["value"])) for _, rows, _ in first for row in rows] == [
+        ("grow.a", "a0"),
+        ("grow.a", "a1"),
+    ]
+    publish(broker_url, "grow.b", ["b0", "b1", "b2"])  # a new topic: read from its start
+    publish(broker_url, "grow.a", ["a2"], producer="more")
+    second = run_available_now(df, tmp_path / "checkpoint")
+    assert sorted((row["topic"], row["offset"], json.loads(row["value"])) for _, rows, _ in second for row in rows) == [
+        ("grow.a", 2, "a2"),
+        ("grow.b", 0, "b0"),
+        ("grow.b", 1, "b1"),
+        ("grow.b", 2, "b2"),
+    ]
