@@ -10,7 +10,7 @@ cursor (``$commit``), publish with an idempotent producer and wait for ``$acks``
         publish(client, "totals", rows, producer="job-7", first_sequence=0)
 
 Every call into :mod:`rsnet.sync` goes through the few functions at the top of this module
-(``_subscribe``, ``_offer`` and :func:`read_range`), so a change of the blocking client's API
+(:func:`connect`, :func:`subscribe`, ``_offer`` and :func:`read_range`), so a change of the blocking client's API
 is adapted here and nowhere else.
 
 This module must never import trio or asyncio (a test checks it): it runs where no event loop can.
@@ -43,7 +43,9 @@ def connect(url: str, *, token: str | None = None, timeout: float = 10.0) -> Blo
     return _connect(url, token=token, timeout=timeout)
 
 
-def _subscribe(client: BlockingClient, name: str, params: dict[str, Any] | None, prefetch: int) -> Iterator[Any]:
+def subscribe(client: BlockingClient, name: str, params: dict[str, Any] | None, prefetch: int) -> Iterator[Any]:
+    """``client.subscribe`` with the publisher's params as one mapping (the form the blocking
+    client's API moves to)."""
     return client.subscribe(name, prefetch=prefetch, **(params or {}))
 
 
@@ -109,7 +111,7 @@ def read_range(
 def list_topics(client: BlockingClient) -> list[dict[str, Any]]:
     """``$topics``: one map per topic the client may subscribe to (``topic``, ``first_offset``,
     ``next_offset``, ...; see protocol/BROKER.md)."""
-    return list(_subscribe(client, "$topics", None, 1024))
+    return list(subscribe(client, "$topics", None, 1024))
 
 
 def resolve_topics(client: BlockingClient, names: Iterable[str]) -> dict[str, tuple[int, int]]:
@@ -143,7 +145,7 @@ def _probe(client: BlockingClient, topic: str) -> tuple[int, int]:
     """Ask for an offset past any end: the broker answers OFFSET_OUT_OF_RANGE with the topic's
     next offset (after creating it, if it creates topics on demand), or says why not."""
     try:
-        for _ in _subscribe(client, topic, {"from": _BEYOND_ANY_END}, 1):
+        for _ in subscribe(client, topic, {"from": _BEYOND_ANY_END}, 1):
             break
     except StreamError as error:
         if error.code == BrokerCode.OFFSET_OUT_OF_RANGE and isinstance(error.data, dict):
@@ -155,7 +157,7 @@ def _probe(client: BlockingClient, topic: str) -> tuple[int, int]:
 
 def commit(client: BlockingClient, topic: str, cursor: str, offset: int) -> None:
     """``$commit``: cursor ``cursor`` of ``topic`` is at ``offset`` (the next record it wants)."""
-    for _ in _subscribe(client, "$commit", {"topic": topic, "cursor": cursor, "offset": offset}, 1):
+    for _ in subscribe(client, "$commit", {"topic": topic, "cursor": cursor, "offset": offset}, 1):
         pass
 
 
@@ -203,6 +205,6 @@ def wait_acknowledged(client: BlockingClient, topic: str, *, producer: str, last
     for an item): the first ack is then the last sequence stored so far, so an ack sent
     before this subscription is not missed.
     """
-    for ack in _subscribe(client, "$acks", {"producer": producer, "topic": topic}, 16):
+    for ack in subscribe(client, "$acks", {"producer": producer, "topic": topic}, 16):
         if ack["sequence"] >= last_sequence:
             return

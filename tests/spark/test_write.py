@@ -10,6 +10,7 @@ from pyspark.errors import PySparkException
 from pyspark.sql import functions as F
 
 import rsnet.sync
+from rsnet.broker import blocking
 
 from .support import TOKEN, ends, publish, records
 
@@ -79,8 +80,6 @@ def test_streaming_pipeline_replayed_after_a_failed_write_stores_every_record_on
         # stored (200 of batch 0 + 100), then fail the batch, once.
         import os
         import time
-
-        from rsnet.broker import blocking
 
         if n == 350 and os.path.exists(flag_path):
             with rsnet.sync.connect(url, token=TOKEN) as client:
@@ -154,7 +153,7 @@ def test_restart_from_the_checkpoint_resumes_where_it_left_off_and_commits_the_c
     # The cursor is where the query's last micro-batch ended.
     publish(broker_url, "resume.in", ["after"], producer="after")
     with rsnet.sync.connect(broker_url, token=TOKEN) as client:
-        first = next(iter(client.subscribe("resume.in", prefetch=1, cursor="resume-test", **{"from": "earliest"})))
+        first = next(blocking.subscribe(client, "resume.in", {"cursor": "resume-test", "from": "earliest"}, 1))
     assert (first["offset"], first["value"]) == (150, "after")
 
 
