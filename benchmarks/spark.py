@@ -221,7 +221,7 @@ def markdown(results: dict[str, Any], command: str) -> str:
             "waits means the wait is elsewhere: for writes into a durable topic, the broker's fsync (`always`)",
             "runs inside its event loop, and one producer gets demand back only after each append. Spark's",
             "own fixed costs (query start, checkpoint) weigh on small runs; this machine is shared, so compare",
-            "rows of one run, not runs. With the default schema each value is turned into JSON text (about 3-4 µs",
+            "rows of one run, not runs. With the default schema each value is turned into JSON text (about 2 µs",
             "a record here, most of the connector's own work); a user schema reads fields straight into Arrow.",
             "",
         ]
