@@ -279,15 +279,18 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target: dict[str, tuple[int, int]] | None = None  # availableNow's fixed end
         self._committed: dict[str, int] = {}  # the cursor's offsets as last committed
 
+    def _connection(self) -> Any:
+        """The planner process is long-lived: it keeps one connection, reopened when it died."""
+        if self._client is None or self._client.closed:
+            self._client = open_client(self.opts)
+        return self._client
+
     def _ends(self) -> dict[str, tuple[int, int]]:
         if self._target is not None:
             return self._target
-        # The planner process is long-lived: keep one connection, reopen it once if it died.
-        for attempt in (1, 2):
-            if self._client is None or self._client.closed:
-                self._client = open_client(self.opts)
+        for attempt in (1, 2):  # a connection that died since the last call is reopened once
             try:
-                return blocking.resolve_topics(self._client, self.opts.topics)
+                return blocking.resolve_topics(self._connection(), self.opts.topics)
             except ConnectionLost:
                 self._client = None
                 if attempt == 2:
@@ -358,16 +361,19 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         processed), so an operator can see how far the query has come. Spark's checkpoint,
         not the cursor, is what a restart resumes from."""
         cursor = self.opts.cursor or f"spark-{end['query']}"
-        self._ends()  # (re)connects if needed
         for topic, offset in end["topics"].items():
             if self._committed.get(topic) == offset:
                 continue
             try:
-                blocking.commit(self._client, topic, cursor, offset)
-            except StreamError as error:
+                blocking.commit(self._connection(), topic, cursor, offset)
+            except (StreamError, ConnectionLost, ConnectionError) as error:
                 # The cursor only informs operators: a topic that moved back (reported by
-                # latestOffset) or vanished must not stop the query here.
+                # latestOffset), a topic gone, or a lost connection (the next planning call
+                # reconnects, and commits again) must not stop the query here.
                 log.warning("rsnet: cannot commit cursor %r of %r at %d: %s", cursor, topic, offset, error)
+                if not isinstance(error, StreamError):
+                    self._client = None
+                    return
             self._committed[topic] = offset
 
     def stop(self) -> None:
