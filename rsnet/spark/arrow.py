@@ -147,15 +147,25 @@ def _fitting(value: Any, arrow_type: pa.DataType) -> Any:
 
 def needs_plain_values(arrow_type: pa.DataType) -> bool:
     """Whether values of this type come out of Arrow as Python objects msgpack cannot encode
-    (datetime, date, Decimal), anywhere inside it."""
-    if pa.types.is_temporal(arrow_type) or pa.types.is_decimal(arrow_type):
+    as the record should hold them (datetime, date, Decimal, a map's (key, value) pairs),
+    anywhere inside it."""
+    if pa.types.is_temporal(arrow_type) or pa.types.is_decimal(arrow_type) or pa.types.is_map(arrow_type):
         return True
     return any(needs_plain_values(arrow_type.field(i).type) for i in range(arrow_type.num_fields))
 
 
-def plain(value: Any) -> Any:
-    """A value msgpack can encode: timestamps become milliseconds since the epoch (as the
-    broker's own timestamps), dates ISO text, decimals their exact text."""
+def plain(value: Any, arrow_type: pa.DataType) -> Any:
+    """``value`` (of ``arrow_type``, from ``to_pylist``) as msgpack can encode it: timestamps
+    as milliseconds since the epoch (as the broker's own timestamps), dates and times as ISO
+    text, decimals as their exact text, maps as maps."""
+    if value is None:
+        return None
+    if pa.types.is_struct(arrow_type):
+        return {field.name: plain(value.get(field.name), field.type) for field in arrow_type}
+    if pa.types.is_map(arrow_type):
+        return {key: plain(item, arrow_type.item_type) for key, item in value}
+    if pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type):
+        return [plain(item, arrow_type.value_type) for item in value]
     if isinstance(value, datetime.datetime):
         if value.tzinfo is None:
             value = value.replace(tzinfo=datetime.UTC)
@@ -164,10 +174,6 @@ def plain(value: Any) -> Any:
         return value.isoformat()
     if isinstance(value, decimal.Decimal):
         return str(value)
-    if isinstance(value, dict):
-        return {key: plain(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [plain(item) for item in value]
     if isinstance(value, datetime.timedelta):
         return value.total_seconds()
     return value

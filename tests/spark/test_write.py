@@ -54,6 +54,20 @@ def test_a_topic_column_routes_each_row_and_temporal_values_become_plain(spark, 
     ]
 
 
+def test_maps_arrays_and_structs_are_written_as_msgpack_maps_and_arrays(spark, broker_url):
+    df = spark.sql(
+        "SELECT map('a', 1, 'b', 2) AS counts, array(struct(TIMESTAMP '1970-01-01 00:00:02 UTC' AS at)) AS events,"
+        " named_struct('inner', map('k', DATE '2000-01-01')) AS nested"
+    )
+    writer(df, broker_url, "written.nested").save()
+    (record,) = records(broker_url, "written.nested")
+    assert record["value"] == {
+        "counts": {"a": 1, "b": 2},
+        "events": [{"at": 2000}],
+        "nested": {"inner": {"k": "2000-01-01"}},
+    }
+
+
 def test_writer_errors_are_clear(spark, broker_url):
     df = spark.createDataFrame([(1,)], "n int")
     with pytest.raises(Exception, match="needs option topic or a string column named topic"):
