@@ -1,8 +1,10 @@
 # Two commands do everything on a fresh machine with python3 and make:
 #   make demo   - install into .venv and run the live demo
-#   make test   - install into .venv (with the test and benchmark extras) and Java 17 if it is
-#                 missing (as root, through apt), and run the whole test suite, which includes
-#                 one quick run of the benchmark suite
+#   make test   - install into .venv (with the test and benchmark extras), client/js's npm
+#                 packages (npm ci), Java 17 and Chromium where missing (as root, through apt);
+#                 lint (ruff), check the format (ruff format) and the types (mypy); then run the
+#                 whole test suite, which includes one quick run of the benchmark suite and the
+#                 JavaScript client's node tests
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -12,7 +14,10 @@ BIN := $(VENV)/bin
 demo: $(VENV)/.installed
 	$(BIN)/rsnet demo
 
-test: $(VENV)/.installed java
+test: $(VENV)/.installed java client/js/node_modules/.package-lock.json
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # The Spark connector's tests start a real local Spark, which needs Java 17.
@@ -26,6 +31,16 @@ java:
 		echo "  sudo apt-get install -y openjdk-17-jre-headless   (or set JAVA_HOME)" >&2; \
 		exit 1; \
 	fi
+
+# The JavaScript client's packages, exactly as locked (its tests run inside pytest), and
+# Chromium for its browser test (through apt, as root, where missing; else that test skips).
+client/js/node_modules/.package-lock.json: client/js/package-lock.json
+	@if command -v npm >/dev/null; then cd client/js && npm ci --no-audit --no-fund; \
+	else echo "npm not found: the JavaScript client's tests will be skipped"; fi
+	@if ! command -v chromium >/dev/null && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  apt-get install -y --no-install-recommends chromium >/dev/null \
+	  || (apt-get update >/dev/null && apt-get install -y --no-install-recommends chromium >/dev/null) \
+	  || echo "could not install chromium: the live view's browser test will be skipped"; fi
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)

@@ -33,7 +33,6 @@ from .demo.publishers import add_demo_publishers
 from .errors import RsnetError
 from .net.client import connect
 from .net.server import Server
-from .transport import TransportClosed
 
 
 def _address(text: str) -> tuple[str, int]:
@@ -112,14 +111,14 @@ async def _sub(args: argparse.Namespace) -> int:
     received = 0
     try:
         async with connect(args.url, token=args.token) as conn:
-            async with conn.subscribe(args.name, prefetch=args.prefetch, **params) as items:
+            async with conn.subscribe(args.name, params, prefetch=args.prefetch) as items:
                 async for item in items:
                     sys.stdout.write(json.dumps(item, default=_json_default) + "\n")
                     received += 1
                     if received == args.count:
                         break
             sys.stdout.flush()
-    except (RsnetError, TransportClosed, ValueError) as error:
+    except (RsnetError, ValueError) as error:
         sys.stdout.flush()
         print(f"rsnet sub: {error}", file=sys.stderr)
         return 1
@@ -140,7 +139,7 @@ async def _pub(args: argparse.Namespace) -> int:
     try:
         async with connect(args.url, token=args.token) as conn:
             count = await publish(conn, args.topic, records, producer=args.producer, first_sequence=args.sequence)
-    except (RsnetError, TransportClosed, ValueError) as error:
+    except (RsnetError, ValueError) as error:
         print(f"rsnet pub: not every record was acknowledged: {error}", file=sys.stderr)
         return 1
     print(f"rsnet pub: {count} records stored in {args.topic}", file=sys.stderr)
@@ -151,7 +150,7 @@ async def _topics(args: argparse.Namespace) -> int:
     try:
         async with connect(args.url, token=args.token) as conn:
             topics = [topic async for topic in conn.subscribe("$topics")]
-    except (RsnetError, TransportClosed, ValueError) as error:
+    except (RsnetError, ValueError) as error:
         print(f"rsnet topics: {error}", file=sys.stderr)
         return 1
     print(f"{'topic':<32} {'first':>10} {'next':>10} {'policy':>12} {'subs':>5} {'max lag':>8} {'dropped':>8}")
@@ -161,6 +160,8 @@ async def _topics(args: argparse.Namespace) -> int:
             f"{topic['topic']:<32} {topic['first_offset']:>10} {topic['next_offset']:>10} {topic['policy']:>12} "
             f"{len(lags):>5} {max(lags, default=0):>8} {topic['dropped']:>8}"
         )
+        for damage in topic.get("damaged", []):  # records found damaged on disk (BROKER.md, OFFSET_DAMAGED)
+            print(f"  damaged: offsets {damage['first']} to {damage['end'] - 1}: {damage['problem']}")
     return 0
 
 

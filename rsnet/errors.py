@@ -1,10 +1,25 @@
-"""Errors that cross the network, as the application sees them.
+"""Errors that cross the network, as the application sees them: one tree.
+
+::
+
+    RsnetError                    the root: ``except rsnet.RsnetError`` catches every one below
+    ├── StreamError               one stream ended with a code: a remote on_error, a rejection
+    │                             (UNKNOWN_PUBLISHER, UNAUTHORIZED, ...) or a violation;
+    │                             ``.code``, ``.code_name``, ``.message``, ``.data``
+    ├── ConnectionLost            the connection is gone; every stream on it ended. ``.code``: the
+    │   │                         CONN_ERROR code it was closed with, if any
+    │   ├── HandshakeError        refused (``.code`` says why: UNAUTHORIZED, UNSUPPORTED_VERSION,
+    │   │                         GOING_AWAY), timed out (TIMEOUT), or cut off during the handshake
+    │   └── TransportClosed       the transport could not be opened, broke, or was closed under
+    │                             us (refused, reset, TLS or WebSocket failure)
+    └── ProtocolError             a violation of the wire protocol (``rsnet.protocol``), with the
+        ├── RemoteProtocolError   code the spec assigns: by the peer (never escapes a connection:
+        └── LocalProtocolError    it is answered with CONN_ERROR) or asked of us locally
 
 A remote ``on_error`` arrives as a :class:`StreamError` carrying the protocol's error code
 (``protocol/SPEC.md`` section 11), message and structured data, whatever the code: unknown
-codes are delivered unchanged, never dropped. A broken or closed connection ends every stream
-on it with :class:`ConnectionLost`. These classes import no I/O library, so the async and the
-blocking clients raise the same types.
+codes are delivered unchanged, never dropped. Both clients, the trio one and the blocking one,
+raise exactly these types. These classes import no I/O library.
 
 To choose the code a local publisher's failure is sent with, fail it with a
 :class:`StreamError` (``code`` >= 4096 for application codes); any other exception is sent as
@@ -17,11 +32,7 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
-from .protocol import ErrorCode
-
-
-class RsnetError(Exception):
-    """Base of rsnet's network errors."""
+from .protocol import ErrorCode, LocalProtocolError, ProtocolError, RemoteProtocolError, RsnetError
 
 
 class StreamError(RsnetError):
@@ -61,7 +72,7 @@ class HandshakeError(ConnectionLost):
     """The handshake failed: refused by the peer (``code`` says why), timed out, or cut off."""
 
 
-class TransportClosed(ConnectionError):
+class TransportClosed(ConnectionLost):
     """The transport failed or was closed under us (reset, TLS failure, WebSocket close), or
     could not be opened at all."""
 
@@ -86,3 +97,17 @@ def single_errors() -> Iterator[None]:
         if len(group.exceptions) == 1:
             raise group.exceptions[0] from None
         raise
+
+
+__all__ = [
+    "ConnectionLost",
+    "HandshakeError",
+    "LocalProtocolError",
+    "ProtocolError",
+    "RemoteProtocolError",
+    "RsnetError",
+    "StreamError",
+    "TransportClosed",
+    "error_frame_fields",
+    "single_errors",
+]

@@ -123,7 +123,7 @@ async def fanout(address: str, params: dict[str, Any]) -> dict[str, Any]:
     async def subscriber(conn: Any, task_status: Any) -> None:
         nonlocal received
         expected = 0
-        async with conn.subscribe(TOPIC, prefetch=prefetch, **{"from": "earliest"}) as records:
+        async with conn.subscribe(TOPIC, {"from": "earliest"}, prefetch=prefetch) as records:
             task_status.started()
             async for record in records:
                 if record["offset"] != expected:
@@ -139,6 +139,7 @@ async def fanout(address: str, params: dict[str, Any]) -> dict[str, Any]:
     async with contextlib.AsyncExitStack() as stack:
         conns = [await stack.enter_async_context(rsnet.connect(address)) for _ in range(subscribers)]
         producer = await stack.enter_async_context(rsnet.connect(address))
+        await publish(producer, TOPIC, [])  # only publishing creates a topic; subscribing waits
         async with trio.open_nursery() as nursery:
             for conn in conns:
                 await nursery.start(subscriber, conn)

@@ -73,12 +73,12 @@ async def consume(conn: Any, count: int, size: int, prefetch: int, pace: float =
     received = 0
     if pace:
         pacer = Pacer(pace)
-        async for _ in conn.subscribe("items", prefetch=prefetch, count=count, size=size):
+        async for _ in conn.subscribe("items", {"count": count, "size": size}, prefetch=prefetch):
             received += 1
             if received % PACE_BATCH == 0:
                 await trio.sleep(pacer.delay(received))
     else:
-        async for _ in conn.subscribe("items", prefetch=prefetch, count=count, size=size):
+        async for _ in conn.subscribe("items", {"count": count, "size": size}, prefetch=prefetch):
             received += 1
     return received
 
@@ -107,7 +107,7 @@ async def client(kind: str, transport: str, port: int, params: dict[str, Any]) -
         if kind == "stop_and_wait":
             subscriber = StopAndWait()
             clock = Clock()
-            conn.publisher("items", count=params["count"], size=size).subscribe(subscriber)
+            conn.publisher("items", {"count": params["count"], "size": size}).subscribe(subscriber)
             await subscriber.done.wait()
             if subscriber.error is not None:
                 raise subscriber.error
@@ -117,7 +117,7 @@ async def client(kind: str, transport: str, port: int, params: dict[str, Any]) -
             for _ in range(params["iterations"]):
                 start = time.perf_counter()
                 first = None
-                async for _ in conn.subscribe("items", prefetch=1, count=1, size=size):
+                async for _ in conn.subscribe("items", {"count": 1, "size": size}, prefetch=1):
                     if first is None:
                         first = time.perf_counter()
                 latencies.append((first - start) * 1e6)

@@ -1,24 +1,6 @@
-"""Who may publish and subscribe to what: topic names, wildcard patterns, tokens and grants.
+"""Who may publish and subscribe to what: tokens and grants over topic names and patterns.
 
-Topic names and patterns
-------------------------
-A topic name is one or more dot-separated segments; a segment is one or more of
-``A-Z a-z 0-9 _ -`` (ASCII only, case-sensitive)::
-
-    topic    = segment *( "." segment )         ; at most 255 characters in all
-    segment  = 1*( ALPHA / DIGIT / "_" / "-" )
-
-A pattern (wildcard subscriptions, grants, the ``topics`` table of the config) is the same with
-two wildcards, each a whole segment, as in NATS::
-
-    pattern  = psegment *( "." psegment ) [ "." ">" ] / ">"
-    psegment = segment / "*"
-
-``*`` matches exactly one segment, ``>`` (last only) one or more trailing segments. So
-``sensors.*`` matches ``sensors.kitchen`` but not ``sensors`` nor ``sensors.kitchen.temp``;
-``sensors.>`` matches both of the latter but not ``sensors``; ``>`` matches every topic. Empty
-segments (``a..b``, ``.a``, ``a.``), partial wildcards (``sensors.*x``, ``a>``), a ``>`` that is
-not last, and any other character (spaces, ``/``, non-ASCII letters) are rejected.
+Topic names and patterns (the grammar, ``*`` and ``>``) are defined in :mod:`rsnet.broker.names`.
 
 Tokens
 ------
@@ -44,7 +26,9 @@ With no tokens configured, auth is off: :meth:`Authorizer.authenticate` returns
 :data:`ANONYMOUS`, who may publish and subscribe to everything, and the authorizer logs a warning
 (logger ``rsnet.broker.auth``) when it is created.
 
-This module imports only the standard library (and, for type checking, ``rsnet.broker.config``).
+This module imports the standard library and :mod:`rsnet.broker.names`; the configuration
+(:mod:`rsnet.broker.config`) imports it to check token hashes, never the other way round: the
+:class:`Authorizer` takes anything shaped like ``config.auth`` (:class:`AuthSettings`).
 """
 
 from __future__ import annotations
@@ -55,15 +39,12 @@ import hmac
 import logging
 import re
 import secrets
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from .config import AuthConfig
+from .names import is_valid_pattern, is_valid_topic, pattern_covers, topic_matches
 
 log = logging.getLogger("rsnet.broker.auth")
-
-MAX_NAME_LENGTH = 255
-"""Longest topic name or pattern, in characters."""
 
 MIN_TOKEN_LENGTH = 16
 """Shortest token :func:`hash_token` accepts, in characters (or bytes)."""
@@ -73,118 +54,27 @@ MAX_TOKEN_LENGTH = 1024
 
 HASH_PREFIX = "sha256:"
 
-_SEGMENT = re.compile(r"[A-Za-z0-9_-]+")
 _HASH = re.compile(r"sha256:[0-9a-f]{64}")
 
 
-class InvalidName(ValueError):
-    """A topic name or pattern outside the grammar; the message says what is wrong."""
+class TokenEntry(Protocol):
+    """One configured token: what :class:`rsnet.broker.config.TokenConfig` holds."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def hash(self) -> str: ...
+    @property
+    def publish(self) -> Sequence[str]: ...
+    @property
+    def subscribe(self) -> Sequence[str]: ...
 
 
-# -- names and patterns -------------------------------------------------------------------
+class AuthSettings(Protocol):
+    """The tokens to accept: what :class:`rsnet.broker.config.AuthConfig` holds."""
 
-
-def _check(text: object, *, wildcards: bool) -> list[str]:
-    what = "pattern" if wildcards else "topic name"
-    if not isinstance(text, str):
-        raise InvalidName(f"a {what} must be a string, not {type(text).__name__}")
-    if not text:
-        raise InvalidName(f"empty {what}")
-    if len(text) > MAX_NAME_LENGTH:
-        raise InvalidName(f"{what} longer than {MAX_NAME_LENGTH} characters")
-    segments = text.split(".")
-    last = len(segments) - 1
-    for index, segment in enumerate(segments):
-        if not segment:
-            raise InvalidName(f"{what} {_show(text)} has an empty segment (a leading, trailing or doubled '.')")
-        if segment in ("*", ">"):
-            if not wildcards:
-                raise InvalidName(f"topic name {_show(text)} contains a wildcard; publish to a concrete topic")
-            if segment == ">" and index != last:
-                raise InvalidName(f"pattern {_show(text)}: '>' may only be the last segment")
-            continue
-        if "*" in segment or ">" in segment:
-            raise InvalidName(f"{what} {_show(text)}: '*' and '>' must be whole segments")
-        if not _SEGMENT.fullmatch(segment):
-            raise InvalidName(f"{what} {_show(text)}: segment {_show(segment)} may only hold A-Z a-z 0-9 _ -")
-    return segments
-
-
-def _show(text: str, limit: int = 60) -> str:
-    return repr(text if len(text) <= limit else text[:limit] + "...")
-
-
-def validate_topic(name: object) -> str:
-    """Return ``name`` if it is a concrete topic name (no wildcards), else raise InvalidName."""
-    _check(name, wildcards=False)
-    return name  # type: ignore[return-value]
-
-
-def validate_pattern(pattern: object) -> str:
-    """Return ``pattern`` if it is a valid pattern (a topic name is one too), else raise InvalidName."""
-    _check(pattern, wildcards=True)
-    return pattern  # type: ignore[return-value]
-
-
-def is_valid_topic(name: object) -> bool:
-    try:
-        _check(name, wildcards=False)
-    except InvalidName:
-        return False
-    return True
-
-
-def is_valid_pattern(pattern: object) -> bool:
-    try:
-        _check(pattern, wildcards=True)
-    except InvalidName:
-        return False
-    return True
-
-
-def is_wildcard(pattern: str) -> bool:
-    """Whether a valid pattern has a wildcard segment (may match more than one topic)."""
-    return any(segment in ("*", ">") for segment in pattern.split("."))
-
-
-def topic_matches(pattern: str, topic: str) -> bool:
-    """Whether the topic name matches the pattern (both assumed valid)."""
-    return _matches(pattern.split("."), topic.split("."))
-
-
-def _matches(pattern: list[str], topic: list[str]) -> bool:
-    for index, segment in enumerate(pattern):
-        if segment == ">":
-            return index < len(topic)
-        if index >= len(topic) or (segment != "*" and segment != topic[index]):
-            return False
-    return len(pattern) == len(topic)
-
-
-def pattern_covers(outer: str, inner: str) -> bool:
-    """Whether every topic matching ``inner`` also matches ``outer`` (both assumed valid).
-
-    Both patterns are per-position constraints on segments (a literal, ``*`` = any one segment)
-    with an optional ``>`` tail (one or more further segments), so containment is decided
-    position by position: ``outer``'s ``>`` covers any non-empty rest of ``inner``; otherwise
-    the lengths must agree, an ``outer`` literal needs the same literal in ``inner``, and an
-    ``outer`` ``*`` covers a literal or ``*`` but not a ``>`` (which spans more segments).
-    """
-    return _covers(outer.split("."), inner.split("."))
-
-
-def _covers(outer: list[str], inner: list[str]) -> bool:
-    for index, segment in enumerate(outer):
-        if segment == ">":
-            return index < len(inner)
-        if index >= len(inner):
-            return False  # inner's topics stop here; outer's need more segments
-        other = inner[index]
-        if other == ">":
-            return False  # inner reaches any length, outer has a fixed one here
-        if segment != "*" and segment != other:
-            return False  # a literal covers only itself, not another literal nor '*'
-    return len(outer) == len(inner)
+    @property
+    def tokens(self) -> Sequence[TokenEntry]: ...
 
 
 # -- tokens ---------------------------------------------------------------------------------
@@ -238,7 +128,7 @@ class Authorizer:
     pattern where a topic is needed, a missing principal, all answer ``False``.
     """
 
-    def __init__(self, config: AuthConfig) -> None:
+    def __init__(self, config: AuthSettings) -> None:
         self._entries: list[tuple[bytes, Principal]] = [
             (
                 bytes.fromhex(entry.hash.removeprefix(HASH_PREFIX)),

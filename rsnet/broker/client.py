@@ -24,7 +24,6 @@ from ..errors import ConnectionLost, HandshakeError, StreamError, single_errors
 from ..net.client import Client, connect
 from ..protocol import ErrorCode
 from ..streams import Publisher, from_async_iterable, from_iterable, ops
-from ..transport import TransportClosed
 
 
 async def publish(
@@ -45,7 +44,8 @@ async def publish(
     """
     producer = producer or f"producer-{uuid.uuid4()}"
     last_acked = trio.Event()
-    state = {"acked": first_sequence - 1, "wanted": None}
+    acked = first_sequence - 1  # the highest sequence acknowledged so far
+    wanted: int | None = None  # the last sequence offered, once the offer has completed
     sent = 0
 
     def count(record: Any) -> Any:
@@ -56,13 +56,14 @@ async def publish(
     refused: list[StreamError] = []
 
     async def watch_acks(task_status: trio.TaskStatus[None]) -> None:
-        acks = conn.subscribe("$acks", prefetch=16, producer=producer, topic=topic)
+        acks = conn.subscribe("$acks", {"producer": producer, "topic": topic}, prefetch=16)
         async with acks:
             task_status.started()
+            nonlocal acked
             try:
                 async for ack in acks:
-                    state["acked"] = max(state["acked"], ack["sequence"])
-                    if state["wanted"] is not None and state["acked"] >= state["wanted"]:
+                    acked = max(acked, ack["sequence"])
+                    if wanted is not None and acked >= wanted:
                         last_acked.set()
                         return
             except StreamError as error:  # refused (e.g. UNAUTHORIZED): publishing cannot succeed
@@ -77,9 +78,9 @@ async def publish(
                 source = from_async_iterable(records, nursery=nursery)
             else:
                 source = from_iterable(records)
-            await conn.offer(topic, source.pipe(ops.map(count)), producer=producer, sequence=first_sequence)
-            state["wanted"] = first_sequence + sent - 1
-            if sent == 0 or state["acked"] >= state["wanted"]:
+            await conn.offer(topic, source.pipe(ops.map(count)), {"producer": producer, "sequence": first_sequence})
+            wanted = first_sequence + sent - 1
+            if sent == 0 or acked >= wanted:
                 last_acked.set()
             await last_acked.wait()
             nursery.cancel_scope.cancel()
@@ -90,7 +91,7 @@ async def publish(
 
 async def commit(conn: Client, topic: str, cursor: str, offset: int) -> None:
     """Commit ``cursor`` on ``topic`` at ``offset``: the next record the group wants."""
-    async for _ in conn.subscribe("$commit", topic=topic, cursor=cursor, offset=offset):
+    async for _ in conn.subscribe("$commit", {"topic": topic, "cursor": cursor, "offset": offset}):
         pass
 
 
@@ -115,7 +116,7 @@ async def follow(
     while True:
         try:
             async with connect(url, token=token) as conn:
-                async with conn.subscribe(topic, prefetch=prefetch, **{"from": position}) as records:
+                async with conn.subscribe(topic, {"from": position}, prefetch=prefetch) as records:
                     delay = retry_delay
                     async for record in records:
                         position = record["offset"] + 1
@@ -126,6 +127,6 @@ async def follow(
                 raise  # retrying cannot help
             await trio.sleep(delay)
             delay = min(delay * 2, max_retry_delay)
-        except (ConnectionLost, TransportClosed):
+        except ConnectionLost:
             await trio.sleep(delay)
             delay = min(delay * 2, max_retry_delay)

@@ -1,7 +1,7 @@
 """The broker's configuration: ``rsnet broker --config rsnet.toml``, environment, command line.
 
     config = load_config("rsnet.toml", os.environ, {"data_dir": args.data_dir, "listen.tcp": args.tcp})
-    settings = topic_settings(config, "sensors.kitchen")
+    settings = topic_config(config, "sensors.kitchen")
 
 Sources, later ones winning: built-in defaults, the TOML file (stdlib ``tomllib``), environment
 variables, command-line overrides. The result is validated as a whole by pydantic; every problem
@@ -14,6 +14,12 @@ Schema (``server/rsnet.toml`` is a commented example of every key)::
     data_dir = "/var/lib/rsnet"     # omitted: every topic in memory; set: topics durable by default
     fsync = "always"                # always | interval | never (only for durable topics)
     fsync_interval_ms = 100         # for "interval"
+    max_topics = 10000              # topics at most; a publish creating one more gets TOO_MANY_TOPICS
+    max_open_topics = 128           # durable topics open at once (omitted: 1/8 of the fd limit);
+                                    # idle ones are closed to make room, else TOO_MANY_TOPICS
+    idle_topic_close_s = 60         # a durable topic with no producer nor subscriber for this long
+                                    # has its log (its open files) closed; reopened on demand
+    unclean_recovery = false        # true: start despite damage recovery cannot place (see server/README.md)
 
     [listen]
     tcp = "127.0.0.1:7600"          # "HOST:PORT" ("[::1]:7600" for IPv6); "" = off
@@ -22,12 +28,13 @@ Schema (``server/rsnet.toml`` is a commented example of every key)::
 
     [topic_defaults]                # for topics no [[topics]] entry matches; built-in values shown
     storage = "default"             # memory | durable | default (durable iff data_dir is set)
-    auto_create = true              # a publish to an unknown topic creates it
+    auto_create = "publish"         # publish: publishing to a missing topic creates it | never
+    subscribe_missing = "wait"      # wait: a subscription to a missing topic waits for it | fail
     retention = { max_bytes = 1073741824, max_age_s = 604800 }   # also max_records; omitted = no limit
     slow_subscriber = { policy = "backpressure", max_lag = 10000 }  # backpressure | drop | disconnect
 
     [[topics]]                      # first entry whose pattern matches the topic wins
-    pattern = "sensors.>"           # a topic pattern (see rsnet.broker.auth for * and >)
+    pattern = "sensors.>"           # a topic pattern (see rsnet.broker.names for * and >)
     storage = "memory"              # any key left out comes from [topic_defaults];
     retention = { max_records = 100000 }   # a table (retention, slow_subscriber) replaces the
                                     # default's table whole: here no byte or age limit
@@ -76,8 +83,9 @@ same with dotted keys (``{"listen.tcp": "0.0.0.0:7600"}``) and apply last; a ``N
 
 Relative paths (``data_dir``, TLS files) are relative to the broker's working directory.
 
-This module imports pydantic and, for the topic grammar, ``rsnet.broker.auth``; nothing that
-does I/O beyond reading the config file.
+This module imports pydantic, :mod:`rsnet.broker.names` (the topic grammar) and
+:mod:`rsnet.broker.auth` (the token hash format); nothing that does I/O beyond reading the
+config file.
 """
 
 from __future__ import annotations
@@ -105,21 +113,16 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from .auth import (
-    InvalidName,
-    is_token_hash,
-    is_wildcard,
-    pattern_covers,
-    topic_matches,
-    validate_pattern,
-    validate_topic,
-)
+from .auth import is_token_hash
+from .names import InvalidName, is_wildcard, pattern_covers, topic_matches, validate_pattern, validate_topic
 
 ENV_PREFIX = "RSNET_BROKER__"
 
-FsyncPolicy = Literal["always", "interval", "never"]
+FsyncPolicyName = Literal["always", "interval", "never"]
 StorageChoice = Literal["memory", "durable", "default"]
 SlowPolicyName = Literal["backpressure", "drop", "disconnect"]
+AutoCreate = Literal["publish", "never"]
+SubscribeMissing = Literal["wait", "fail"]
 
 
 class ConfigError(Exception):
@@ -225,7 +228,7 @@ class ListenConfig(_Model):
     tls: TLSConfig | None = None
 
 
-class Retention(_Model):
+class RetentionConfig(_Model):
     """Limits on what a topic keeps; the oldest records go first. None = no limit of that kind."""
 
     max_records: PositiveInt | None = None
@@ -238,21 +241,22 @@ class Retention(_Model):
         return None if self.max_age_s is None else max(1, round(self.max_age_s * 1000))
 
 
-class SlowSubscriber(_Model):
+class SlowSubscriberConfig(_Model):
     """What a topic does about a subscriber lagging more than ``max_lag`` records behind."""
 
     policy: SlowPolicyName = "backpressure"
     max_lag: PositiveInt = 10_000
 
 
-DEFAULT_RETENTION = Retention(max_bytes=1 << 30, max_age_s=7 * 24 * 3600.0)
+DEFAULT_RETENTION = RetentionConfig(max_bytes=1 << 30, max_age_s=7 * 24 * 3600.0)
 
 
 class TopicDefaults(_Model):
     storage: StorageChoice = "default"
-    auto_create: bool = True
-    retention: Retention = DEFAULT_RETENTION
-    slow_subscriber: SlowSubscriber = SlowSubscriber()
+    auto_create: AutoCreate = "publish"
+    subscribe_missing: SubscribeMissing = "wait"
+    retention: RetentionConfig = DEFAULT_RETENTION
+    slow_subscriber: SlowSubscriberConfig = SlowSubscriberConfig()
 
 
 class TopicRule(_Model):
@@ -260,9 +264,10 @@ class TopicRule(_Model):
 
     pattern: TopicPattern
     storage: StorageChoice | None = None
-    auto_create: bool | None = None
-    retention: Retention | None = None
-    slow_subscriber: SlowSubscriber | None = None
+    auto_create: AutoCreate | None = None
+    subscribe_missing: SubscribeMissing | None = None
+    retention: RetentionConfig | None = None
+    slow_subscriber: SlowSubscriberConfig | None = None
 
 
 class TokenConfig(_Model):
@@ -293,8 +298,13 @@ class BrokerConfig(_Model):
 
     listen: ListenConfig = ListenConfig()
     data_dir: Annotated[Path | None, BeforeValidator(_empty_is_none)] = None
-    fsync: FsyncPolicy = "always"
+    fsync: FsyncPolicyName = "always"
     fsync_interval_ms: PositiveInt = 100
+    max_topics: PositiveInt = 10_000
+    max_open_topics: PositiveInt | None = None
+    """Durable topics open at once; None: an eighth of the file descriptor limit."""
+    idle_topic_close_s: Annotated[float, Field(ge=0)] = 60.0
+    unclean_recovery: bool = False
     topic_defaults: TopicDefaults = TopicDefaults()
     topics: tuple[TopicRule, ...] = ()
     auth: AuthConfig = AuthConfig()
@@ -350,6 +360,11 @@ def _cross_field_problems(config: BrokerConfig) -> list[str]:
                     f"{earlier.pattern!r} comes first and matches every topic this one does"
                 )
                 break
+    declared = sum(not is_wildcard(rule.pattern) for rule in config.topics)
+    if declared > config.max_topics:
+        problems.append(
+            f"max_topics: {config.max_topics} is fewer than the {declared} topics [[topics]] names outright"
+        )
     names: dict[str, int] = {}
     hashes: dict[str, int] = {}
     for index, token in enumerate(config.auth.tokens):
@@ -366,22 +381,23 @@ def _cross_field_problems(config: BrokerConfig) -> list[str]:
 
 
 @dataclasses.dataclass(frozen=True)
-class TopicSettings:
+class TopicConfig:
     """The effective settings of one topic."""
 
     storage: Literal["memory", "durable"]
-    auto_create: bool
-    retention: Retention
-    slow_subscriber: SlowSubscriber
+    auto_create: AutoCreate
+    subscribe_missing: SubscribeMissing
+    retention: RetentionConfig
+    slow_subscriber: SlowSubscriberConfig
     rule: str | None
     """The pattern of the ``[[topics]]`` entry that matched, or None (``topic_defaults``)."""
 
 
-def topic_settings(config: BrokerConfig, topic: str) -> TopicSettings:
+def topic_config(config: BrokerConfig, topic: str) -> TopicConfig:
     """The settings of ``topic``: the first ``[[topics]]`` entry matching it, the keys it leaves
     out taken from ``topic_defaults``; storage ``default`` resolved by ``data_dir``.
 
-    Raises :class:`rsnet.broker.auth.InvalidName` if ``topic`` is not a topic name.
+    Raises :class:`rsnet.broker.names.InvalidName` if ``topic`` is not a topic name.
     """
     validate_topic(topic)
     defaults = config.topic_defaults
@@ -394,9 +410,10 @@ def topic_settings(config: BrokerConfig, topic: str) -> TopicSettings:
     storage = pick("storage")
     if storage == "default":
         storage = "durable" if config.data_dir is not None else "memory"
-    return TopicSettings(
+    return TopicConfig(
         storage=storage,
         auto_create=pick("auto_create"),
+        subscribe_missing=pick("subscribe_missing"),
         retention=pick("retention"),
         slow_subscriber=pick("slow_subscriber"),
         rule=rule.pattern if rule is not None else None,
@@ -405,7 +422,7 @@ def topic_settings(config: BrokerConfig, topic: str) -> TopicSettings:
 
 def declared_topics(config: BrokerConfig) -> list[str]:
     """The ``[[topics]]`` patterns without wildcards: topics the config names outright, which a
-    broker can create at startup (useful with ``auto_create = false``)."""
+    broker creates at startup (so they exist with ``auto_create = "never"``)."""
     return [rule.pattern for rule in config.topics if not is_wildcard(rule.pattern)]
 
 

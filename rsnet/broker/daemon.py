@@ -10,6 +10,7 @@ accepting, GO_AWAY, drain for ``--grace`` seconds, close the logs.
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import json
 import logging
@@ -24,10 +25,10 @@ import trio
 from ..net.server import Server
 from .auth import Authorizer, Principal
 from .broker import Broker, TopicSettings
-from .config import BrokerConfig, ConfigError, declared_topics, load_config, topic_settings
+from .config import BrokerConfig, ConfigError, declared_topics, load_config, topic_config
 from .logging import configure_logging
 from .metrics import BrokerMetrics, serve_http
-from .storage import FsyncPolicy, Retention
+from .storage import FsyncPolicy, Retention, StorageError
 from .topic import SlowPolicy
 
 log = logging.getLogger("rsnet.broker")
@@ -37,16 +38,17 @@ def build_broker(config: BrokerConfig, authorizer: Authorizer) -> Broker:
     """A :class:`Broker` set up as ``config`` says."""
 
     def settings_for(name: str) -> TopicSettings:
-        settings = topic_settings(config, name)
-        retention = settings.retention
+        configured = topic_config(config, name)
+        retention = configured.retention
         return TopicSettings(
-            durable=settings.storage == "durable",
+            durable=configured.storage == "durable",
             retention=Retention(
                 max_records=retention.max_records, max_bytes=retention.max_bytes, max_age_ms=retention.max_age_ms
             ),
-            policy=SlowPolicy(settings.slow_subscriber.policy),
-            max_lag=settings.slow_subscriber.max_lag,
-            auto_create=settings.auto_create,
+            policy=SlowPolicy(configured.slow_subscriber.policy),
+            max_lag=configured.slow_subscriber.max_lag,
+            auto_create=configured.auto_create == "publish",
+            wait_if_missing=configured.subscribe_missing == "wait",
         )
 
     def authorize(principal: Principal | None, action: str, name: str) -> bool:
@@ -58,8 +60,12 @@ def build_broker(config: BrokerConfig, authorizer: Authorizer) -> Broker:
         data_dir=config.data_dir,
         fsync=FsyncPolicy[config.fsync.upper()],
         fsync_interval_ms=config.fsync_interval_ms,
+        unclean_recovery=config.unclean_recovery,
         settings_for=settings_for,
         authorize=authorize,
+        max_topics=config.max_topics,
+        max_open_topics=config.max_open_topics,
+        idle_close_s=config.idle_topic_close_s,
     )
 
 
@@ -75,6 +81,7 @@ def _ssl_context(config: BrokerConfig) -> ssl.SSLContext | None:
 def metrics_refresher(broker: Broker, server: Server) -> Any:
     """Bring the gauges and counters up to date from the broker's state at each scrape."""
     seen: dict[str, tuple[int, int, int, int]] = {}
+    failures_seen: dict[str, int] = {}  # topic -> storage failures already counted
     producers: set[tuple[str, str]] = set()
     denied = 0
     reader_ids: dict[int, str] = {}
@@ -126,11 +133,24 @@ def metrics_refresher(broker: Broker, server: Server) -> Any:
                     metrics.set_producer_demand(name, sink.producer, sink.in_flight)
                     live_producers.add((name, sink.producer))
             metrics.set_storage(name, topic.log.size_bytes, topic.log.next_offset - topic.log.first_offset)
+            counted = failures_seen.get(name, 0)
+            if topic.storage_failures < counted:  # a new Topic object: the topic was reopened
+                counted = 0
+            failures_seen[name] = topic.storage_failures
+            metrics.set_storage_faults(
+                name,
+                sum(d.end - d.first for d in topic.log.damaged_ranges),
+                topic.storage_failure is not None,
+                topic.storage_failures - counted,
+            )
             for reader in topic.readers:
                 label = reader_ids.setdefault(id(reader), f"s{next(numbers)}")
                 live.add(label)
                 metrics.set_lag(name, label, reader.lag(topic))
                 metrics.set_demand(label, reader.requested)
+        for name, report in broker.recovery.items():  # closed topics: as their last opening found them
+            if name not in broker.topics:
+                metrics.set_storage_faults(name, sum(d.end - d.first for d in report.damaged_ranges), False)
         for gone in producers - live_producers:
             metrics.remove_producer(*gone)
         producers.clear()
@@ -165,34 +185,34 @@ async def run_broker(args: argparse.Namespace) -> int:
 
     def health() -> dict[str, Any]:
         damaged = {name: report.damaged for name, report in broker.recovery.items() if report.damaged}
+        failing = {name: topic.storage_failure for name, topic in broker.topics.items() if topic.storage_failure}
         return {
-            "healthy": True,
-            "topics": len(broker.topics),
+            "healthy": not failing,  # a topic that cannot store refuses its producers
+            "topics": broker.topic_count,
+            "open_topics": len(broker.topics),
             "connections": len(server.sessions),
             "recovered_damage": damaged,
+            "storage_failing": failing,
         }
 
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with trio.open_nursery() as nursery:
-            await nursery.start(broker.run)
+            try:
+                await nursery.start(broker.run)
+            except StorageError as error:  # before saying anything is served or durable
+                _announce(f"cannot start: {error}")
+                return 1
             for name in declared_topics(config):  # named outright: exist even without auto_create
                 broker.topic(name, create=True)
             log.info("configuration: %s", json.dumps(config.describe()))
             scheme = "tls" if tls else "tcp"
-            if config.listen.tcp is not None:
-                port = await nursery.start(
-                    lambda task_status: server.serve_tcp(
-                        config.listen.tcp.host, config.listen.tcp.port, ssl_context=tls, task_status=task_status
-                    )
-                )
-                _announce(f"serving {scheme}://{config.listen.tcp.host}:{port}")
-            if config.listen.ws is not None:
-                port = await nursery.start(
-                    lambda task_status: server.serve_websocket(
-                        config.listen.ws.host, config.listen.ws.port, ssl_context=tls, task_status=task_status
-                    )
-                )
-                _announce(f"serving {'wss' if tls else 'ws'}://{config.listen.ws.host}:{port}/")
+            tcp, ws = config.listen.tcp, config.listen.ws
+            if tcp is not None:
+                port = await nursery.start(functools.partial(server.serve_tcp, tcp.host, tcp.port, ssl_context=tls))
+                _announce(f"serving {scheme}://{tcp.host}:{port}")
+            if ws is not None:
+                port = await nursery.start(functools.partial(server.serve_websocket, ws.host, ws.port, ssl_context=tls))
+                _announce(f"serving {'wss' if tls else 'ws'}://{ws.host}:{port}/")
             if config.metrics is not None:
                 listeners = await nursery.start(
                     serve_http, metrics, config.metrics.listen.host, config.metrics.listen.port, health

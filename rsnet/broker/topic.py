@@ -20,22 +20,32 @@ which batches what producers sent into one ``append`` (one fsync) per turn of th
 from __future__ import annotations
 
 import enum
+import errno
+import logging
+import reprlib
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import trio
 
 from ..errors import StreamError
-from ..protocol import ErrorCode
+from ..net.failures import TRACEBACKS_PER_MINUTE, RateLimitedLog
+from ..protocol import MAX_INT, ErrorCode
 from ..streams import Subscriber, Subscription
-from ..streams.rules import MAX_DEMAND, add_demand, check_signal_argument, invalid_request
+from ..streams.rules import MAX_DEMAND, add_demand, check_signal_argument, invalid_request, validate_subscription
 from ..streams.subscriptions import DrainLoop, deliver_safely
 from .codes import BrokerCode
-from .storage import TopicLog
+from .storage import OffsetDamaged, StorageError, TopicLog, WriteFailed
+
+log = logging.getLogger("rsnet.broker")
 
 READ_BATCH = 256
 """Records read from the log per step of a subscription's drain loop."""
+
+MAX_SEQUENCE = MAX_INT - 1
+"""The highest producer sequence a record may carry: the sequence after it, where the producer
+resumes (``$acks``), must be a protocol integer too."""
 
 
 class SlowPolicy(enum.StrEnum):
@@ -59,6 +69,8 @@ class Topic:
         policy: SlowPolicy = SlowPolicy.BACKPRESSURE,
         max_lag: int = 10_000,
         on_stored: Callable[[Topic, list[tuple[str, int]]], None] | None = None,
+        failure_log: RateLimitedLog | None = None,
+        on_storage_failed: Callable[[Topic, StreamError, list[str]], None] | None = None,
     ) -> None:
         self.name = name
         self.log = log
@@ -73,6 +85,15 @@ class Topic:
         self._pending: list[TopicSink] = []  # sinks holding records for the writer
         self._wakeup = trio.Event()
         self._on_stored = on_stored  # (producer, last sequence) pairs that became durable
+        self.failure_log = failure_log or RateLimitedLog(logging.getLogger("rsnet.broker"), TRACEBACKS_PER_MINUTE)
+        self._on_storage_failed = on_storage_failed  # the error and the producers refused
+        self.storage_failure: str | None = None  # why the last append or sync failed, until one succeeds
+        self.storage_failures = 0  # appends and syncs that failed
+
+    @property
+    def idle(self) -> bool:
+        """No producer, no subscriber, nothing waiting to be written: the log may be closed."""
+        return not self.readers and not self.sinks and not self._pending
 
     # -- producers ------------------------------------------------------------------------
 
@@ -105,25 +126,41 @@ class Topic:
             if self._pending:
                 self._append_pending()
             if sync_interval and trio.current_time() >= deadline:
-                self.log.sync()
                 deadline = trio.current_time() + sync_interval
-                for reader in list(self.readers):
-                    reader.appended(self)  # more is durable: readers may go on
+                try:
+                    self.log.sync()
+                except StorageError as failure:
+                    self._storage_failed(failure)
+                else:
+                    self.storage_failure = None
+                    for reader in list(self.readers):
+                        reader.appended(self)  # more is durable: readers may go on
             self._settle()
 
     def _append_pending(self) -> None:
+        if self.storage_failure is not None:
+            try:  # a log left failed by an earlier fault may work again (space freed): look
+                self.log.repair()
+            except StorageError as failure:
+                self._storage_failed(failure)
+                return
         pending, self._pending = self._pending, []
         timestamp = now_ms()
         for sink in pending:
             values, sink.buffer = sink.buffer, []
             if not values:
                 continue
-            offsets = self.log.append(
-                values,
-                timestamp_ms=timestamp,
-                producer=sink.producer,
-                first_sequence=sink.next_sequence if sink.producer is not None else None,
-            )
+            try:
+                offsets = self.log.append(
+                    values,
+                    timestamp_ms=timestamp,
+                    producer=sink.producer,
+                    first_sequence=sink.next_sequence if sink.producer is not None else None,
+                )
+            except StorageError as failure:
+                self._storage_failed(failure)
+                break
+            self.storage_failure = None
             # A duplicate's original is somewhere below the head: count it stored once
             # everything appended so far is durable (under INTERVAL that may be later).
             head = self.log.next_offset - 1
@@ -136,6 +173,38 @@ class Topic:
             self.records_in += sum(offset is not None for offset in offsets)
         for reader in list(self.readers):
             reader.appended(self)
+
+    def _storage_failed(self, failure: StorageError) -> None:
+        """The log could not store (or sync) records: every producer of the topic is refused
+        with STORAGE_FULL or STORAGE_ERROR and resends from its last acknowledged sequence.
+
+        What the log holds is unchanged by the failed call (see ``WriteFailed``), so nothing
+        acknowledged is lost and readers go on. What producers sent and were not told is
+        stored counts for nothing: their unacknowledged offsets may be given to other records
+        now, so no acknowledgement may come from them. The next offer tries again: appends
+        resume as soon as the disk takes them.
+        """
+        error = storage_refusal(
+            self.name,
+            failure,
+            f"topic {self.name!r} cannot store records now ({failure}); nothing after your last acknowledged "
+            "sequence was stored: offer them again later",
+        )
+        if self.storage_failure is None:  # one line per failing spell, not per refused offer
+            log.error("topic %s: storage failed, producers refused until it works again: %s", self.name, failure)
+        self.storage_failure = str(failure)
+        self.storage_failures += 1
+        refused = []
+        for sink in list(self.sinks) + self._pending:
+            sink.buffer.clear()
+            sink.sent_offsets.clear()
+            sink.in_flight = 0
+            if sink.producer is not None:
+                refused.append(sink.producer)
+            sink.fail(error)
+        self._pending.clear()
+        if self._on_storage_failed is not None:
+            self._on_storage_failed(self, error, refused)
 
     def _settle(self) -> None:
         """Records below the log's durable offset are stored: acknowledge and refill."""
@@ -153,6 +222,27 @@ class Topic:
         if self.policy is SlowPolicy.BACKPRESSURE:
             for sink in list(self.sinks):
                 sink.refill()
+
+    def fail(self, error: StreamError) -> None:
+        """The topic stops: every producer and reader gets ``error``, no one is left waiting.
+
+        Records a producer sent that are not acknowledged stay unacknowledged: the producer
+        resends them (idempotently, by sequence) once the topic is open again.
+        """
+        for sink in list(self.sinks):
+            sink.fail(error)
+        self.sinks.clear()
+        self._pending.clear()
+        for reader in list(self.readers):
+            reader.fail(error)
+
+
+@runtime_checkable
+class FailableSubscription(Protocol):
+    """A subscription that can end its stream with a coded error, not only cancel it (the
+    session's subscription to a remote producer: an ERROR frame instead of CANCEL)."""
+
+    def fail(self, error: StreamError) -> None: ...
 
 
 class TopicSink(Subscriber[Any]):
@@ -178,10 +268,8 @@ class TopicSink(Subscriber[Any]):
         self.finished = trio.Event()
 
     def on_subscribe(self, subscription: Subscription) -> None:
-        check_signal_argument(subscription, "on_subscribe")
-        if self.subscription is not None:
-            subscription.cancel()  # rule 2.5
-            return
+        if not validate_subscription(self.subscription, subscription):
+            return  # rule 2.5
         self.subscription = subscription
         self.topic.sinks.add(self)
         self.refill()
@@ -189,6 +277,17 @@ class TopicSink(Subscriber[Any]):
     def on_next(self, item: Any) -> None:
         check_signal_argument(item, "on_next")
         if self.done:
+            return
+        sequence = self.next_sequence + len(self.buffer)
+        if self.producer is not None and sequence > MAX_SEQUENCE:
+            self.fail(
+                StreamError(
+                    ErrorCode.REJECTED,
+                    f"producer {self.producer!r} ran out of sequence numbers: a record's sequence must be at most "
+                    f"{MAX_SEQUENCE}; continue under a new producer id",
+                    {"topic": self.topic.name, "producer": self.producer, "sequence": sequence},
+                )
+            )
             return
         if not self.buffer:
             self.topic.submit(self)
@@ -205,6 +304,18 @@ class TopicSink(Subscriber[Any]):
             self.done = True
             self.error = error
             self._leave_when_settled()
+
+    def fail(self, error: StreamError) -> None:
+        """Refuse the rest of the producer's records: its stream ends with ``error`` (a coded
+        ERROR for a remote producer, a cancel for a local one); what it sent before is stored."""
+        if self.done:
+            return
+        subscription = self.subscription
+        self._end(error)
+        if isinstance(subscription, FailableSubscription):
+            subscription.fail(error)
+        elif subscription is not None:
+            subscription.cancel()
 
     def _leave_when_settled(self) -> None:
         # A finished producer stays until its last records are stored and acknowledged.
@@ -309,13 +420,30 @@ class TopicReader(DrainLoop, Subscription):
 
     # -- the drain loop ---------------------------------------------------------------------
 
+    def fail(self, error: StreamError) -> None:
+        """End the subscription with ``error`` (delivered by the drain loop, rule 1.3)."""
+        if self._failure is None:
+            self._failure = error
+        self.drain()
+
     def _drain_step(self) -> bool:
         if self.cancelled:
             return True
         if self._failure is not None:
             self._terminate(self._failure)
             return True
-        if self._emit():
+        try:
+            emitted = self._emit()
+        except Exception as failure:
+            # Reading failed (a bug, a storage error): end this subscription, coded, and
+            # nothing else; whoever called drain (a session, a topic's writer) carries on.
+            names = ", ".join(sorted(t.name for t in self.positions))
+            topic = next(iter(self.positions), None)
+            (topic.failure_log if topic is not None else log).exception("a subscription to %s failed", names)
+            self._failure = StreamError(ErrorCode.INTERNAL, f"reading failed ({type(failure).__name__})")
+            self._missed = True
+            return False
+        if emitted:
             self._missed = True  # a full batch went out: there may be more to read
         return False
 
@@ -339,7 +467,18 @@ class TopicReader(DrainLoop, Subscription):
             visible = log.durable_offset - position
             if visible <= 0:
                 continue
-            records = log.read(position, min(self.requested, READ_BATCH, visible))
+            try:
+                records = log.read(position, min(self.requested, READ_BATCH, visible))
+            except OffsetDamaged as damaged:  # everything before it was delivered; end here, coded
+                self._failure = offset_damaged(topic.name, damaged)
+                self._missed = True  # the drain loop goes round once more and delivers the error
+                break
+            except StorageError as failure:  # e.g. bytes damaged since start-up (CorruptData)
+                self._failure = storage_refusal(
+                    topic.name, failure, f"reading {topic.name!r} at offset {position} failed: {failure}"
+                )
+                self._missed = True
+                break
             if not records:
                 continue
             for record in records:
@@ -384,6 +523,23 @@ def offset_trimmed(topic: str, requested: int, first_available: int) -> StreamEr
     )
 
 
+def offset_damaged(topic: str, damaged: OffsetDamaged) -> StreamError:
+    damage = damaged.damage
+    return StreamError(
+        BrokerCode.OFFSET_DAMAGED,
+        f"offset {damaged.requested} of {topic!r} is damaged on disk (offsets {damage.first} to {damage.end - 1}); "
+        f"the next intact offset is {damage.end}",
+        {"topic": topic, "requested": damaged.requested, "first": damage.first, "next_intact": damage.end},
+    )
+
+
+def storage_refusal(topic: str, failure: StorageError, message: str) -> StreamError:
+    """STORAGE_FULL for a failure for lack of space (ENOSPC, EDQUOT), else STORAGE_ERROR."""
+    cause = failure if isinstance(failure, WriteFailed) else failure.__cause__
+    full = getattr(cause, "errno", None) in (errno.ENOSPC, errno.EDQUOT)
+    return StreamError(BrokerCode.STORAGE_FULL if full else BrokerCode.STORAGE_ERROR, message, {"topic": topic})
+
+
 def resolve_start(topic: Topic, start: Any) -> int:
     """The offset a subscription starts at: ``"earliest"``, ``"latest"``, an offset, or
     ``{"timestamp": ms}``. Raises StreamError for a trimmed or future offset."""
@@ -403,8 +559,11 @@ def resolve_start(topic: Topic, start: Any) -> int:
                 f"offset {start} of {topic.name!r} does not exist yet (next is {log.next_offset})",
                 {"topic": topic.name, "requested": start, "next": log.next_offset},
             )
+        for damage in log.damaged_ranges:
+            if damage.first <= start < damage.end:
+                raise offset_damaged(topic.name, OffsetDamaged(start, damage))
         return start
     raise StreamError(
         ErrorCode.REJECTED,
-        f"invalid start position {start!r}: use 'earliest', 'latest', an offset or {{'timestamp': ms}}",
+        f"invalid start position {reprlib.repr(start)}: use 'earliest', 'latest', an offset or {{'timestamp': ms}}",
     )

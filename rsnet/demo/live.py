@@ -41,13 +41,14 @@ async def run_demo(seconds: float) -> None:
     async def subscriber(url: str, who: str, scope: trio.CancelScope) -> None:
         with scope:
             async with connect(url) as conn:
-                async for _ in conn.subscribe(TOPIC, prefetch=64, **{"from": "earliest"}):
+                async for _ in conn.subscribe(TOPIC, {"from": "earliest"}, prefetch=64):
                     consumed[who] += 1
                     if SPEEDS[who]:
                         await trio.sleep(SPEEDS[who])
 
     async with trio.open_nursery() as nursery:
         await nursery.start(broker.run)
+        broker.topic(TOPIC, create=True)  # the subscribers come first; only publishing would create it
         tcp = await nursery.start(server.serve_tcp, "127.0.0.1", 0)
         ws = await nursery.start(server.serve_websocket, "127.0.0.1", 0)
         urls = {"fast": f"tcp://127.0.0.1:{tcp}", "medium": f"ws://127.0.0.1:{ws}/", "slow": f"tcp://127.0.0.1:{tcp}"}

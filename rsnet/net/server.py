@@ -31,10 +31,9 @@ from typing import Any
 import pydantic
 import trio
 
-from ..errors import HandshakeError, StreamError
+from ..client_rules import DEFAULT_KEEPALIVE, HANDSHAKE_TIMEOUT
+from ..errors import ConnectionLost, HandshakeError, StreamError
 from ..protocol import (
-    DEFAULT_HANDSHAKE_TIMEOUT,
-    DEFAULT_KEEPALIVE_INTERVAL,
     DEFAULT_MAX_FRAME_SIZE,
     DEFAULT_MAX_STREAMS,
     Connection,
@@ -43,11 +42,20 @@ from ..protocol import (
     Role,
 )
 from ..streams import Publisher, Subscriber
-from ..transport import TcpTransport, Transport, TransportClosed, accept_websocket
+from ..transport import TcpTransport, Transport, accept_websocket
 from ..transport.tcp import describe_peer
-from .session import Host, Session, StreamContext, complete_handshake
+from .failures import failure_log
+from .session import Host, Session, StreamContext, complete_handshake, conn_error_frame
 
 log = logging.getLogger("rsnet.net.server")
+
+MAX_REPORTED_PARAM_ERRORS = 10
+"""Invalid params are reported field by field, up to this many fields (then "and N more"):
+a peer's params map of any size gets an answer of bounded size (resource budget,
+server/README.md)."""
+
+MAX_REPORTED_TEXT = 200
+"""Characters of a field's name or message repeated back in such a report, at most."""
 
 PublisherFactory = Callable[[Any, StreamContext], Publisher[Any]]
 SinkFactory = Callable[[Any, StreamContext], Subscriber[Any]]
@@ -67,7 +75,7 @@ class Server:
     presented token to a principal (any object; ``None`` refuses the connection), which the
     host sees as ``StreamContext.principal``. ``host`` replaces the server's own registry of
     publishers and sinks (the broker is one). Limits and keepalive are this side's protocol
-    settings (SPEC 6.3); ``handshake_timeout`` is in seconds.
+    settings (SPEC 6.3); ``keepalive_interval`` and ``handshake_timeout`` are in seconds.
     """
 
     def __init__(
@@ -78,17 +86,17 @@ class Server:
         host: Host | None = None,
         max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
         max_streams: int = DEFAULT_MAX_STREAMS,
-        keepalive_interval_ms: int = DEFAULT_KEEPALIVE_INTERVAL,
-        handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT / 1000,  # the protocol's default is in ms
+        keepalive_interval: float = DEFAULT_KEEPALIVE,
+        handshake_timeout: float = HANDSHAKE_TIMEOUT,
     ) -> None:
         self._token = token
         self._authenticate = authenticate
         self._host = host
-        self._settings = dict(
-            max_frame_size=max_frame_size,
-            max_streams=max_streams,
-            keepalive_interval=keepalive_interval_ms,
-        )
+        if keepalive_interval < 0:
+            raise ValueError(f"keepalive_interval must be >= 0 seconds, got {keepalive_interval!r}")
+        self._max_frame_size = max_frame_size
+        self._max_streams = max_streams
+        self._keepalive_ms = round(keepalive_interval * 1000)
         self._handshake_timeout = handshake_timeout
         self._publishers: dict[str, _Entry] = {}
         self._sinks: dict[str, _Entry] = {}
@@ -146,15 +154,13 @@ class Server:
             try:
                 params = entry.params.model_validate(params if params is not None else {})
             except pydantic.ValidationError as invalid:
-                errors = [{"field": ".".join(map(str, e["loc"])), "error": e["msg"]} for e in invalid.errors()]
-                summary = "; ".join(f"{e['field'] or 'params'}: {e['error']}" for e in errors)
-                raise StreamError(ErrorCode.REJECTED, f"invalid params for {name!r}: {summary}", errors) from None
+                raise _invalid_params(name, invalid) from None
         try:
             return entry.factory(params, context)
         except StreamError:
             raise
         except Exception as failure:
-            log.exception("%s %r failed to open for %s", kind, name, context.peer)
+            failure_log.exception("%s %r failed to open for %s", kind, name, context.peer)
             raise StreamError(ErrorCode.APPLICATION_ERROR, f"{type(failure).__name__}: {failure}") from failure
 
     # -- serving ----------------------------------------------------------------------------------
@@ -189,18 +195,23 @@ class Server:
     ) -> None:
         """Accept rsnet connections over WebSocket (``wss`` with ``ssl_context``), on any path
         or only ``path``. Binary messages, subprotocol ``rsnet`` (SPEC 2.2)."""
-        max_message = self._settings["max_frame_size"]
+        max_message = self._max_frame_size
 
         async def handle(stream: trio.abc.Stream) -> None:
             if ssl_context is not None:
                 stream = trio.SSLStream(stream, ssl_context, server_side=True)
             transport = None
             with trio.move_on_after(self._handshake_timeout):
-                transport = await accept_websocket(stream, max_message_size=max_message, path=path)
+                transport = await accept_websocket(
+                    stream, max_message_size=max_message, path=path, conn_error=conn_error_frame
+                )
             if transport is None:  # not a WebSocket handshake for us, or too slow
                 await trio.aclose_forcefully(stream)
                 return
-            await self.handle(transport)
+            try:
+                await self.handle(transport)
+            finally:
+                await transport.aclose()  # a closing handshake even when the rsnet handshake failed
 
         await self._serve(host, port, handle, task_status)
 
@@ -245,16 +256,21 @@ class Server:
         """One connection's whole life; nothing it does may take the server down."""
         try:
             await handle(stream)
-        except (TransportClosed, trio.BrokenResourceError, trio.ClosedResourceError, ssl.SSLError, OSError) as error:
+        except (ConnectionLost, trio.BrokenResourceError, trio.ClosedResourceError, ssl.SSLError, OSError) as error:
             log.info("connection ended: %s", error)
         except Exception:
-            log.exception("connection failed")
+            failure_log.exception("connection failed")
         finally:
             await trio.aclose_forcefully(stream)
 
     async def handle(self, transport: Transport) -> None:
         """Serve one connection on an established transport: handshake, then its streams."""
-        conn = Connection(Role.SERVER, **self._settings)
+        conn = Connection(
+            Role.SERVER,
+            max_frame_size=self._max_frame_size,
+            max_streams=self._max_streams,
+            keepalive_interval=self._keepalive_ms,
+        )
         try:
             hello, events = await complete_handshake(transport, conn, Hello, self._handshake_timeout)
         except HandshakeError as failure:
@@ -299,6 +315,23 @@ class Server:
             session.close(ErrorCode.GOING_AWAY, "the drain deadline expired")
         for session in list(self.sessions):
             await session.wait_closed()
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= MAX_REPORTED_TEXT else text[:MAX_REPORTED_TEXT] + "...(truncated)"
+
+
+def _invalid_params(name: str, invalid: pydantic.ValidationError) -> StreamError:
+    """REJECTED, naming the first invalid fields: bounded whatever the params were."""
+    problems = invalid.errors(include_url=False, include_input=False)
+    errors = [
+        {"field": _clip(".".join(map(str, e["loc"]))), "error": _clip(e["msg"])}
+        for e in problems[:MAX_REPORTED_PARAM_ERRORS]
+    ]
+    summary = "; ".join(f"{e['field'] or 'params'}: {e['error']}" for e in errors)
+    if len(problems) > len(errors):
+        summary += f"; and {len(problems) - len(errors)} more"
+    return StreamError(ErrorCode.REJECTED, f"invalid params for {_clip(repr(name))}: {summary}", errors)
 
 
 def _token_matches(offered: Any, expected: str) -> bool:

@@ -27,7 +27,6 @@ of them end with the connection.
 from __future__ import annotations
 
 import dataclasses
-import logging
 from collections.abc import Callable
 from itertools import repeat
 from operator import is_
@@ -35,13 +34,15 @@ from typing import Any, Protocol
 
 import trio
 
-from ..errors import ConnectionLost, HandshakeError, StreamError, error_frame_fields
+from ..client_rules import FLUSH_TIMEOUT, Due, Keepalive, connection_lost, handshake_outcome, handshake_timed_out
+from ..errors import ConnectionLost, StreamError, error_frame_fields
 from ..protocol import (
     Accept,
     Cancel,
     Complete,
     Connection,
     ConnectionClosed,
+    ConnError,
     Error,
     ErrorCode,
     GoAway,
@@ -51,22 +52,26 @@ from ..protocol import (
     Request,
     State,
     Subscribe,
+    encode_frame,
 )
 from ..streams import Publisher, Subscriber, Subscription
-from ..streams.rules import MAX_DEMAND, add_demand, check_signal_argument, check_subscriber, invalid_request
+from ..streams.rules import (
+    MAX_DEMAND,
+    add_demand,
+    check_signal_argument,
+    check_subscriber,
+    invalid_request,
+    validate_subscription,
+)
 from ..streams.subscriptions import deliver_safely, subscribe_failed
 from ..transport import Transport, TransportClosed
-
-log = logging.getLogger("rsnet.net.session")
+from .failures import failure_log
 
 DEFAULT_SEND_WINDOW = 1024
 """Items a hosted publisher may have requested and not yet delivered, per stream."""
 
 BATCH_ITEMS = 256
 """The most items one BATCH frame carries (a hosted publisher's items go out in BATCH frames)."""
-
-FLUSH_TIMEOUT = 1.0
-"""Seconds the writer gets to flush the last frames (a CONN_ERROR) once the connection ended."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -154,14 +159,12 @@ class _Outbound(Subscriber[Any]):
         self.pending: list[Any] = []  # items taken, not yet encoded (at most one window)
 
     def on_subscribe(self, subscription: Subscription) -> None:
-        check_signal_argument(subscription, "on_subscribe")
-        if self.subscription is not None or self.done:
-            subscription.cancel()  # rule 2.5, or the stream already ended
-            return
+        if not validate_subscription(self.subscription, subscription, wanted=not self.done):
+            return  # rule 2.5, or the stream already ended
         self.subscription = subscription
         if self._accept:
             self._session.conn.send_accept(self.stream_id)  # the remote on_subscribe
-            self._session.wake_writer()
+            self._session._wake_writer()
         self.refill()
 
     def refill(self) -> None:
@@ -184,7 +187,7 @@ class _Outbound(Subscriber[Any]):
             return
         pending = self.pending
         if not pending or not self._refill_queued:
-            self._session.items_pending(self, not pending)
+            self._taken(first=not pending)
         pending.append(item)
         self.local -= 1
         if self.remote != MAX_DEMAND:
@@ -204,11 +207,20 @@ class _Outbound(Subscriber[Any]):
             return
         pending = self.pending
         if not pending or not self._refill_queued:
-            self._session.items_pending(self, not pending)
+            self._taken(first=not pending)
         pending += items
         self.local -= count
         if self.remote != MAX_DEMAND:
             self.remote -= count
+
+    def _taken(self, first: bool) -> None:
+        """Items were taken: the first since the last flush (``first``: queue a flush), or the
+        first since the last refill (queue a refill after the write)."""
+        if first:
+            self._session._queue_flush(self)
+        if not self._refill_queued:
+            self._refill_queued = True
+            self._session._queue_refill(self)
 
     def flush(self) -> None:
         """Encode the pending items into the connection's output, as BATCH frames of at most
@@ -246,9 +258,9 @@ class _Outbound(Subscriber[Any]):
         if not self.done:
             self.flush()  # the stream's items go before its COMPLETE
             self.done = True
-            self._session.end_outbound(self)
+            self._session._end_outbound(self)
             self._session.conn.send_complete(self.stream_id)
-            self._session.wake_writer()
+            self._session._wake_writer()
             if self.on_end is not None:
                 self.on_end(None)
 
@@ -256,12 +268,12 @@ class _Outbound(Subscriber[Any]):
         self.flush()  # the stream's items go before its ERROR
         self.done = True
         session = self._session
-        session.end_outbound(self)
+        session._end_outbound(self)
         try:
             session.conn.send_error(self.stream_id, code, message, data)
         except LocalProtocolError:  # e.g. unencodable data: send the error without it
             session.conn.send_error(self.stream_id, code, message)
-        session.wake_writer()
+        session._wake_writer()
         if self.on_end is not None:
             self.on_end(error)
 
@@ -323,14 +335,24 @@ class _Inbound(Subscription):
         first = self.pending == 0
         self.pending = add_demand(self.pending, n)
         if first and self.stream_id:
-            self._session.demand_pending(self)
+            self._session._demand_pending(self)
 
     def cancel(self) -> None:
         if self.cancelled:
             return  # rule 3.7
         self.cancelled = True
         self.subscriber = None  # rule 3.13
-        self._session.end_inbound(self, send_cancel=True)
+        self._session._end_inbound(self, send_cancel=True)
+
+    def fail(self, error: StreamError) -> None:
+        """End the stream from the subscriber side with a coded ERROR instead of a CANCEL
+        (SPEC: from the subscriber side an ERROR cancels and says why): how a host's sink
+        refuses what the peer's publisher sends. Nothing more is delivered, as after cancel."""
+        if self.cancelled:
+            return
+        self.cancelled = True
+        self.subscriber = None  # rule 3.13
+        self._session._end_inbound(self, send_cancel=True, error=error)
 
     def _fail_bad_request(self) -> None:
         error, self._bad_request = self._bad_request, None
@@ -385,9 +407,10 @@ class StreamOpener(Protocol):
     """Where a :class:`RemotePublisher` opens its streams: a session, or a client that
     reconnects and so changes sessions."""
 
-    peer: str
+    @property
+    def peer(self) -> str: ...
 
-    def open_inbound(self, subscriber: Subscriber[Any], name: str, params: Any) -> None: ...
+    def _open_inbound(self, subscriber: Subscriber[Any], name: str, params: Any) -> None: ...
 
 
 class RemotePublisher(Publisher[Any]):
@@ -406,7 +429,7 @@ class RemotePublisher(Publisher[Any]):
 
     def subscribe(self, subscriber: Subscriber[Any]) -> None:
         check_subscriber(subscriber)
-        self._opener.open_inbound(subscriber, self.name, self.params)
+        self._opener._open_inbound(subscriber, self.name, self.params)
 
     def __repr__(self) -> str:
         return f"RemotePublisher({self.name!r} at {self._opener.peer})"
@@ -431,6 +454,7 @@ class Session:
         host: Host | None = None,
         principal: Any = None,
         send_window: int = DEFAULT_SEND_WINDOW,
+        keepalive_fallback: float = 0.0,
     ) -> None:
         self.transport = transport
         self.send_window = send_window
@@ -453,8 +477,9 @@ class Session:
         self._peer_going_away = False
         self._closing_error: ConnectionLost | None = None
         self._nursery: trio.Nursery | None = None
-        self.last_received = trio.current_time()
-        self.last_sent = trio.current_time()
+        # SPEC 10.1 on the WELCOME's interval; a client whose server turned keepalive off
+        # still bounds its silence by its own proposal (``keepalive_fallback``, seconds).
+        self._keepalive = Keepalive.negotiated(conn, keepalive_fallback, trio.current_time())
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -474,14 +499,14 @@ class Session:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
                 nursery.start_soon(self._writer)
-                if self.conn.keepalive_interval:
-                    nursery.start_soon(self._keepalive)
+                if self._keepalive.interval is not None:
+                    nursery.start_soon(self._keep_alive)
                 if events:
                     self._dispatch(events)
-                self.wake_writer()
+                self._wake_writer()
                 await self._reader()
                 # The reader saw the end; let the writer flush what is left (a CONN_ERROR).
-                self.wake_writer()
+                self._wake_writer()
                 with trio.move_on_after(FLUSH_TIMEOUT):
                     await self._writer_done.wait()
                 # End the streams before cancelling, so hosted publishers see a cancel.
@@ -513,18 +538,29 @@ class Session:
     def close(self, code: int = ErrorCode.GOING_AWAY, message: str = "closing") -> None:
         """End the connection now: CONN_ERROR to the peer, every stream ends."""
         if self.conn.state is not State.CLOSED:
-            self.flush_items()  # items already taken go before the CONN_ERROR
+            self._flush_items()  # items already taken go before the CONN_ERROR
             self.conn.send_conn_error(code, message)
             self._closing_error = ConnectionLost(f"closed locally: {message}", code)
-        self.wake_writer()
+        self._wake_writer()
 
     def go_away(self, message: str = "") -> None:
         """Graceful shutdown: no new streams either way; open ones run to their end, then
         the connection closes (the writer ends it once no stream is left)."""
         if self.conn.state is State.OPEN and not self.conn.going_away:
-            self.flush_items()
+            self._flush_items()
             self.conn.send_go_away(message)
-            self.wake_writer()
+            self._wake_writer()
+
+    def end_by(self, policy: Callable[[Connection], ConnectionLost]) -> None:
+        """End the connection by a close policy (the client's is
+        :func:`rsnet.client_rules.close_connection`): it queues the closing frame after the
+        items already taken and returns the error this side's open streams end with."""
+        if self.conn.state is State.OPEN:
+            self._flush_items()
+            lost = policy(self.conn)
+            if self.conn.state is State.CLOSED:
+                self._closing_error = lost
+            self._wake_writer()
 
     @property
     def stream_count(self) -> int:
@@ -536,7 +572,7 @@ class Session:
         """The peer's publisher ``name`` (subscribed to on each ``subscribe``)."""
         return RemotePublisher(self, name, params)
 
-    def open_inbound(self, subscriber: Subscriber[Any], name: str, params: Any, *, offer_id: int = 0) -> None:
+    def _open_inbound(self, subscriber: Subscriber[Any], name: str, params: Any, *, offer_id: int = 0) -> None:
         """Subscribe ``subscriber`` to a publisher on the peer: by name (SUBSCRIBE), or the
         publisher of an OFFER stream the peer opened (``offer_id``)."""
         if offer_id == 0 and (self.conn.state is not State.OPEN or self.conn.going_away):
@@ -550,14 +586,14 @@ class Session:
         if inbound.cancelled:
             if offer_id:
                 self.conn.send_error(offer_id, ErrorCode.REJECTED, "the subscriber cancelled")
-                self.wake_writer()
+                self._wake_writer()
             return
         if offer_id:
             inbound.stream_id = offer_id
             self._inbound[offer_id] = inbound
             self.conn.send_accept(offer_id)
             if inbound.pending:
-                self.demand_pending(inbound)
+                self._demand_pending(inbound)
         else:
             try:
                 stream_id = self.conn.send_subscribe(name, params, initial_demand=inbound.pending)
@@ -567,7 +603,7 @@ class Session:
             inbound.pending = 0
             inbound.stream_id = stream_id
             self._inbound[stream_id] = inbound
-        self.wake_writer()
+        self._wake_writer()
 
     async def offer(self, name: str, publisher: Publisher[Any], params: Any = None) -> None:
         """Serve ``publisher`` to the peer under ``name`` until the stream ends.
@@ -589,44 +625,48 @@ class Session:
 
         self._outbound[stream_id] = _Outbound(self, stream_id, 0, accept=False, on_end=on_end)
         self._offered[stream_id] = publisher
-        self.wake_writer()
+        self._wake_writer()
         await ended.wait()
         if outcome[0] is not None:
             raise outcome[0]
 
     # -- bookkeeping called by the stream objects ---------------------------------------------------
 
-    def items_pending(self, outbound: _Outbound, first: bool) -> None:
-        """``outbound`` took an item: the first since its last flush (it must be flushed),
-        or the first since its last refill (the window must be refilled after the write)."""
-        if first:
-            self._unsent.append(outbound)
-        if not outbound._refill_queued:
-            outbound._refill_queued = True
-            self._refill.append(outbound)
-        self.wake_writer()
+    def _queue_flush(self, outbound: _Outbound) -> None:
+        """``outbound`` took its first item since its last flush: encode it before the next write."""
+        self._unsent.append(outbound)
+        self._wake_writer()
 
-    def flush_items(self) -> None:
+    def _queue_refill(self, outbound: _Outbound) -> None:
+        """``outbound`` took its first item since its last refill: refill its window after the
+        next write."""
+        self._refill.append(outbound)
+        self._wake_writer()
+
+    def _flush_items(self) -> None:
         """Encode every stream's pending items into the connection's output."""
         while self._unsent:
             unsent, self._unsent = self._unsent, []
             for outbound in unsent:
                 outbound.flush()
 
-    def demand_pending(self, inbound: _Inbound) -> None:
+    def _demand_pending(self, inbound: _Inbound) -> None:
         self._demand_dirty.append(inbound)
-        self.wake_writer()
+        self._wake_writer()
 
-    def end_inbound(self, inbound: _Inbound, *, send_cancel: bool) -> None:
+    def _end_inbound(self, inbound: _Inbound, *, send_cancel: bool, error: StreamError | None = None) -> None:
         if self._inbound.pop(inbound.stream_id, None) is not None and send_cancel:
-            self.conn.send_cancel(inbound.stream_id)
-            self.wake_writer()
+            if error is None:
+                self.conn.send_cancel(inbound.stream_id)
+            else:
+                self.conn.send_error(inbound.stream_id, error.code, error.message, error.data)
+            self._wake_writer()
 
-    def end_outbound(self, outbound: _Outbound) -> None:
+    def _end_outbound(self, outbound: _Outbound) -> None:
         self._outbound.pop(outbound.stream_id, None)
         self._offered.pop(outbound.stream_id, None)
 
-    def wake_writer(self) -> None:
+    def _wake_writer(self) -> None:
         if not self._write_scheduled:
             self._write_scheduled = True
             self._wakeup.set()
@@ -648,7 +688,8 @@ class Session:
             self._write_scheduled = False
             self._grant_demand()
             if self._unsent:
-                self.flush_items()
+                self._flush_items()
+            chunks: list[bytes] | list[bytearray]
             if message_based:
                 chunks = conn.data_to_send_messages()
             else:
@@ -661,7 +702,7 @@ class Session:
                     self._lost(ConnectionLost(str(error)))
                     self.nursery.cancel_scope.cancel()
                     return
-                self.last_sent = trio.current_time()
+                self._keepalive.last_sent = trio.current_time()
             refill, self._refill = self._refill, []
             for outbound in refill:
                 outbound.refill()
@@ -694,35 +735,36 @@ class Session:
                 conn.receive_eof()  # the protocol is over too; its own report adds nothing
                 conn.events_received()
                 return
-            self.last_received = trio.current_time()
+            self._keepalive.last_received = trio.current_time()
             if self._unsent:
                 # Items taken before these bytes arrived go out before any frame the
                 # protocol writes in answer to them (a stream error, say).
-                self.flush_items()
+                self._flush_items()
             if data:
                 conn.receive_data(data)
             else:
                 self._eof = True
                 conn.receive_eof()
             self._dispatch(conn.events_received())
-            self.wake_writer()
+            self._wake_writer()
 
-    async def _keepalive(self) -> None:
-        """SPEC 10.1: PING after an interval without sending; give up after three intervals
-        without receiving a byte. Any traffic counts, so a busy connection never times out."""
-        interval = self.conn.keepalive_interval / 1000
+    async def _keep_alive(self) -> None:
+        """SPEC 10.1, by the shared timer (:class:`rsnet.client_rules.Keepalive`): PING after an
+        interval without sending; give up after three intervals without receiving a byte."""
+        keepalive = self._keepalive
         while self.conn.state is State.OPEN:
-            ping_at = self.last_sent + interval
-            dead_at = self.last_received + 3 * interval
-            await trio.sleep_until(min(ping_at, dead_at))
-            now = trio.current_time()
-            if now >= self.last_received + 3 * interval:
-                self.close(ErrorCode.TIMEOUT, f"nothing received for {3 * interval:g} s")
+            due, next_look = keepalive.due(trio.current_time())
+            if due is Due.DEAD:
+                self._flush_items()
+                self._closing_error = keepalive.timed_out(self.conn, self.peer)
+                self._wake_writer()
                 return
-            if now >= self.last_sent + interval:
+            if due is Due.PING:
                 self.conn.send_ping()
-                self.last_sent = now  # the writer is about to send it
-                self.wake_writer()
+                keepalive.last_sent = trio.current_time()  # the writer is about to send it
+                self._wake_writer()
+                continue
+            await trio.sleep_until(next_look)
 
     # -- dispatch of received events ------------------------------------------------------------------
 
@@ -755,9 +797,7 @@ class Session:
             elif kind is Accept:
                 self._on_accept(event)
             elif kind is ConnectionClosed:
-                how = "" if event.code is None else f" with {StreamError(event.code).code_name}"
-                detail = f": {event.message}" if event.message else ""
-                self._lost(ConnectionLost(f"connection to {self.peer} ended{how}{detail}", event.code, event.data))
+                self._lost(connection_lost(event, self.peer))
             elif kind is GoAway:
                 self._peer_going_away = True  # the writer closes once no stream is left
             # Pong: nothing to do (the protocol answers PINGs itself)
@@ -783,7 +823,7 @@ class Session:
             self.conn.send_error(event.stream_id, rejection.code, rejection.message, rejection.data)
             return
         except Exception as failure:
-            log.exception("opening publisher %r for %s failed", event.name, self.peer)
+            failure_log.exception("opening publisher %r for %s failed", event.name, self.peer)
             self.conn.send_error(event.stream_id, ErrorCode.INTERNAL, f"{type(failure).__name__}: {failure}")
             return
         outbound = _Outbound(self, event.stream_id, event.initial_demand, accept=True)
@@ -797,10 +837,10 @@ class Session:
             self.conn.send_error(event.stream_id, rejection.code, rejection.message, rejection.data)
             return
         except Exception as failure:
-            log.exception("opening sink %r for %s failed", event.name, self.peer)
+            failure_log.exception("opening sink %r for %s failed", event.name, self.peer)
             self.conn.send_error(event.stream_id, ErrorCode.INTERNAL, f"{type(failure).__name__}: {failure}")
             return
-        self.open_inbound(sink, event.name, event.params, offer_id=event.stream_id)
+        self._open_inbound(sink, event.name, event.params, offer_id=event.stream_id)
 
     def _on_accept(self, event: Accept) -> None:
         publisher = self._offered.pop(event.stream_id, None)
@@ -817,10 +857,15 @@ class Session:
         inbound, self._inbound = self._inbound, {}
         outbound, self._outbound = self._outbound, {}
         self._offered.clear()
-        for stream in inbound.values():
-            stream.terminate(error)
-        for stream in outbound.values():
-            stream.remote_cancel(error)
+        for subscribed in inbound.values():
+            subscribed.terminate(error)
+        for served in outbound.values():
+            served.remote_cancel(error)
+
+
+def conn_error_frame(code: int, message: str) -> bytes:
+    """A CONN_ERROR frame, for the WebSocket transport to answer what it detects itself (SPEC 2.2)."""
+    return encode_frame(ConnError(code, message, None))
 
 
 async def complete_handshake(
@@ -830,8 +875,10 @@ async def complete_handshake(
 
     Returns it and the events that arrived with it. Raises :class:`HandshakeError` if the
     peer closed or refused, or ``timeout`` seconds passed (after sending CONN_ERROR TIMEOUT,
-    SPEC 6.2). Whatever the connection must send meanwhile (HELLO, CONN_ERROR) is flushed.
+    SPEC 6.2); each step is :func:`rsnet.client_rules.handshake_outcome`. Whatever the
+    connection must send meanwhile (HELLO, CONN_ERROR) is flushed.
     """
+    received: list[Any] = []
     with trio.move_on_after(timeout):
         while True:
             pending = conn.data_to_send()
@@ -842,17 +889,17 @@ async def complete_handshake(
                 conn.receive_data(data)
             else:
                 conn.receive_eof()
-            events = conn.events_received()
-            for index, event in enumerate(events):
-                if isinstance(event, wanted):
-                    return event, events[index + 1 :]
-                if isinstance(event, ConnectionClosed):
-                    pending = conn.data_to_send()
-                    if pending:
-                        await transport.send([pending])  # our CONN_ERROR, if we sent one
-                    reason = event.message or "closed during the handshake"
-                    raise HandshakeError(f"handshake with {transport.peer} failed: {reason}", event.code, event.data)
-    conn.send_conn_error(ErrorCode.TIMEOUT, f"no handshake within {timeout:g} s")
+            received += conn.events_received()
+            try:
+                rest = handshake_outcome(received, wanted, transport.peer)
+            except BaseException:
+                pending = conn.data_to_send()
+                if pending:
+                    await transport.send([pending])  # our CONN_ERROR, if we sent one
+                raise
+            if rest is not None:
+                return received[len(received) - len(rest) - 1], rest
+    failure = handshake_timed_out(conn, timeout, transport.peer)
     with trio.move_on_after(FLUSH_TIMEOUT):
         await transport.send([conn.data_to_send()])
-    raise HandshakeError(f"handshake with {transport.peer} timed out after {timeout:g} s", ErrorCode.TIMEOUT)
+    raise failure

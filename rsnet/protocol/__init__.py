@@ -13,16 +13,19 @@ This package must never import trio, asyncio, sockets, threads or clocks; a test
 
 from .codec import FrameDecoder, encode_frame
 from .connection import Connection, Role, State
-from .errors import ErrorCode, LocalProtocolError, ProtocolError, RemoteProtocolError
+from .errors import ErrorCode, LocalProtocolError, ProtocolError, RemoteProtocolError, RsnetError
 from .events import ConnectionClosed, Event, Items
 from .frames import (
     DEFAULT_HANDSHAKE_TIMEOUT,
     DEFAULT_KEEPALIVE_INTERVAL,
     DEFAULT_MAX_FRAME_SIZE,
     DEFAULT_MAX_STREAMS,
+    MAX_ERROR_DATA,
+    MAX_ERROR_MESSAGE,
     MAX_INT,
     MIN_MAX_FRAME_SIZE,
     PROTOCOL_VERSION,
+    TRUNCATED,
     Accept,
     Batch,
     Cancel,
@@ -49,9 +52,12 @@ __all__ = [
     "DEFAULT_KEEPALIVE_INTERVAL",
     "DEFAULT_MAX_FRAME_SIZE",
     "DEFAULT_MAX_STREAMS",
+    "MAX_ERROR_DATA",
+    "MAX_ERROR_MESSAGE",
     "MAX_INT",
     "MIN_MAX_FRAME_SIZE",
     "PROTOCOL_VERSION",
+    "TRUNCATED",
     "Accept",
     "Batch",
     "Cancel",
@@ -77,6 +83,7 @@ __all__ = [
     "RemoteProtocolError",
     "Request",
     "Role",
+    "RsnetError",
     "State",
     "Subscribe",
     "Welcome",

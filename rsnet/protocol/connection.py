@@ -8,8 +8,9 @@ error keeps the connection, anything else closes it), and it refuses, by raising
 :class:`LocalProtocolError` before anything is written, to let this side break a rule, so a
 bug in our own publisher can never over-send.
 
-Stream state lives in a table keyed by stream id, and a stream leaves the table as soon as
-either side ends it. Stream ids are never reused, so any id below the next one a side will
+Each open stream is a row in a table keyed by stream id; what each end may send in each state
+is the lifecycle table of :mod:`rsnet.protocol.lifecycle`, consulted for every stream frame
+either way. A stream leaves the table as soon as either side ends it. Stream ids are never reused, so any id below the next one a side will
 allocate that is not in the table belongs to a closed stream: frames for it are dropped
 (late frames after CANCEL are expected, rule 2.8) and sends on it are no-ops (rules 3.6, 3.7).
 
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import enum
 import itertools
+from collections.abc import Callable
 from typing import Any
 
 from .codec import FrameDecoder, new_packer
@@ -31,11 +33,14 @@ from .frames import (
     DEFAULT_MAX_FRAME_SIZE,
     DEFAULT_MAX_STREAMS,
     MAGIC,
+    MAX_ERROR_DATA,
+    MAX_ERROR_MESSAGE,
     MAX_INT,
     MAX_MAX_FRAME_SIZE,
     MAX_SETTING,
     MIN_MAX_FRAME_SIZE,
     PROTOCOL_VERSION,
+    TRUNCATED,
     Accept,
     Batch,
     Cancel,
@@ -55,8 +60,13 @@ from .frames import (
     frame_fields,
     parse_frame,
 )
+from .lifecycle import Side, StreamEvent, StreamState, allowed
 
 _NEXT = FrameType.NEXT.value
+# Module constants: looking a member up on its Enum class costs a Python-level call.
+_OPENING, _OPEN, _CLOSED = StreamState.OPENING, StreamState.OPEN, StreamState.CLOSED
+_ACCEPT, _REQUEST, _ITEMS = StreamEvent.ACCEPT, StreamEvent.REQUEST, StreamEvent.ITEMS
+_COMPLETE, _ERROR, _CANCEL = StreamEvent.COMPLETE, StreamEvent.ERROR, StreamEvent.CANCEL
 _MAX_NEXT_PREFIX = 11  # array header, type, and a stream id of up to 9 bytes
 _NO_RUN = object()  # compares equal to no decoded value: "no Items event is being filled"
 
@@ -84,18 +94,30 @@ class State(enum.Enum):
 class _Stream:
     """One open stream, from this side's point of view."""
 
-    __slots__ = ("accepted", "demand", "next_prefix", "publishing")
+    __slots__ = ("demand", "next_prefix", "publishes", "receives", "sends", "side", "state")
 
-    def __init__(self, stream_id: int, publishing: bool, demand: int, pack: Any) -> None:
-        self.publishing = publishing
-        """True when this side publishes (sends NEXT), false when it subscribes."""
-        self.accepted = False
-        """ACCEPT was sent or received."""
+    def __init__(self, stream_id: int, publishes: bool, opened: bool, demand: int, pack: Any) -> None:
+        self.side = side = _SIDES[publishes, opened]
+        """This side's end of the stream: publisher or subscriber, opener or acceptor."""
+        self.publishes = publishes
+        self.state = _OPENING
+        self.sends, self.receives = _ROWS[side, _OPENING]
+        """The lifecycle table's rows for this state: what this side may send and what the
+        peer may send, each with the state after it."""
         self.demand = demand
         """Publishing: items we may still send. Subscribing: items the peer may still send.
         MAX_INT is unbounded and stays so (rule 3.17)."""
         # The first bytes of every NEXT on this stream, encoded once: [NEXT, stream_id, ...
-        self.next_prefix = b"\x93" + pack(_NEXT) + pack(stream_id) if publishing else b""
+        self.next_prefix = b"\x93" + pack(_NEXT) + pack(stream_id) if publishes else b""
+
+
+_SIDES = {(side.publishes, side.opened): side for side in Side}
+_ROWS = {(side, state): (allowed(side, state), allowed(side.peer, state)) for side in Side for state in StreamState}
+"""Per stream end and state, the lifecycle rows a _Stream holds, computed once."""
+
+
+_Run = tuple[int, list[Any], _Stream]
+"""An Items event being filled: its stream id, its item list, and the stream."""
 
 
 class Connection:
@@ -170,7 +192,9 @@ class Connection:
         # (SPEC "Framing on WebSocket").
         self._cuts: list[int] = []
         self._cut_at = MIN_MAX_FRAME_SIZE
-        self._handlers = {
+        # What each frame type does once the connection is open; an item frame returns the
+        # Items run it extended (see receive_data's hot path), every other handler None.
+        self._handlers: dict[type, Callable[[Any], _Run | None]] = {
             Hello: self._unexpected,
             Welcome: self._unexpected,
             Ping: self._on_ping,
@@ -294,7 +318,14 @@ class Connection:
     # ------------------------------------------------------------------ connection frames
 
     def send_welcome(self, metadata: dict[str, Any] | None = None) -> None:
-        """Server: accept the client's HELLO; the connection is open."""
+        """Server: accept the client's HELLO; the connection is open.
+
+        A no-op if the connection has closed meanwhile: bytes that arrived with the HELLO broke
+        the protocol (SPEC 6.1), so the CONN_ERROR answering them is already written and must
+        be the first and last frame this side sends.
+        """
+        if self._state is State.CLOSED:
+            return
         if self._state is not State.AWAIT_ACCEPT:
             raise LocalProtocolError(ErrorCode.PROTOCOL_ERROR, f"WELCOME in state {self._state.name}")
         settings = {key: self._settings[key] for key in ("max_frame_size", "max_streams", "keepalive_interval")}
@@ -310,7 +341,7 @@ class Connection:
         """
         if self._state is State.CLOSED:
             return
-        self._write_frame(ConnError(_code(code), message, data))
+        self._write_frame(ConnError(_code(code), _bounded_message(message), self._bounded_data(data)))
         self._close()
 
     def send_ping(self, token: int = 0) -> None:
@@ -323,7 +354,7 @@ class Connection:
         self._require_open()
         if not self._go_away_sent:
             self._go_away_sent = True
-            self._write_frame(GoAway(message))
+            self._write_frame(GoAway(_bounded_message(message)))
 
     # ------------------------------------------------------------------ opening streams
 
@@ -362,13 +393,11 @@ class Connection:
 
         To reject it instead, use :meth:`send_error`.
         """
-        stream = self._stream_for_send(stream_id)
-        if stream is None:
+        step = self._send_step(stream_id, _ACCEPT)
+        if step is None:
             return
-        if self._ours(stream_id) or stream.accepted:
-            raise LocalProtocolError(ErrorCode.PROTOCOL_ERROR, f"stream {stream_id} cannot be accepted by this side")
         self._write_frame(Accept(stream_id, _metadata(metadata)))
-        self._accepted(stream_id, stream)
+        self._enter(stream_id, *step)
 
     # ------------------------------------------------------------------ subscriber side
 
@@ -378,11 +407,10 @@ class Connection:
         Raises ``INVALID_REQUEST`` for ``n <= 0``: rule 3.9 is the local subscription's to
         signal, so such a REQUEST never goes on the wire. A no-op on a closed stream (3.6).
         """
-        stream = self._stream_for_send(stream_id)
-        if stream is None:
+        step = self._send_step(stream_id, _REQUEST)
+        if step is None:
             return
-        if stream.publishing or (not stream.accepted and not self._ours(stream_id)):
-            raise LocalProtocolError(ErrorCode.PROTOCOL_ERROR, f"cannot REQUEST on stream {stream_id} now")
+        stream = step[0]
         if type(n) is not int or n <= 0:
             raise LocalProtocolError(ErrorCode.INVALID_REQUEST, f"rule 3.9: request({n!r}) must be positive")
         n = min(n, MAX_INT)
@@ -394,13 +422,11 @@ class Connection:
 
         Items, COMPLETE or ERROR already in flight are dropped when they arrive.
         """
-        stream = self._stream_for_send(stream_id)
-        if stream is None:
+        step = self._send_step(stream_id, _CANCEL)
+        if step is None:
             return
-        if stream.publishing:
-            raise LocalProtocolError(ErrorCode.PROTOCOL_ERROR, f"the publisher side cannot CANCEL stream {stream_id}")
         self._write_frame(Cancel(stream_id))
-        self._close_stream(stream_id)
+        self._enter(stream_id, *step)
 
     # ------------------------------------------------------------------ publisher side
 
@@ -452,13 +478,11 @@ class Connection:
 
     def send_complete(self, stream_id: int) -> None:
         """Complete a stream we publish (rule 1.5). A no-op once the stream is closed."""
-        stream = self._stream_for_send(stream_id)
-        if stream is None:
+        step = self._send_step(stream_id, _COMPLETE)
+        if step is None:
             return
-        if not stream.publishing or not stream.accepted:
-            raise LocalProtocolError(ErrorCode.PROTOCOL_ERROR, f"cannot COMPLETE stream {stream_id} now")
         self._write_frame(Complete(stream_id))
-        self._close_stream(stream_id)
+        self._enter(stream_id, *step)
 
     # ------------------------------------------------------------------ either side
 
@@ -469,10 +493,11 @@ class Connection:
         OFFER, before ACCEPT, it rejects the stream; from the subscriber side it cancels and
         says why. ``code`` is an :class:`ErrorCode` or an application code (>= 4096).
         """
-        if self._stream_for_send(stream_id) is None:
+        step = self._send_step(stream_id, _ERROR)
+        if step is None:
             return
-        self._write_frame(Error(stream_id, _code(code), message, data))
-        self._close_stream(stream_id)
+        self._write_frame(Error(stream_id, _code(code), _bounded_message(message), self._bounded_data(data)))
+        self._enter(stream_id, *step)
 
     # ------------------------------------------------------------------ internals: sending
 
@@ -482,6 +507,18 @@ class Connection:
         except Exception as exc:
             raise _not_encodable(exc) from exc
         self._append(body)
+
+    def _bounded_data(self, data: Any) -> Any:
+        """``data`` if it encodes to at most MAX_ERROR_DATA bytes, else a marker saying how big it was."""
+        if data is None or type(data) in (bool, int, float):
+            return data
+        try:
+            size = len(self._pack(data))
+        except Exception as exc:
+            raise _not_encodable(exc) from exc
+        if size <= MAX_ERROR_DATA:
+            return data
+        return f"{TRUNCATED} {size} bytes of data, over the limit of {MAX_ERROR_DATA}"
 
     def _append(self, frame: bytes) -> None:
         if len(self._out) + len(frame) > self._cut_at:
@@ -516,11 +553,10 @@ class Connection:
 
     def _refuse_items(self, stream_id: int, items: list[Any] | tuple[Any, ...]) -> None:
         """Why items cannot be sent: raise the reason, or return if the stream is closed."""
-        stream = self._stream_for_send(stream_id)
-        if stream is None:
+        step = self._send_step(stream_id, _ITEMS)
+        if step is None:
             return
-        if not stream.publishing or not stream.accepted:
-            raise LocalProtocolError(ErrorCode.PROTOCOL_ERROR, f"cannot send items on stream {stream_id} now")
+        stream = step[0]
         if None in items:
             raise LocalProtocolError(ErrorCode.PROTOCOL_ERROR, "rule 2.13: items must not be None")
         raise LocalProtocolError(
@@ -536,12 +572,22 @@ class Connection:
         """Whether ``stream_id`` was ever opened: ids are allocated in order, never reused."""
         return 0 < stream_id < (self._next_id if self._ours(stream_id) else self._peer_next_id)
 
-    def _stream_for_send(self, stream_id: int) -> _Stream | None:
-        """The open stream, or ``None`` if it was open once and has ended; raises otherwise."""
+    def _send_step(self, stream_id: int, event: StreamEvent) -> tuple[_Stream, StreamState] | None:
+        """The stream and its state after this side sends ``event`` on it.
+
+        ``None`` if the stream was open once and has ended (the send is a no-op, rules 3.6,
+        3.7); raises :class:`LocalProtocolError` if it was never opened or the lifecycle table
+        does not let this side send ``event`` now.
+        """
         stream = self._streams.get(stream_id)
-        if stream is None and not (type(stream_id) is int and self._was_opened(stream_id)):
+        if stream is None:
+            if type(stream_id) is int and self._was_opened(stream_id):
+                return None
             raise LocalProtocolError(ErrorCode.PROTOCOL_ERROR, f"stream {stream_id!r} was never opened")
-        return stream
+        after = stream.sends.get(event)
+        if after is None:
+            raise LocalProtocolError(ErrorCode.PROTOCOL_ERROR, _forbidden(stream_id, stream.side, stream.state, event))
+        return stream, after
 
     def _allocate(self) -> int:
         self._require_open()
@@ -556,20 +602,28 @@ class Connection:
         return self._next_id
 
     def _open(self, stream_id: int, *, publishing: bool, demand: int) -> None:
-        self._streams[stream_id] = _Stream(stream_id, publishing, demand, self._pack)
-        if self._ours(stream_id):
+        ours = self._ours(stream_id)
+        self._streams[stream_id] = _Stream(stream_id, publishing, ours, demand, self._pack)
+        if ours:
             self._next_id += 2
             self._local_open += 1
         else:
             self._peer_open += 1
 
-    def _accepted(self, stream_id: int, stream: _Stream) -> None:
-        stream.accepted = True
-        if stream.publishing:
+    def _enter(self, stream_id: int, stream: _Stream, state: StreamState) -> None:
+        """Move the stream to ``state`` (a transition the lifecycle table allowed)."""
+        if state is stream.state:
+            return
+        if state is _CLOSED:
+            self._close_stream(stream_id)
+            return
+        stream.state = state
+        stream.sends, stream.receives = _ROWS[stream.side, state]
+        if state is _OPEN and stream.publishes:
             self._sendable[stream_id] = stream
 
     def _close_stream(self, stream_id: int) -> None:
-        del self._streams[stream_id]
+        self._streams.pop(stream_id).state = _CLOSED
         self._sendable.pop(stream_id, None)
         if self._ours(stream_id):
             self._local_open -= 1
@@ -588,7 +642,7 @@ class Connection:
 
     # ------------------------------------------------------------------ internals: receiving
 
-    def _receive_frame(self, fields: Any) -> tuple[int, list[Any], _Stream] | None:
+    def _receive_frame(self, fields: Any) -> _Run | None:
         """Handle one decoded frame; returns the Items run it extended, if any."""
         frame = parse_frame(fields)
         if frame is None:
@@ -596,11 +650,14 @@ class Connection:
         if self._state is State.OPEN:
             return self._handlers[type(frame)](frame)
         if type(frame) is ConnError:
-            return self._on_conn_error(frame)
+            self._on_conn_error(frame)
+            return None
         if self._state is State.AWAIT_HELLO and type(frame) is Hello:
-            return self._on_hello(frame)
+            self._on_hello(frame)
+            return None
         if self._state is State.AWAIT_WELCOME and type(frame) is Welcome:
-            return self._on_welcome(frame)
+            self._on_welcome(frame)
+            return None
         raise _violation(f"{frame.TYPE.name} in state {self._state.name}")
 
     def _fail(self, code: int, message: str, data: Any = None) -> None:
@@ -685,28 +742,34 @@ class Connection:
             self._open(stream_id, publishing=publishing, demand=demand)
             self._events.append(frame)
 
-    def _peer_stream(self, stream_id: int) -> _Stream | None:
-        """The open stream a received frame is for, ``None`` if it has ended (drop the frame)."""
+    def _receive_step(self, stream_id: int, event: StreamEvent) -> tuple[_Stream, StreamState] | None:
+        """The stream a received frame is for and its state after it.
+
+        ``None`` if the stream has ended (drop the frame: late frames are expected, rule 2.8);
+        raises :class:`RemoteProtocolError` if it was never opened or the lifecycle table does
+        not let the peer send ``event`` now.
+        """
         stream = self._streams.get(stream_id)
-        if stream is None and not self._was_opened(stream_id):
-            raise _violation(f"frame for stream {stream_id}, which was never opened")
-        return stream
+        if stream is None:
+            if self._was_opened(stream_id):
+                return None
+            raise _violation(f"{event.value} for stream {stream_id}, which was never opened")
+        after = stream.receives.get(event)
+        if after is None:
+            raise _violation(_forbidden(stream_id, stream.side.peer, stream.state, event))
+        return stream, after
 
     def _on_accept(self, accept: Accept) -> None:
-        stream = self._peer_stream(accept.stream_id)
-        if stream is None:
-            return
-        if not self._ours(accept.stream_id) or stream.accepted:
-            raise _violation(f"ACCEPT for stream {accept.stream_id}, which the peer cannot accept")
-        self._accepted(accept.stream_id, stream)
-        self._events.append(accept)
+        step = self._receive_step(accept.stream_id, _ACCEPT)
+        if step is not None:
+            self._enter(accept.stream_id, *step)
+            self._events.append(accept)
 
     def _on_request(self, request: Request) -> None:
-        stream = self._peer_stream(request.stream_id)
-        if stream is None:
+        step = self._receive_step(request.stream_id, _REQUEST)
+        if step is None:
             return
-        if not stream.publishing or (not stream.accepted and self._ours(request.stream_id)):
-            raise _violation(f"REQUEST on stream {request.stream_id}, where the peer may not request")
+        stream = step[0]
         if request.n <= 0:
             self._stream_error(
                 request.stream_id,
@@ -718,30 +781,22 @@ class Connection:
         self._events.append(request)
 
     def _on_cancel(self, cancel: Cancel) -> None:
-        stream = self._peer_stream(cancel.stream_id)
-        if stream is None:
-            return
-        if not stream.publishing:
-            raise _violation(f"CANCEL from the publisher side of stream {cancel.stream_id}")
-        self._close_stream(cancel.stream_id)
-        self._events.append(cancel)
+        step = self._receive_step(cancel.stream_id, _CANCEL)
+        if step is not None:
+            self._enter(cancel.stream_id, *step)
+            self._events.append(cancel)
 
-    def _items_stream(self, stream_id: int, kind: str) -> _Stream | None:
-        stream = self._peer_stream(stream_id)
-        if stream is not None and (stream.publishing or not stream.accepted):
-            raise _violation(f"{kind} on stream {stream_id}, where the peer may not send it")
-        return stream
+    def _on_next(self, next_: Next) -> _Run | None:
+        return self._on_items(next_.stream_id, [next_.item])
 
-    def _on_next(self, next_: Next) -> tuple[int, list[Any], _Stream] | None:
-        return self._on_items(next_.stream_id, [next_.item], "NEXT")
+    def _on_batch(self, batch: Batch) -> _Run | None:
+        return self._on_items(batch.stream_id, batch.items)
 
-    def _on_batch(self, batch: Batch) -> tuple[int, list[Any], _Stream] | None:
-        return self._on_items(batch.stream_id, batch.items, "BATCH")
-
-    def _on_items(self, stream_id: int, items: list[Any], kind: str) -> tuple[int, list[Any], _Stream] | None:
-        stream = self._items_stream(stream_id, kind)
-        if stream is None:
+    def _on_items(self, stream_id: int, items: list[Any]) -> _Run | None:
+        step = self._receive_step(stream_id, _ITEMS)
+        if step is None:
             return None
+        stream = step[0]
         if None in items:
             self._stream_error(stream_id, ErrorCode.PROTOCOL_ERROR, "rule 2.13: an item is nil")
             return None
@@ -764,18 +819,42 @@ class Connection:
         return stream_id, last.items, stream
 
     def _on_complete(self, complete: Complete) -> None:
-        if self._items_stream(complete.stream_id, "COMPLETE") is not None:
-            self._close_stream(complete.stream_id)
+        step = self._receive_step(complete.stream_id, _COMPLETE)
+        if step is not None:
+            self._enter(complete.stream_id, *step)
             self._events.append(complete)
 
     def _on_error(self, error: Error) -> None:
-        if self._peer_stream(error.stream_id) is not None:
-            self._close_stream(error.stream_id)
+        step = self._receive_step(error.stream_id, _ERROR)
+        if step is not None:
+            self._enter(error.stream_id, *step)
             self._events.append(error)
 
 
 def _violation(message: str) -> RemoteProtocolError:
     return RemoteProtocolError(ErrorCode.PROTOCOL_ERROR, message)
+
+
+def _bounded_message(message: str) -> str:
+    """``message`` cut to at most MAX_ERROR_MESSAGE bytes of UTF-8, ending with the marker if cut.
+
+    One stream's huge error text (a validation error listing 100,000 bad keys) must never
+    make a frame the peer refuses, which would end the connection and every other stream on it.
+    """
+    if type(message) is not str:
+        message = str(message)
+    if len(message) <= MAX_ERROR_MESSAGE // 4:  # at most 4 bytes per character: fits for sure
+        return message
+    encoded = message.encode("utf-8", "surrogatepass")
+    if len(encoded) <= MAX_ERROR_MESSAGE:
+        return message
+    marker = f" {TRUNCATED} {len(encoded)} bytes in all"
+    head = encoded[: MAX_ERROR_MESSAGE - len(marker.encode())].decode("utf-8", "ignore")
+    return head + marker
+
+
+def _forbidden(stream_id: int, sender: Side, state: StreamState, event: StreamEvent) -> str:
+    return f"{event.value} on stream {stream_id} from the end that {sender.value}, while {state.name}: not allowed"
 
 
 def _not_encodable(exc: Exception) -> LocalProtocolError:

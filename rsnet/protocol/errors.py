@@ -30,7 +30,13 @@ class ErrorCode(enum.IntEnum):
     APPLICATION_ERROR = 4096
 
 
-class ProtocolError(Exception):
+class RsnetError(Exception):
+    """The root of every error rsnet raises about the network: the protocol's, the
+    connection's and the streams'. Defined here, at the bottom of the layers, so that the
+    sans-I/O protocol's errors belong to the same tree; :mod:`rsnet.errors` documents the tree."""
+
+
+class ProtocolError(RsnetError):
     """A violation of the wire protocol, with the error code the spec assigns to it.
 
     ``code`` is an ``int`` (an :class:`ErrorCode` for the protocol's own codes).

@@ -51,6 +51,18 @@ DEFAULT_HANDSHAKE_TIMEOUT = 10_000
 MAX_SETTING = 2**31 - 1
 """Upper bound of max_streams and keepalive_interval."""
 
+MAX_ERROR_MESSAGE = 4096
+"""Most bytes (UTF-8) of the ``message`` of an ERROR, CONN_ERROR or GO_AWAY this side sends;
+longer ones are cut and end with :data:`TRUNCATED` (SPEC 11.3)."""
+
+MAX_ERROR_DATA = 8192
+"""Most bytes (msgpack) of the ``data`` of an ERROR or CONN_ERROR this side sends; larger data
+is replaced by a string that starts with :data:`TRUNCATED` (SPEC 11.3). Message and data
+together stay far below MIN_MAX_FRAME_SIZE, so an error frame always fits."""
+
+TRUNCATED = "[truncated]"
+"""The marker that ends a cut message, and starts the string that replaces oversized data."""
+
 MAX_VERSIONS = 16
 """Most versions a HELLO may offer."""
 
@@ -176,10 +188,7 @@ def _settings(value: Any, name: str) -> dict[str, Any]:
     return value
 
 
-_frozen = dataclasses.dataclass(frozen=True, slots=True)
-
-
-@_frozen
+@dataclasses.dataclass(frozen=True, slots=True)
 class Hello:
     """Client → server, first frame: the versions the client speaks and its settings."""
 
@@ -190,7 +199,7 @@ class Hello:
     settings: dict[str, Any]
 
 
-@_frozen
+@dataclasses.dataclass(frozen=True, slots=True)
 class Welcome:
     """Server → client, first frame: the version chosen and the server's settings."""
 
@@ -200,7 +209,7 @@ class Welcome:
     settings: dict[str, Any]
 
 
-@_frozen
+@dataclasses.dataclass(frozen=True, slots=True)
 class Ping:
     """Keepalive probe; the receiver answers with a PONG carrying the same token."""
 
@@ -209,7 +218,7 @@ class Ping:
     token: int
 
 
-@_frozen
+@dataclasses.dataclass(frozen=True, slots=True)
 class Pong:
     """Answer to a PING."""
 
@@ -218,7 +227,7 @@ class Pong:
     token: int
 
 
-@_frozen
+@dataclasses.dataclass(frozen=True, slots=True)
 class GoAway:
     """Graceful shutdown: no new streams in either direction; open streams run to their end."""
 
@@ -227,7 +236,7 @@ class GoAway:
     message: str
 
 
-@_frozen
+@dataclasses.dataclass(frozen=True, slots=True)
 class ConnError:
     """Fatal connection error (or handshake rejection); the sender closes after it."""
 
@@ -238,7 +247,7 @@ class ConnError:
     data: Any
 
 
-@_frozen
+@dataclasses.dataclass(frozen=True, slots=True)
 class Subscribe:
     """Opens a stream: subscribe to the receiver's publisher ``name``."""
 
@@ -251,7 +260,7 @@ class Subscribe:
     metadata: dict[str, Any]
 
 
-@_frozen
+@dataclasses.dataclass(frozen=True, slots=True)
 class Offer:
     """Opens a stream: the sender offers a publisher for the receiver to subscribe to."""
 
@@ -263,7 +272,7 @@ class Offer:
     metadata: dict[str, Any]
 
 
-@_frozen
+@dataclasses.dataclass(frozen=True, slots=True)
 class Accept:
     """The receiver of SUBSCRIBE or OFFER accepts the stream (the remote ``on_subscribe``)."""
 
@@ -273,7 +282,7 @@ class Accept:
     metadata: dict[str, Any]
 
 
-@_frozen
+@dataclasses.dataclass(frozen=True, slots=True)
 class Request:
     """Subscriber side grants ``n`` more items (rule 3.8); 2**63-1 means unbounded (rule 3.17)."""
 
@@ -283,7 +292,7 @@ class Request:
     n: int
 
 
-@_frozen
+@dataclasses.dataclass(frozen=True, slots=True)
 class Cancel:
     """Subscriber side stops the stream (rule 3.12); terminal."""
 
@@ -292,7 +301,7 @@ class Cancel:
     stream_id: int
 
 
-@_frozen
+@dataclasses.dataclass(frozen=True, slots=True)
 class Next:
     """Publisher side sends one item (any msgpack value but nil, rule 2.13)."""
 
@@ -302,7 +311,7 @@ class Next:
     item: Any
 
 
-@_frozen
+@dataclasses.dataclass(frozen=True, slots=True)
 class Batch:
     """Publisher side sends several items in one frame, in order."""
 
@@ -312,7 +321,7 @@ class Batch:
     items: list[Any]
 
 
-@_frozen
+@dataclasses.dataclass(frozen=True, slots=True)
 class Complete:
     """Publisher side ends the stream successfully (rule 1.5); terminal."""
 
@@ -321,7 +330,7 @@ class Complete:
     stream_id: int
 
 
-@_frozen
+@dataclasses.dataclass(frozen=True, slots=True)
 class Error:
     """Ends a stream with an error; terminal. From the publisher side it is ``on_error``; as
     the answer to SUBSCRIBE or OFFER it is the rejection; from the subscriber side it is a

@@ -133,7 +133,9 @@ def connected(opts: _options.Options) -> Iterator[Any]:
 
 def _explained(opts: _options.Options, error: StreamError) -> Exception:
     if error.code == ErrorCode.UNKNOWN_PUBLISHER:
-        return LookupError(f"rsnet: {error.message} at {opts.url} (the broker does not create topics on demand)")
+        return LookupError(
+            f"rsnet: {error.message} at {opts.url} (and the broker refuses subscriptions to missing topics)"
+        )
     if error.code == ErrorCode.UNAUTHORIZED:
         return PermissionError(f"rsnet: the token is not allowed this at {opts.url}: {error.message}")
     if error.code == ErrorCode.REJECTED:
@@ -173,8 +175,8 @@ def plan(start: dict[str, int], end: dict[str, int], min_partitions: int | None)
 
 def read_ranges(opts: _options.Options, builder: RecordBatches, part: Range) -> Iterator[Any]:
     """The records of ``part`` as Arrow record batches: exactly the offsets of its range that
-    the broker still has (a gap fails the read, or, with failOnDataLoss=false, is logged and
-    skipped)."""
+    the broker still has (a gap, trimmed by retention or damaged on disk, fails the read, or,
+    with failOnDataLoss=false, is logged and skipped)."""
     position, end = part.start, part.end
     pending: list[dict[str, Any]] = []
     with connected(opts) as client:
@@ -194,10 +196,17 @@ def read_ranges(opts: _options.Options, builder: RecordBatches, part: Range) -> 
                         del pending[:ROWS_PER_BATCH]
                 break
             except StreamError as error:
-                if error.code != BrokerCode.OFFSET_TRIMMED or not isinstance(error.data, dict):
+                if not isinstance(error.data, dict):
                     raise
-                available = int(error.data["first_available"])
-                _lost(opts, part.topic, (position, min(available, end)), "removed by retention")
+                if error.code == BrokerCode.OFFSET_TRIMMED:
+                    available = int(error.data["first_available"])
+                    _lost(opts, part.topic, (position, min(available, end)), "removed by retention")
+                elif error.code == BrokerCode.OFFSET_DAMAGED:
+                    available = int(error.data["next_intact"])
+                    damaged = (int(error.data["first"]), min(available, end))
+                    _lost(opts, part.topic, damaged, "damaged on the broker's disk")
+                else:
+                    raise
                 position = max(position, available)
     if pending:
         yield builder.build(pending)

@@ -26,7 +26,7 @@ from typing import Any
 import trio
 
 from .interfaces import Publisher, Subscriber, Subscription
-from .rules import MAX_DEMAND, MissingBackpressureError, check_signal_argument
+from .rules import MAX_DEMAND, MissingBackpressureError, check_signal_argument, validate_subscription
 
 DEFAULT_PREFETCH = 256
 
@@ -48,9 +48,7 @@ class _BufferingSubscriber(Subscriber[Any]):
         self.wakeup: trio.Event | None = None
 
     def on_subscribe(self, subscription: Subscription) -> None:
-        check_signal_argument(subscription, "on_subscribe")
-        if self.subscription is not None:
-            subscription.cancel()  # rule 2.5
+        if not validate_subscription(self.subscription, subscription):
             return
         self.subscription = subscription
         subscription.request(self.prefetch)
@@ -60,7 +58,7 @@ class _BufferingSubscriber(Subscriber[Any]):
         if self.terminal:
             return  # rule 2.8: late items after we cancelled
         if len(self.queue) >= self.prefetch:
-            self.subscription.cancel()  # type: ignore[union-attr]
+            self.subscription.cancel()  # type: ignore[union-attr]  # set by on_subscribe first
             self._terminate(
                 MissingBackpressureError(f"rule 1.1: publisher sent more than the {self.prefetch} items requested")
             )
@@ -81,7 +79,7 @@ class _BufferingSubscriber(Subscriber[Any]):
             self._wake()
             return
         queue.extend(items[:room])  # what was requested; the next one breaks rule 1.1
-        self.subscription.cancel()  # type: ignore[union-attr]
+        self.subscription.cancel()  # type: ignore[union-attr]  # set by on_subscribe first
         self._terminate(
             MissingBackpressureError(f"rule 1.1: publisher sent more than the {self.prefetch} items requested")
         )
@@ -159,7 +157,7 @@ class PublisherIterator:
         limit = self._limit
         if self._consumed >= limit and not subscriber.terminal:
             self._consumed = 0
-            subscriber.subscription.request(limit)  # type: ignore[union-attr]
+            subscriber.subscription.request(limit)  # type: ignore[union-attr]  # set by on_subscribe first
             await trio.lowlevel.cancel_shielded_checkpoint()
         self._run = self._countdown = max(1, min(CANCEL_CHECK_INTERVAL, limit - self._consumed))
         return item

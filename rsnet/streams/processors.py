@@ -28,6 +28,7 @@ from .rules import (
     check_subscriber,
     invalid_request,
     report_undeliverable,
+    validate_subscription,
 )
 from .subscriptions import DrainLoop, deliver_safely
 
@@ -82,9 +83,8 @@ class MulticastProcessor(DrainLoop, Processor[Any, Any]):
     # -- Subscriber side --------------------------------------------------------------------
 
     def on_subscribe(self, subscription: Subscription) -> None:
-        check_signal_argument(subscription, "on_subscribe")
-        if self._upstream is not None or self._done:
-            subscription.cancel()  # rule 2.5, or nobody is left to receive anything
+        # After the last subscriber left (done), nobody is left to receive anything.
+        if not validate_subscription(self._upstream, subscription, wanted=not self._done):
             return
         self._upstream = subscription
         subscription.request(self._buffer_size)
@@ -94,7 +94,7 @@ class MulticastProcessor(DrainLoop, Processor[Any, Any]):
         if self._done:
             return
         if len(self._queue) >= self._buffer_size:
-            self._upstream.cancel()  # type: ignore[union-attr]
+            self._upstream.cancel()  # type: ignore[union-attr]  # set by on_subscribe first
             self.on_error(MissingBackpressureError("rule 1.1: upstream exceeded the demand"))
             return
         self._queue.append(item)
@@ -154,7 +154,8 @@ class MulticastProcessor(DrainLoop, Processor[Any, Any]):
         for subscription in [s for s in self._subscriptions if s.error is not None]:
             subscriber, error = subscription.subscriber, subscription.error
             subscription.cancel()
-            deliver_safely(subscriber.on_error, error)  # type: ignore[union-attr] - rule 3.9
+            if subscriber is not None:  # None: it cancelled after its bad request
+                deliver_safely(subscriber.on_error, error)  # rule 3.9
 
     def _emit_in_lockstep(self) -> None:
         queue = self._queue
@@ -168,12 +169,12 @@ class MulticastProcessor(DrainLoop, Processor[Any, Any]):
                     continue
                 if subscription.requested != MAX_DEMAND:
                     subscription.requested -= 1
-                if not deliver_safely(subscription.subscriber.on_next, item):  # type: ignore[union-attr]
+                if not deliver_safely(subscription.subscriber.on_next, item):  # type: ignore[union-attr]  # None only once cancelled, skipped above
                     subscription.cancel()
             self._consumed += 1
             if self._consumed == self._limit and not self._done:
                 self._consumed = 0
-                self._upstream.request(self._limit)  # type: ignore[union-attr]
+                self._upstream.request(self._limit)  # type: ignore[union-attr]  # set by on_subscribe first
             if self._missed:
                 self._reject_bad_requests()
 

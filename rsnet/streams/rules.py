@@ -14,7 +14,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # for annotations only: at run time this module needs no other
+    from .interfaces import Subscription
 
 MAX_DEMAND = 2**63 - 1
 """Demand at or above this is unbounded (rule 3.17)."""
@@ -47,6 +50,27 @@ def check_signal_argument(value: Any, signal: str) -> None:
     """A ``None`` subscription, item or error must raise (rule 2.13)."""
     if value is None:
         raise TypeError(f"rule 2.13: {signal}(None) is not allowed")
+
+
+def validate_subscription(current: Subscription | None, new: Subscription, *, wanted: bool = True) -> bool:
+    """Whether a subscriber that holds ``current`` may keep ``new``, given to its ``on_subscribe``.
+
+    Every ``on_subscribe`` starts with it (RxJava's ``SubscriptionHelper.validate``):
+
+        if not validate_subscription(self.upstream, subscription):
+            return
+        self.upstream = subscription
+
+    Raises ``TypeError`` for a ``None`` subscription (rule 2.13). A subscriber that already has
+    a subscription (``current`` is not None) cancels the new one and answers False (rule 2.5);
+    so does one that no longer wants any (``wanted`` false: its stream already ended or its
+    downstream cancelled), since nobody would ever request from or cancel it otherwise.
+    """
+    check_signal_argument(new, "on_subscribe")
+    if current is not None or not wanted:
+        new.cancel()
+        return False
+    return True
 
 
 _undeliverable_handler: Callable[[BaseException], None] | None = None

@@ -4,6 +4,9 @@ They emit from inside ``request`` (rule 3.10 allows it), up to the demand and no
 (rule 1.1), through the one drain loop of :class:`EmittingSubscription` so that ``request``
 from ``on_next`` does not recurse (rule 3.3). Each subscription gets a fresh iterator, so a
 re-iterable source (a list, a ``range``) supports any number of subscribers (rule 1.11).
+An iterable's first item is fetched in ``subscribe``, so one that is empty or fails at once
+completes or fails without waiting for a request: a terminal signal needs no demand (rules
+1.4, 1.5, 1.9).
 """
 
 from __future__ import annotations
@@ -36,10 +39,10 @@ class _IteratorSubscription(EmittingSubscription):
 
     __slots__ = ("_ahead", "_iterator", "_many")
 
-    def __init__(self, subscriber: Subscriber[Any], iterator: Iterator[Any]) -> None:
+    def __init__(self, subscriber: Subscriber[Any], iterator: Iterator[Any], first: Any = _UNFETCHED) -> None:
         super().__init__(subscriber)
         self._iterator = iterator
-        self._ahead = _UNFETCHED
+        self._ahead = first  # an item already fetched from the iterator, or _UNFETCHED
         self._many = getattr(subscriber, "on_next_many", None) is not None
 
     def _emit_many(self) -> bool:
@@ -108,12 +111,23 @@ class IterablePublisher(Publisher[Any]):
 
     def subscribe(self, subscriber: Subscriber[Any]) -> None:
         check_subscriber(subscriber)
+        # The first item is fetched now, as RxJava's fromIterable asks hasNext() first: an
+        # empty or failing iterable terminates without any request (rules 1.4, 1.5, 1.9; the
+        # TCK's createFailedPublisher, e.g. concat(range_(0, 0), error(...))).
         try:
             iterator = iter(self._iterable)
+            first = next(iterator)
+        except StopIteration:
+            subscriber.on_subscribe(NOOP_SUBSCRIPTION)
+            subscriber.on_complete()
+            return
         except Exception as error:
             subscribe_failed(subscriber, error)
             return
-        subscriber.on_subscribe(_IteratorSubscription(subscriber, iterator))
+        if first is None:
+            subscribe_failed(subscriber, TypeError("rule 2.13: the iterable produced None"))
+            return
+        subscriber.on_subscribe(_IteratorSubscription(subscriber, iterator, first))
 
 
 def from_iterable(iterable: Iterable[Any]) -> Publisher[Any]:

@@ -10,6 +10,8 @@
   subscribe to one upstream after another (concat, retry), as RxJava's ``SubscriptionArbiter``.
 - :class:`DrainLoop`: the queue-drain serialization of the multi-source stages (flat_map, zip,
   the backpressure strategies, the multicast processor).
+- :class:`CoordinatingLoop`: a drain loop with the one "first error wins" slot of the stages
+  that coordinate several upstreams (flat_map, zip).
 - :class:`PrefetchingInner`: one of several upstreams of a coordinating operator (flat_map,
   zip), buffering a bounded prefetch for the operator's drain loop.
 - :func:`subscribe_failed`: ``on_subscribe`` then ``on_error``, for publishers that reject.
@@ -32,6 +34,7 @@ from .rules import (
     check_signal_argument,
     invalid_request,
     report_undeliverable,
+    validate_subscription,
 )
 
 
@@ -139,7 +142,7 @@ class EmittingSubscription(Subscription):
         """Deliver one item; the caller has checked ``requested > 0`` (rule 1.1)."""
         if self.requested != MAX_DEMAND:
             self.requested -= 1
-        if not deliver_safely(self._subscriber.on_next, item):  # type: ignore[union-attr]
+        if not deliver_safely(self._subscriber.on_next, item):  # type: ignore[union-attr]  # None only once cancelled, and the drain loop stops then
             self.cancel()
 
     def _signal_many(self, items: list[Any]) -> None:
@@ -147,7 +150,7 @@ class EmittingSubscription(Subscription):
         the subscriber has it, that ``requested >= len(items)`` and that no item is None."""
         if self.requested != MAX_DEMAND:
             self.requested -= len(items)
-        if not deliver_safely(self._subscriber.on_next_many, items):  # type: ignore[union-attr]
+        if not deliver_safely(self._subscriber.on_next_many, items):  # type: ignore[union-attr]  # None only once cancelled, and the drain loop stops then
             self.cancel()
 
     def _signal_error(self, error: BaseException) -> None:
@@ -211,9 +214,7 @@ class ForwardingSubscriber(Subscriber[Any], Subscription):
         self.done = False
 
     def on_subscribe(self, subscription: Subscription) -> None:
-        check_signal_argument(subscription, "on_subscribe")
-        if self.upstream is not None:
-            subscription.cancel()  # rule 2.5
+        if not validate_subscription(self.upstream, subscription):
             return
         self.upstream = subscription
         self.downstream.on_subscribe(self)
@@ -240,20 +241,20 @@ class ForwardingSubscriber(Subscriber[Any], Subscription):
         downstream.on_complete()
 
     def request(self, n: int) -> None:
-        self.upstream.request(n)  # type: ignore[union-attr]
+        self.upstream.request(n)  # type: ignore[union-attr]  # set by on_subscribe first
 
     def cancel(self) -> None:
         self.downstream = DISCARD  # rule 3.13
-        self.upstream.cancel()  # type: ignore[union-attr]
+        self.upstream.cancel()  # type: ignore[union-attr]  # set by on_subscribe first
 
     def fail(self, error: BaseException) -> None:
         """Cancel upstream and signal ``error`` downstream (e.g. a user function raised)."""
-        self.upstream.cancel()  # type: ignore[union-attr]
+        self.upstream.cancel()  # type: ignore[union-attr]  # set by on_subscribe first
         self.on_error(error)
 
     def complete_early(self) -> None:
         """Cancel upstream and complete downstream (e.g. ``take`` has all it wanted)."""
-        self.upstream.cancel()  # type: ignore[union-attr]
+        self.upstream.cancel()  # type: ignore[union-attr]  # set by on_subscribe first
         self.on_complete()
 
 
@@ -312,11 +313,11 @@ class DrainLoop:
     Whoever calls :meth:`drain` while the loop is running only marks it as missed, and the
     running loop goes round once more: so however requests and upstream signals interleave,
     and from whatever stack, the stage's signals never overlap or nest (rules 1.3, 3.3).
-    Subclasses define the slots ``_draining`` and ``_missed`` (both False initially) and
+    Subclasses set ``_draining`` and ``_missed`` to False in their ``__init__`` and define
     :meth:`_drain_step`.
     """
 
-    __slots__ = ()
+    __slots__ = ("_draining", "_missed")
     _draining: bool
     _missed: bool
 
@@ -336,6 +337,26 @@ class DrainLoop:
     def _drain_step(self) -> bool:
         """Emit what can be emitted now; return True once the stage has terminated."""
         raise NotImplementedError
+
+
+class CoordinatingLoop(DrainLoop):
+    """The drain loop of an operator fed by several upstreams (flat_map, zip): the first error wins.
+
+    Any upstream's error, and the operator's own (rule 3.9), goes through :meth:`inner_error`:
+    the first is kept in ``_error`` for the drain loop to signal downstream; every later one
+    is undeliverable (rule 1.7), however the upstreams interleave. Subclasses set ``_error``
+    to None in their ``__init__`` and end the stream in ``_drain_step`` once it is set.
+    """
+
+    __slots__ = ("_error",)
+    _error: BaseException | None
+
+    def inner_error(self, error: BaseException) -> None:
+        if self._error is None:
+            self._error = error
+        else:
+            report_undeliverable(error)
+        self.drain()
 
 
 class Coordinator(Protocol):
@@ -366,9 +387,7 @@ class PrefetchingInner(Subscriber[Any]):
         self._consumed = 0
 
     def on_subscribe(self, subscription: Subscription) -> None:
-        check_signal_argument(subscription, "on_subscribe")
-        if self.subscription is not None or self._parent.cancelled:
-            subscription.cancel()  # rule 2.5, or the whole stream is gone
+        if not validate_subscription(self.subscription, subscription, wanted=not self._parent.cancelled):
             return
         self.subscription = subscription
         subscription.request(self._parent.prefetch)
@@ -402,7 +421,7 @@ class PrefetchingInner(Subscriber[Any]):
         self._consumed += count
         if self._consumed >= self._parent.limit and not self.done:
             amount, self._consumed = self._consumed, 0
-            self.subscription.request(amount)  # type: ignore[union-attr]
+            self.subscription.request(amount)  # type: ignore[union-attr]  # set by on_subscribe first
 
     def cancel(self) -> None:
         self.done = True

@@ -21,7 +21,7 @@ from typing import Any
 import trio
 
 from .interfaces import Publisher, Subscriber, Subscription
-from .rules import MissingBackpressureError, check_signal_argument, check_subscriber
+from .rules import MissingBackpressureError, check_signal_argument, check_subscriber, validate_subscription
 
 
 class ThreadSafeSubscription(Subscription):
@@ -108,9 +108,7 @@ class _QueueSubscriber(Subscriber[Any]):
         self._terminated = False
 
     def on_subscribe(self, subscription: Subscription) -> None:
-        check_signal_argument(subscription, "on_subscribe")
-        if self.subscription is not None:
-            subscription.cancel()  # rule 2.5
+        if not validate_subscription(self.subscription, subscription):
             return
         self.subscription = subscription
         subscription.request(self._prefetch)
@@ -120,7 +118,7 @@ class _QueueSubscriber(Subscriber[Any]):
         if self._terminated:
             return  # rule 2.8: late items after we cancelled
         if self._queue.qsize() >= self._prefetch:
-            self.subscription.cancel()  # type: ignore[union-attr]
+            self.subscription.cancel()  # type: ignore[union-attr]  # set by on_subscribe first
             self._terminate(_Failed(MissingBackpressureError("rule 1.1: more items than requested")))
             return
         self._queue.put_nowait(item)
@@ -177,7 +175,7 @@ def blocking_iterate(
 
 
 def _request(subscriber: _QueueSubscriber, n: int) -> None:
-    subscriber.subscription.request(n)  # type: ignore[union-attr]
+    subscriber.subscription.request(n)  # type: ignore[union-attr]  # set by on_subscribe first
 
 
 def _cancel(subscriber: _QueueSubscriber) -> None:

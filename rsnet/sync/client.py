@@ -1,9 +1,9 @@
 """The blocking client: the sans-I/O protocol driven over a blocking socket, in the caller's thread.
 
     with rsnet.sync.connect("tcp://127.0.0.1:7600", token=...) as client:
-        for item in client.subscribe("range", prefetch=256, start=0, count=10):
+        for item in client.subscribe("range", {"start": 0, "count": 10}, prefetch=256):
             ...
-        client.offer("uploads", rows, table="t")   # sent as the server's demand allows
+        client.offer("uploads", rows, {"table": "t"})   # sent as the server's demand allows
 
 There is no event loop and no background thread: the connection is read only while a call
 into the client waits (a ``next()`` on a subscription whose buffer is empty, ``offer``,
@@ -13,8 +13,10 @@ interval of sending nothing, and gives up after three intervals without receivin
 consumer that holds an item for longer than three of the server's keepalive intervals is
 dropped by the server, and sees ConnectionLost(TIMEOUT) on its next call. One thread at a time.
 
-Demand policy, as the trio client's: ``subscribe(prefetch=N)`` requests N with the SUBSCRIBE,
-then N - N//4 each time that many items have been consumed, sent at once. Items of a stream
+The rules it shares with the trio client (URLs, handshake, keepalive, close policy, the refill
+rule, the errors raised) are :mod:`rsnet.client_rules`'s, and its method names match the trio
+client's (``close`` for ``aclose``). Demand policy: ``subscribe(prefetch=N)`` requests N with the
+SUBSCRIBE, then N - N//4 each time that many items have been consumed, sent at once. Items of a stream
 are buffered until its iterator takes them, and the protocol refuses items beyond the demand
 granted (FLOW_CONTROL), so a stream nobody reads holds at most ``prefetch`` items.
 
@@ -28,13 +30,27 @@ import contextlib
 import ssl
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
-from ..errors import ConnectionLost, StreamError, error_frame_fields
+from ..client_rules import (
+    DEFAULT_KEEPALIVE,
+    DEFAULT_PREFETCH,
+    FLUSH_TIMEOUT,
+    HANDSHAKE_TIMEOUT,
+    Due,
+    Keepalive,
+    NoPublicConstructor,
+    Refill,
+    client_connection,
+    close_connection,
+    connection_lost,
+    handshake_outcome,
+    handshake_timed_out,
+    stream_params,
+)
+from ..errors import ConnectionLost, StreamError, TransportClosed, error_frame_fields
 from ..protocol import (
-    DEFAULT_HANDSHAKE_TIMEOUT,
-    DEFAULT_KEEPALIVE_INTERVAL,
     DEFAULT_MAX_FRAME_SIZE,
     MAX_INT,
     Cancel,
@@ -42,19 +58,12 @@ from ..protocol import (
     Connection,
     ConnectionClosed,
     Error,
-    ErrorCode,
     GoAway,
     Items,
     LocalProtocolError,
-    Role,
     Welcome,
 )
-from .transport import Transport, open_transport
-
-DEFAULT_PREFETCH = 256
-
-FLUSH_TIMEOUT = 1.0
-"""Seconds ``close`` waits for the server to close after our last frame."""
+from .transport import BlockingTransport, open_transport
 
 OFFER_CHUNK = 1024
 """Items ``offer`` encodes between two writes and two looks at what the server sent."""
@@ -75,7 +84,7 @@ class _Stream:
         self.error: BaseException | None = None
 
 
-class BlockingClient:
+class BlockingClient(metaclass=NoPublicConstructor):
     """An open connection to an rsnet server, made by :func:`connect`; used from one thread at
     a time (see the module docstring).
 
@@ -85,21 +94,20 @@ class BlockingClient:
     every stream open on it and in every later call.
     """
 
-    def __init__(self, transport: Transport, conn: Connection, events: list[Any], liveness_ms: int) -> None:
+    def __init__(
+        self, transport: BlockingTransport, conn: Connection, events: list[Any], keepalive_interval: float
+    ) -> None:
         self._transport = transport
         self._conn = conn
         self.peer = transport.peer
-        # The WELCOME's keepalive interval; if the server turned keepalive off, our own
-        # proposal still bounds how long a wait can last without a byte from the server.
-        interval_ms = conn.keepalive_interval or liveness_ms
-        self._interval = interval_ms / 1000 if interval_ms else None
-        transport.send_timeout = 3 * self._interval if self._interval else None
+        self._keepalive = Keepalive.negotiated(conn, keepalive_interval, time.monotonic())
+        interval = self._keepalive.interval
+        transport.send_timeout = 3 * interval if interval else None
         self._streams: dict[int, _Stream] = {}
         self._lost: ConnectionLost | None = None
         self._peer_going_away = False
         self._busy = False
         self._deferred_cancels: list[int] = []
-        self._last_sent = self._last_received = time.monotonic()
         with self._io():
             self._dispatch(events)
             self._flush()
@@ -111,7 +119,14 @@ class BlockingClient:
 
     # -- the public operations -------------------------------------------------------------------
 
-    def subscribe(self, name: str, *, prefetch: int = DEFAULT_PREFETCH, **params: Any) -> Iterator[Any]:
+    def subscribe(
+        self,
+        name: str,
+        params: Mapping[str, Any] | None = None,
+        *,
+        prefetch: int = DEFAULT_PREFETCH,
+        limit: int | None = None,
+    ) -> Iterator[Any]:
         """The items of the server's publisher ``name``, as a generator.
 
         The stream opens on the first ``next()`` and requests ``prefetch`` items at most in
@@ -119,12 +134,15 @@ class BlockingClient:
         raised from it as :class:`StreamError` (after the items that came before it), the end
         of the connection as :class:`ConnectionLost`. Closing the generator before its end
         (``close()``, or dropping it) cancels the stream. Several may be open at once.
-        """
-        if type(prefetch) is not int or prefetch < 1:
-            raise ValueError(f"prefetch must be a positive int, got {prefetch!r}")
-        return self._items(name, params or None, min(prefetch, MAX_INT))
 
-    def offer(self, name: str, iterable: Iterable[Any], **params: Any) -> None:
+        ``limit``: at most that many items. The demand sent never adds up to more, so the
+        server sends nothing beyond them (exact demand for a known count); the stream is
+        cancelled once they were taken, unless it ended first.
+        """
+        refill = Refill(prefetch, limit)
+        return self._items(name, stream_params(params), refill, limit)
+
+    def offer(self, name: str, iterable: Iterable[Any], params: Mapping[str, Any] | None = None) -> None:
         """Push the items of ``iterable`` to the server's sink ``name``, then complete.
 
         Items are taken from the iterable only as the server requests them: this blocks
@@ -140,7 +158,8 @@ class BlockingClient:
         """
         items = iter(iterable)
         conn = self._conn
-        stream_id, stream = self._open(lambda: conn.send_offer(name, params or None))
+        sent_params = stream_params(params)
+        stream_id, stream = self._open(lambda: conn.send_offer(name, sent_params))
         try:
             while True:
                 self._pump(lambda: stream.ended or conn.outstanding_demand(stream_id))
@@ -166,13 +185,7 @@ class BlockingClient:
         if self._lost is not None:
             return
         with self._io():
-            if self._conn.stream_count:
-                message = "the client closed the connection"
-                self._conn.send_conn_error(ErrorCode.GOING_AWAY, message)
-                lost = ConnectionLost(f"closed locally: {message}", ErrorCode.GOING_AWAY)
-            else:
-                self._conn.send_go_away("the client is done")
-                lost = ConnectionLost("closed locally")
+            lost = close_connection(self._conn)
             self._flush()
             self._end(lost, linger=FLUSH_TIMEOUT)
 
@@ -198,12 +211,13 @@ class BlockingClient:
             self._flush()
         return stream_id, stream
 
-    def _items(self, name: str, params: Any, prefetch: int) -> Iterator[Any]:
+    def _items(self, name: str, params: Any, refill: Refill, limit: int | None) -> Iterator[Any]:
+        if limit == 0:
+            return
         conn = self._conn
-        stream_id, stream = self._open(lambda: conn.send_subscribe(name, params, initial_demand=prefetch))
+        stream_id, stream = self._open(lambda: conn.send_subscribe(name, params, initial_demand=refill.initial))
         buffered = stream.items
-        limit = prefetch - prefetch // 4
-        consumed = 0
+        left = MAX_INT if limit is None else limit
         try:
             while True:
                 if not buffered:
@@ -212,12 +226,13 @@ class BlockingClient:
                         if stream.error is not None:
                             raise stream.error
                         return
-                consumed += 1
-                if consumed == limit:
-                    consumed = 0
-                    if not stream.ended:
-                        self._request(stream_id, limit)
+                wanted = refill.consumed()
+                if wanted and not stream.ended:
+                    self._request(stream_id, wanted)
+                left -= 1
                 yield buffered.popleft()
+                if not left:
+                    return  # the stream is cancelled below, unless it has ended
         finally:
             self._abandon(stream_id, stream)
 
@@ -302,14 +317,14 @@ class BlockingClient:
             return
         try:
             self._transport.send(chunks)
-        except ConnectionLost as error:
+        except TransportClosed as error:
             self._end(error)
             return
         except BaseException:
             # Interrupted mid-write (KeyboardInterrupt): a frame may be cut in half.
             self._end(ConnectionLost("interrupted while sending: the connection is unusable"))
             raise
-        self._last_sent = time.monotonic()
+        self._keepalive.last_sent = time.monotonic()
 
     def _pump(self, done: Callable[[], object]) -> None:
         """Flush, then receive and dispatch until ``done()`` or the end of the connection.
@@ -321,20 +336,20 @@ class BlockingClient:
         with self._io():
             self._flush()
             watching_since = time.monotonic()
-            interval = self._interval
+            keepalive = self._keepalive
             while not done() and self._lost is None:
-                if interval is None:
+                if keepalive.interval is None:
                     self._receive(None)
                     continue
                 now = time.monotonic()
-                dead_at = max(self._last_received, watching_since) + 3 * interval
-                if now >= dead_at:
-                    self._time_out(3 * interval)
-                elif now >= self._last_sent + interval:
+                due, next_look = keepalive.due(now, watching_since)
+                if due is Due.DEAD:
+                    self._time_out()
+                elif due is Due.PING:
                     self._conn.send_ping()
                     self._flush()
                 else:
-                    self._receive(min(dead_at, self._last_sent + interval) - now)
+                    self._receive(next_look - now)
 
     def _receive(self, timeout: float | None) -> None:
         """Receive once (waiting up to ``timeout``; 0: only what has arrived) and dispatch."""
@@ -342,10 +357,10 @@ class BlockingClient:
             data = self._transport.receive(timeout)
         except TimeoutError:
             return
-        except ConnectionLost as error:
+        except TransportClosed as error:
             self._end(error)
             return
-        self._last_received = time.monotonic()
+        self._keepalive.last_received = time.monotonic()
         conn = self._conn
         if data is None:
             conn.receive_eof()
@@ -372,9 +387,7 @@ class BlockingClient:
                     stream.ended = True
                     stream.error = StreamError(event.code, event.message, event.data)
             elif kind is ConnectionClosed:
-                how = "" if event.code is None else f" with {StreamError(event.code).code_name}"
-                detail = f": {event.message}" if event.message else ""
-                lost = ConnectionLost(f"connection to {self.peer} ended{how}{detail}", event.code, event.data)
+                lost = connection_lost(event, self.peer)
                 if event.by_peer:
                     self._end(lost)
                 else:  # we caught the server breaking the protocol: our CONN_ERROR says why
@@ -386,12 +399,11 @@ class BlockingClient:
             # Pong: any byte received counts as alive. The server cannot open streams here:
             # we announce max_streams 0, so the protocol refuses them itself.
 
-    def _time_out(self, silence: float) -> None:
-        message = f"nothing received for {silence:g} s"
-        self._conn.send_conn_error(ErrorCode.TIMEOUT, message)
+    def _time_out(self) -> None:
+        lost = self._keepalive.timed_out(self._conn, self.peer)
         self._transport.send_timeout = FLUSH_TIMEOUT  # best effort: the server is likely gone
         self._flush()
-        self._end(ConnectionLost(f"connection to {self.peer} timed out: {message}", ErrorCode.TIMEOUT))
+        self._end(lost)
 
     def _end(self, error: ConnectionLost, *, linger: float = 0.0) -> None:
         """The connection is over: every stream still open ends with ``error``."""
@@ -411,9 +423,9 @@ def connect(
     *,
     token: str | bytes | None = None,
     ssl_context: ssl.SSLContext | None = None,
-    timeout: float = DEFAULT_HANDSHAKE_TIMEOUT / 1000,
+    timeout: float = HANDSHAKE_TIMEOUT,
     max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
-    keepalive_interval_ms: int = DEFAULT_KEEPALIVE_INTERVAL,
+    keepalive_interval: float = DEFAULT_KEEPALIVE,
 ) -> BlockingClient:
     """Connect to ``url`` (``tcp://host:port``, ``tls://host:port``, ``ws://host:port/path``,
     ``wss://host:port/path``) and complete the handshake within ``timeout`` seconds (TCP,
@@ -421,33 +433,34 @@ def connect(
 
     ``token`` is the server's auth token; ``ssl_context`` the TLS context for ``tls``/``wss``
     (default: the system's trust store); ``max_frame_size`` the largest frame (and WebSocket
-    message) this side accepts; ``keepalive_interval_ms`` our proposal (the server decides).
+    message) this side accepts; ``keepalive_interval`` our proposal in seconds (the server
+    decides, SPEC 10.1).
 
-    Raises ValueError for an unusable URL, and :class:`ConnectionLost` if the server cannot be
-    reached, refuses the connection (``code``: UNAUTHORIZED for a bad token, and so on), or
-    does not complete the handshake in time (``code`` TIMEOUT). Use the client as a context
-    manager, or call :meth:`BlockingClient.close`.
+    Raises ValueError for an unusable URL, :class:`~rsnet.errors.TransportClosed` if the server
+    cannot be reached, and :class:`~rsnet.errors.HandshakeError` if it refuses the connection
+    (``code``: UNAUTHORIZED for a bad token, and so on) or does not complete the handshake in
+    time (``code`` TIMEOUT) — both :class:`~rsnet.errors.ConnectionLost`, exactly as the trio
+    client. Use the client as a context manager, or call :meth:`BlockingClient.close`.
     """
     deadline = time.monotonic() + timeout
     transport = open_transport(url, ssl_context=ssl_context, max_frame_size=max_frame_size, deadline=deadline)
-    conn = Connection(
-        Role.CLIENT,
-        max_frame_size=max_frame_size,
-        max_streams=0,  # this client hosts nothing: the server may not open streams to it
-        keepalive_interval=keepalive_interval_ms,
-        auth_token=token,
+    # This client hosts nothing: the server may not open streams to it (max_streams 0).
+    conn = client_connection(
+        token=token, max_frame_size=max_frame_size, max_streams=0, keepalive_interval=keepalive_interval
     )
     try:
         events = _handshake(transport, conn, deadline, timeout)
     except BaseException:
         transport.close()
         raise
-    return BlockingClient(transport, conn, events, keepalive_interval_ms)
+    return BlockingClient._create(transport, conn, events, keepalive_interval)
 
 
-def _handshake(transport: Transport, conn: Connection, deadline: float, timeout: float) -> list[Any]:
-    """Send HELLO and receive until WELCOME; returns the events that came after it."""
+def _handshake(transport: BlockingTransport, conn: Connection, deadline: float, timeout: float) -> list[Any]:
+    """Send HELLO and receive until WELCOME; returns the events that came after it. Each step
+    is :func:`rsnet.client_rules.handshake_outcome`, as in the trio client."""
     transport.send(conn.data_to_send_messages())
+    received: list[Any] = []
     while (remaining := deadline - time.monotonic()) > 0:
         try:
             data = transport.receive(remaining)
@@ -457,24 +470,24 @@ def _handshake(transport: Transport, conn: Connection, deadline: float, timeout:
             conn.receive_eof()
         elif data:
             conn.receive_data(data)
-        events = conn.events_received()
-        for index, event in enumerate(events):
-            if isinstance(event, Welcome):
-                return events[index + 1 :]
-            if isinstance(event, ConnectionClosed):
-                _send_last_words(transport, conn)  # our CONN_ERROR, if the server broke the protocol
-                reason = event.message or "closed during the handshake"
-                raise ConnectionLost(f"handshake with {transport.peer} failed: {reason}", event.code, event.data)
-    conn.send_conn_error(ErrorCode.TIMEOUT, f"no handshake within {timeout:g} s")
+        received += conn.events_received()
+        try:
+            rest = handshake_outcome(received, Welcome, transport.peer)
+        except BaseException:
+            _send_last_words(transport, conn)  # our CONN_ERROR, if the server broke the protocol
+            raise
+        if rest is not None:
+            return rest
+    failure = handshake_timed_out(conn, timeout, transport.peer)
     _send_last_words(transport, conn)
-    raise ConnectionLost(f"handshake with {transport.peer} timed out after {timeout:g} s", ErrorCode.TIMEOUT)
+    raise failure
 
 
-def _send_last_words(transport: Transport, conn: Connection) -> None:
+def _send_last_words(transport: BlockingTransport, conn: Connection) -> None:
     chunks = conn.data_to_send_messages()
     if chunks:
         transport.send_timeout = FLUSH_TIMEOUT
         try:
             transport.send(chunks)
-        except ConnectionLost:
+        except TransportClosed:
             pass

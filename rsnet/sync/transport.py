@@ -4,7 +4,8 @@ A transport moves protocol bytes over one socket owned by the calling thread; it
 of frames or streams. Every wait is bounded by the timeout it is given: ``receive`` raises
 :class:`TimeoutError` when nothing arrived in time, and a send that makes no progress for
 ``send_timeout`` seconds ends the connection (a frame cut in half cannot be resumed). A broken
-transport raises :class:`~rsnet.errors.ConnectionLost`.
+transport raises :class:`~rsnet.errors.TransportClosed` (a ConnectionLost), as the trio
+transports do.
 
 WebSocket runs websockets' sans-I/O ``ClientProtocol`` directly on the socket, binary messages
 only, subprotocol ``rsnet`` (SPEC.md section 2.2), as the trio transport does.
@@ -17,19 +18,19 @@ from __future__ import annotations
 import socket
 import ssl
 import time
-import urllib.parse
 
 from websockets.client import ClientProtocol
 from websockets.exceptions import InvalidURI
 from websockets.frames import Frame, Opcode
 from websockets.protocol import State
+from websockets.typing import Subprotocol
 from websockets.uri import parse_uri
 
-from ..errors import ConnectionLost
+from ..client_rules import parse_endpoint
+from ..errors import TransportClosed
 
-SCHEMES = ("tcp", "tls", "ws", "wss")
 RECEIVE_SIZE = 65536
-SUBPROTOCOL = "rsnet"
+SUBPROTOCOL = Subprotocol("rsnet")
 
 
 def _recv(sock: socket.socket, timeout: float | None, peer: str) -> bytes:
@@ -41,7 +42,7 @@ def _recv(sock: socket.socket, timeout: float | None, peer: str) -> bytes:
         # A zero timeout makes the socket non-blocking: "nothing yet" is then EAGAIN.
         raise TimeoutError from None
     except OSError as error:
-        raise ConnectionLost(f"receive from {peer} failed: {error!r}") from error
+        raise TransportClosed(f"receive from {peer} failed: {error!r}") from error
 
 
 def _send_all(sock: socket.socket, data: bytes | bytearray, timeout: float | None, peer: str) -> None:
@@ -53,9 +54,9 @@ def _send_all(sock: socket.socket, data: bytes | bytearray, timeout: float | Non
             sock.settimeout(timeout)
             view = view[sock.send(view) :]
     except TimeoutError as error:
-        raise ConnectionLost(f"send to {peer} made no progress for {timeout:g} s") from error
+        raise TransportClosed(f"send to {peer} made no progress for {timeout:g} s") from error
     except OSError as error:
-        raise ConnectionLost(f"send to {peer} failed: {error!r}") from error
+        raise TransportClosed(f"send to {peer} failed: {error!r}") from error
 
 
 def _drain(sock: socket.socket, seconds: float) -> None:
@@ -72,7 +73,7 @@ def _drain(sock: socket.socket, seconds: float) -> None:
         return
 
 
-class SocketTransport:
+class BlockingSocketTransport:
     """TCP, or TLS over TCP: the protocol's byte stream as is."""
 
     message_based = False
@@ -82,7 +83,7 @@ class SocketTransport:
         self.send_timeout = send_timeout
         self._sock = sock
 
-    def send(self, chunks: list[bytes]) -> None:
+    def send(self, chunks: list[bytes] | list[bytearray]) -> None:
         _send_all(self._sock, chunks[0] if len(chunks) == 1 else b"".join(chunks), self.send_timeout, self.peer)
 
     def receive(self, timeout: float | None) -> bytes | None:
@@ -107,7 +108,7 @@ class SocketTransport:
         self._sock.close()
 
 
-class WebSocketTransport:
+class BlockingWebSocketTransport:
     """A WebSocket: each ``send`` chunk is one binary message; ``receive`` returns the payload
     of the binary frames that arrived, concatenated (frames never span messages, SPEC 2.2,
     so the protocol's byte-stream decoder reads them as one stream)."""
@@ -122,9 +123,9 @@ class WebSocketTransport:
         self._payload = bytearray()
         self._eof = False
 
-    def send(self, chunks: list[bytes]) -> None:
+    def send(self, chunks: list[bytes] | list[bytearray]) -> None:
         if self._protocol.state is not State.OPEN:
-            raise ConnectionLost(f"the WebSocket to {self.peer} is closing")
+            raise TransportClosed(f"the WebSocket to {self.peer} is closing")
         for chunk in chunks:
             self._protocol.send_binary(chunk)
         self._write()
@@ -153,7 +154,7 @@ class WebSocketTransport:
             if event.opcode is Opcode.TEXT:
                 protocol.fail(1003, "rsnet uses binary messages only")
                 self._write()
-                raise ConnectionLost(f"{self.peer} sent a text message")
+                raise TransportClosed(f"{self.peer} sent a text message")
             if event.opcode in (Opcode.BINARY, Opcode.CONT):
                 self._payload += event.data
         self._write()  # pongs and the closing handshake's reply
@@ -171,16 +172,16 @@ class WebSocketTransport:
         self._write()
         while protocol.state is State.CONNECTING:
             if self._eof:
-                raise ConnectionLost(f"{self.peer} closed during the WebSocket handshake")
+                raise TransportClosed(f"{self.peer} closed during the WebSocket handshake")
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise ConnectionLost(f"WebSocket handshake with {self.peer} timed out")
+                raise TransportClosed(f"WebSocket handshake with {self.peer} timed out")
             try:
                 self._receive_into_payload(remaining)
             except TimeoutError:
                 continue
         if protocol.state is not State.OPEN:
-            raise ConnectionLost(f"WebSocket handshake with {self.peer} failed: {protocol.handshake_exc}")
+            raise TransportClosed(f"WebSocket handshake with {self.peer} failed: {protocol.handshake_exc}")
 
     def close(self, linger: float = 0.0) -> None:
         """Close; with ``linger``, first start the closing handshake and wait that long for
@@ -189,33 +190,31 @@ class WebSocketTransport:
             self._protocol.send_close(1000)
             try:
                 self._write()
-            except ConnectionLost:
+            except TransportClosed:
                 pass
             else:
                 _drain(self._sock, linger)
         self._sock.close()
 
 
-Transport = SocketTransport | WebSocketTransport
+BlockingTransport = BlockingSocketTransport | BlockingWebSocketTransport
 
 
-def open_transport(url: str, *, ssl_context: ssl.SSLContext | None, max_frame_size: int, deadline: float) -> Transport:
-    """Connect to ``url`` (see :data:`SCHEMES`) and complete TLS and WebSocket handshakes
-    before ``deadline`` (a ``time.monotonic()`` value).
+def open_transport(
+    url: str, *, ssl_context: ssl.SSLContext | None, max_frame_size: int, deadline: float
+) -> BlockingTransport:
+    """Connect to ``url`` (see :func:`rsnet.client_rules.parse_endpoint`) and complete TLS and
+    WebSocket handshakes before ``deadline`` (a ``time.monotonic()`` value).
 
-    Raises ValueError for a URL it cannot use, ConnectionLost if the server cannot be reached
+    Raises ValueError for a URL it cannot use, TransportClosed if the server cannot be reached
     or a handshake fails or times out.
     """
-    parsed = urllib.parse.urlsplit(url)
-    if parsed.scheme not in SCHEMES or not parsed.hostname or not parsed.port:
-        raise ValueError(f"expected tcp://, tls://, ws:// or wss:// with host and port, got {url!r}")
-    host, port = parsed.hostname, parsed.port
-    peer = f"{host}:{port}"
-    secure = parsed.scheme in ("tls", "wss")
+    endpoint = parse_endpoint(url)
+    host, port, peer, secure = endpoint.host, endpoint.port, endpoint.peer, endpoint.secure
     try:
         sock = socket.create_connection((host, port), timeout=max(deadline - time.monotonic(), 0.001))
     except OSError as error:
-        raise ConnectionLost(f"cannot connect to {peer}: {error}") from error
+        raise TransportClosed(f"cannot connect to {peer}: {error}") from error
     try:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # REQUEST frames are latency
         if secure:
@@ -224,20 +223,20 @@ def open_transport(url: str, *, ssl_context: ssl.SSLContext | None, max_frame_si
             sock = context.wrap_socket(sock, server_hostname=host)
     except (OSError, ValueError) as error:
         sock.close()
-        raise ConnectionLost(f"cannot connect to {peer}: {error}") from error
+        raise TransportClosed(f"cannot connect to {peer}: {error}") from error
     send_timeout = max(deadline - time.monotonic(), 0.001)
-    if parsed.scheme in ("tcp", "tls"):
-        return SocketTransport(sock, peer, send_timeout)
+    if not endpoint.websocket:
+        return BlockingSocketTransport(sock, peer, send_timeout)
     try:
         protocol = ClientProtocol(parse_uri(url), subprotocols=[SUBPROTOCOL], max_size=max_frame_size)
     except InvalidURI as error:
         sock.close()
         raise ValueError(f"not a WebSocket URL: {url!r}") from error
     protocol.send_request(protocol.connect())
-    transport = WebSocketTransport(sock, protocol, peer, send_timeout)
+    transport = BlockingWebSocketTransport(sock, protocol, peer, send_timeout)
     try:
         transport.handshake(deadline)
-    except ConnectionLost:
+    except TransportClosed:
         sock.close()
         raise
     return transport

@@ -295,7 +295,7 @@ class Promise(Generic[V]):
         """The value; raises ``AssertionError`` before :meth:`complete`."""
         if not self._completed:
             raise AssertionError("Cannot access the value of a promise before its completion")
-        return self._value  # type: ignore[return-value]
+        return self._value  # type: ignore[return-value]  # _completed: complete() stored a V
 
     def complete(self, value: V) -> None:
         """Set the value; a second completion is recorded as a failure and ignored."""
@@ -415,7 +415,7 @@ class Receptacle(Generic[T]):
         if entry is _END or isinstance(entry, _ErrorSignal):
             cause = entry.error if isinstance(entry, _ErrorSignal) else None
             raise AssertionError(f"{message}: expected an element but got {_describe(entry)}") from cause
-        return entry  # type: ignore[return-value]
+        return entry  # type: ignore[return-value]  # neither _END nor an error signal: an element
 
     async def next_n(self, n: int, message: str, timeout_ms: float | None = None) -> list[T]:
         """The next ``n`` elements, all within one timeout."""
@@ -431,7 +431,7 @@ class Receptacle(Generic[T]):
             raise AssertionError(
                 f"{message}: expected an element or on_complete but got {_describe(entry)}"
             ) from entry.error
-        return entry  # type: ignore[return-value]
+        return entry  # type: ignore[return-value]  # neither _END nor an error signal: an element
 
     async def expect_completion(self, message: str, timeout_ms: float | None = None) -> None:
         entry = await self._next_entry(message, self._env.deadline(timeout_ms), timeout_ms)

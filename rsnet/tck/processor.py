@@ -43,7 +43,7 @@ from typing import ClassVar, TypeVar
 import pytest
 
 from rsnet.streams.interfaces import Processor, Publisher, Subscriber, Subscription
-from rsnet.streams.rules import MAX_DEMAND
+from rsnet.streams.rules import MAX_DEMAND, validate_subscription
 from rsnet.tck.environment import (
     TEST_BUFFER_SIZE,
     ManualPublisher,
@@ -131,8 +131,7 @@ class _ProbeSubscriber(Subscriber[T]):
         self._subscription: Subscription | None = None
 
     def on_subscribe(self, subscription: Subscription) -> None:
-        if self._subscription is not None:
-            subscription.cancel()  # the probe must pass the subscriber rules too (rule 2.5)
+        if not validate_subscription(self._subscription, subscription):  # the probe obeys rule 2.5 too
             return
         self._subscription = subscription
         puppet: SubscriberPuppet = _SubscriptionPuppet(subscription)

@@ -326,7 +326,7 @@ class PublisherVerification(Verification, Generic[T]):
 
         async def body(pub: Publisher[T]) -> None:
             try:
-                pub.subscribe(None)  # type: ignore[arg-type]
+                pub.subscribe(None)  # type: ignore[arg-type]  # None on purpose: the rule 2.13 / 1.9 check
             except TypeError:
                 pass
             except Exception as error:

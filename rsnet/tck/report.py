@@ -115,7 +115,7 @@ def run_directly(cls: type[Verification]) -> dict[str, tuple[str, str]]:
         try:
             getattr(cls(), name)()
         except pytest.skip.Exception as skip:
-            results[name] = ("skipped", skip.msg)
+            results[name] = ("skipped", skip.msg or "")
         except Exception as error:
             results[name] = ("failed", str(error))
         else:
@@ -166,7 +166,7 @@ def summaries(terminalreporter: Any) -> list[ClassSummary]:
     for key in ("passed", "failed", "skipped", "error"):
         for report in terminalreporter.stats.get(key, []):
             nodeid = getattr(report, "nodeid", None)
-            if nodeid not in tck_items:
+            if nodeid is None or nodeid not in tck_items:
                 continue
             outcome = "failed" if key == "error" else report.outcome
             if outcome not in rank or (report.when != "call" and outcome == "passed"):

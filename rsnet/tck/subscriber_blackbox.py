@@ -275,7 +275,7 @@ class SubscriberBlackboxVerification(Verification, _WithHelperPublisher[T]):
 
         async def body(stage: _BlackboxStage[T]) -> None:
             subscriber = self.create_subscriber()
-            self._expect_null_argument_error("on_subscribe", lambda: subscriber.on_subscribe(None))  # type: ignore[arg-type]
+            self._expect_null_argument_error("on_subscribe", lambda: subscriber.on_subscribe(None))  # type: ignore[arg-type]  # None on purpose: the rule 2.13 / 1.9 check
             self.env.verify_no_async_errors_no_delay()
 
         self._blackbox_test(body, setup=False)
@@ -288,7 +288,7 @@ class SubscriberBlackboxVerification(Verification, _WithHelperPublisher[T]):
         async def body(stage: _BlackboxStage[T]) -> None:
             subscriber = self.create_subscriber()
             subscriber.on_subscribe(_NoopSubscription())
-            self._expect_null_argument_error("on_next", lambda: subscriber.on_next(None))  # type: ignore[arg-type]
+            self._expect_null_argument_error("on_next", lambda: subscriber.on_next(None))  # type: ignore[arg-type]  # None on purpose: the rule 2.13 / 1.9 check
             self.env.verify_no_async_errors_no_delay()
 
         self._blackbox_test(body, setup=False)
@@ -301,7 +301,7 @@ class SubscriberBlackboxVerification(Verification, _WithHelperPublisher[T]):
         async def body(stage: _BlackboxStage[T]) -> None:
             subscriber = self.create_subscriber()
             subscriber.on_subscribe(_NoopSubscription())
-            self._expect_null_argument_error("on_error", lambda: subscriber.on_error(None))  # type: ignore[arg-type]
+            self._expect_null_argument_error("on_error", lambda: subscriber.on_error(None))  # type: ignore[arg-type]  # None on purpose: the rule 2.13 / 1.9 check
             self.env.verify_no_async_errors_no_delay()
 
         self._blackbox_test(body, setup=False)

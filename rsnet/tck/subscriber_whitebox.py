@@ -149,13 +149,13 @@ class SubscriberWhiteboxVerification(Verification, _WithHelperPublisher[T]):
             stage.puppet.trigger_request(1)
             stage.puppet.trigger_request(1)
             received_requests = await stage.expect_request()
-            await stage.signal_next()
-            await stage.probe.expect_next(stage.last)
+            sent = await stage.signal_next()
+            await stage.probe.expect_next(sent)
             stage.puppet.trigger_request(1)
             if received_requests == 1:
                 await stage.expect_request()
-            await stage.signal_next()
-            await stage.probe.expect_next(stage.last)
+            sent = await stage.signal_next()
+            await stage.probe.expect_next(sent)
             stage.puppet.signal_cancel()
             await stage.expect_cancelling()
             await stage.env.verify_no_async_errors()
@@ -320,7 +320,7 @@ class SubscriberWhiteboxVerification(Verification, _WithHelperPublisher[T]):
         """Rule 2.13: on_subscribe(None) raises TypeError (Java: NullPointerException)."""
 
         async def body(stage: _WhiteboxStage[T]) -> None:
-            self._expect_null_argument_error("on_subscribe", lambda: stage.sub.on_subscribe(None))  # type: ignore[arg-type]
+            self._expect_null_argument_error("on_subscribe", lambda: stage.sub.on_subscribe(None))  # type: ignore[arg-type]  # None on purpose: the rule 2.13 / 1.9 check
             self.env.verify_no_async_errors_no_delay()
 
         self._subscriber_test(body)
@@ -331,7 +331,7 @@ class SubscriberWhiteboxVerification(Verification, _WithHelperPublisher[T]):
         """Rule 2.13: on_next(None) raises TypeError (Java: NullPointerException)."""
 
         async def body(stage: _WhiteboxStage[T]) -> None:
-            self._expect_null_argument_error("on_next", lambda: stage.sub.on_next(None))  # type: ignore[arg-type]
+            self._expect_null_argument_error("on_next", lambda: stage.sub.on_next(None))  # type: ignore[arg-type]  # None on purpose: the rule 2.13 / 1.9 check
             self.env.verify_no_async_errors_no_delay()
 
         self._subscriber_test(body)
@@ -342,7 +342,7 @@ class SubscriberWhiteboxVerification(Verification, _WithHelperPublisher[T]):
         """Rule 2.13: on_error(None) raises TypeError (Java: NullPointerException)."""
 
         async def body(stage: _WhiteboxStage[T]) -> None:
-            self._expect_null_argument_error("on_error", lambda: stage.sub.on_error(None))  # type: ignore[arg-type]
+            self._expect_null_argument_error("on_error", lambda: stage.sub.on_error(None))  # type: ignore[arg-type]  # None on purpose: the rule 2.13 / 1.9 check
             self.env.verify_no_async_errors_no_delay()
 
         self._subscriber_test(body)

@@ -22,8 +22,8 @@ class Transport(abc.ABC):
     """Whether :meth:`send_eof` really half-closes (so lingering for the peer's close is quick)."""
 
     @abc.abstractmethod
-    async def receive(self) -> bytes:
-        """The next received bytes (a message, for message transports); ``b""`` at end of file.
+    async def receive(self) -> bytes | bytearray:
+        """The next received bytes (a message, for message transports); empty at end of file.
 
         Raises :class:`TransportClosed` if the transport broke.
         """

@@ -25,7 +25,7 @@ class TcpTransport(Transport):
     def peer(self) -> str:
         return self._peer
 
-    async def receive(self) -> bytes:
+    async def receive(self) -> bytes | bytearray:
         try:
             return await self._stream.receive_some(RECEIVE_SIZE)
         except (trio.BrokenResourceError, trio.ClosedResourceError, ssl.SSLError, OSError) as error:
@@ -54,7 +54,7 @@ def describe_peer(stream: trio.abc.Stream) -> str:
     while isinstance(stream, trio.SSLStream):
         stream = stream.transport_stream
     try:
-        host, port, *_ = stream.socket.getpeername()  # type: ignore[attr-defined]
+        host, port, *_ = stream.socket.getpeername()  # type: ignore[attr-defined]  # trio.abc.Stream has no .socket; a SocketStream does (AttributeError caught)
     except (AttributeError, OSError):
         return "?"
     return f"{host}:{port}"

@@ -12,6 +12,7 @@ import trio
 
 import rsnet
 from rsnet.broker.broker import Broker
+from rsnet.protocol import FrameDecoder, Hello, Welcome, encode_frame, parse_frame
 
 
 @asynccontextmanager
@@ -37,7 +38,7 @@ async def broker_running(broker: Broker, **server_settings: Any) -> AsyncIterato
 async def take(conn, name: str, count: int, /, **params: Any) -> list[dict]:
     """The first ``count`` items of a subscription to ``name``."""
     records = []
-    async with conn.subscribe(name, **params) as items:
+    async with conn.subscribe(name, params) as items:
         async for record in items:
             records.append(record)
             if len(records) == count:
@@ -45,11 +46,11 @@ async def take(conn, name: str, count: int, /, **params: Any) -> list[dict]:
     return records
 
 
-async def start_daemon(*args: str, announces: bytes) -> tuple[trio.Process, str]:
-    """Start ``rsnet broker *args`` in a child process; return it and what it printed on
-    stderr up to the line containing ``announces``."""
+async def start_daemon(*args: str, announces: bytes, **options: Any) -> tuple[trio.Process, str]:
+    """Start ``rsnet broker *args`` in a child process (``options`` go to ``subprocess.Popen``);
+    return it and what it printed on stderr up to the line containing ``announces``."""
     process = await trio.lowlevel.open_process(
-        [sys.executable, "-m", "rsnet.cli", "broker", *args], stderr=subprocess.PIPE
+        [sys.executable, "-m", "rsnet.cli", "broker", *args], stderr=subprocess.PIPE, **options
     )
     printed = b""
     with trio.fail_after(20):
@@ -63,3 +64,43 @@ async def start_daemon(*args: str, announces: bytes) -> tuple[trio.Process, str]
 def served_url(printed: str) -> str:
     """The URL of the first "serving ..." line the daemon printed."""
     return printed.split("serving ", 1)[1].split()[0]
+
+
+class RawClient:
+    """A TCP client that speaks the wire protocol by hand (protocol/SPEC.md): it sends what a
+    test tells it, whatever a well-behaved client would, and reads frames."""
+
+    def __init__(self, stream: trio.SocketStream) -> None:
+        self.stream = stream
+        self.decoder = FrameDecoder(1 << 24)
+        self.frames: list[Any] = []
+
+    @classmethod
+    async def connect(cls, url: str) -> RawClient:
+        port = int(url.rsplit(":", 1)[1])
+        client = cls(await trio.open_tcp_stream("127.0.0.1", port))
+        await client.send(Hello("rsnet", [1], {}))
+        assert isinstance(await client.next_frame(), Welcome)
+        return client
+
+    async def send(self, *frames: Any) -> None:
+        await self.stream.send_all(b"".join(encode_frame(frame) for frame in frames))
+
+    async def next_frame(self, timeout: float = 5.0) -> Any:
+        with trio.fail_after(timeout):
+            while not self.frames:
+                data = await self.stream.receive_some(65536)
+                if not data:
+                    return None  # the server closed the connection
+                self.frames.extend(parse_frame(fields) for fields in self.decoder.frames(data))
+        return self.frames.pop(0)
+
+    async def frame_of(self, kind: type, stream_id: int, timeout: float = 5.0) -> Any:
+        """The next frame of type ``kind`` on ``stream_id``, skipping others."""
+        while True:
+            frame = await self.next_frame(timeout)
+            if frame is None or (isinstance(frame, kind) and frame.stream_id == stream_id):
+                return frame
+
+    async def aclose(self) -> None:
+        await self.stream.aclose()

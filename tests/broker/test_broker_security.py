@@ -106,7 +106,7 @@ async def test_the_daemon_serves_metrics_and_health(tmp_path):
         metrics_port = int(text.split("metrics on http://", 1)[1].split("/", 1)[0].rsplit(":", 1)[1])
         async with rsnet.connect(url) as conn:
             await publish(conn, "orders", list(range(5)))
-            async with conn.subscribe("orders", **{"from": "earliest"}) as records:
+            async with conn.subscribe("orders", {"from": "earliest"}) as records:
                 await records.__anext__()
                 metrics = await http_get(metrics_port, "/metrics")
         assert 'rsnet_broker_records_in_total{topic="orders"} 5.0' in metrics

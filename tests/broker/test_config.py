@@ -11,15 +11,16 @@ import pydantic
 import pytest
 from pydantic import BaseModel
 
-from rsnet.broker.auth import InvalidName, hash_token
+from rsnet.broker.auth import hash_token
 from rsnet.broker.config import (
     Address,
     BrokerConfig,
     ConfigError,
     declared_topics,
     load_config,
-    topic_settings,
+    topic_config,
 )
+from rsnet.broker.names import InvalidName
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "server" / "rsnet.toml"
 HASH = hash_token("a-token-of-some-length-0123456789")
@@ -250,15 +251,15 @@ def test_tls_files_must_exist(tmp_path):
 
 def test_without_a_data_dir_topics_live_in_memory():
     config = load_config(None, {}, {})
-    assert topic_settings(config, "anything").storage == "memory"
+    assert topic_config(config, "anything").storage == "memory"
 
 
 def test_with_a_data_dir_topics_are_durable_by_default(tmp_path):
     config = load_config(
         write(tmp_path, 'data_dir = "/var/lib/rsnet"\n[[topics]]\npattern = "cache.>"\nstorage = "memory"\n'), {}, {}
     )
-    assert topic_settings(config, "anything").storage == "durable"
-    assert topic_settings(config, "cache.x").storage == "memory"
+    assert topic_config(config, "anything").storage == "durable"
+    assert topic_config(config, "cache.x").storage == "memory"
 
 
 def test_durable_topics_need_a_data_dir(tmp_path):
@@ -286,7 +287,8 @@ def test_fsync_interval():
 RULES = """
 data_dir = "/data"
 [topic_defaults]
-auto_create = false
+auto_create = "never"
+subscribe_missing = "fail"
 retention = { max_records = 1000, max_age_s = 60 }
 slow_subscriber = { policy = "disconnect", max_lag = 10 }
 
@@ -301,38 +303,44 @@ retention = { max_bytes = 4096 }
 
 [[topics]]
 pattern = "sensors.>"
-auto_create = true
+auto_create = "publish"
+subscribe_missing = "wait"
 """
 
 
 def test_the_first_matching_rule_wins_and_fills_in_from_the_defaults(tmp_path):
     config = load_config(write(tmp_path, RULES), {}, {})
 
-    kitchen = topic_settings(config, "sensors.kitchen")
+    kitchen = topic_config(config, "sensors.kitchen")
     assert kitchen.rule == "sensors.kitchen"
-    assert (kitchen.storage, kitchen.auto_create) == ("durable", False)
+    assert (kitchen.storage, kitchen.auto_create, kitchen.subscribe_missing) == ("durable", "never", "fail")
     assert (kitchen.slow_subscriber.policy, kitchen.slow_subscriber.max_lag) == (
         "backpressure",
         10_000,
     )  # a table replaces whole
     assert kitchen.retention.max_records == 1000
 
-    hall = topic_settings(config, "sensors.hall")
-    assert (hall.rule, hall.storage, hall.auto_create) == ("sensors.*", "memory", False)
+    hall = topic_config(config, "sensors.hall")
+    assert (hall.rule, hall.storage, hall.auto_create) == ("sensors.*", "memory", "never")
     assert (hall.retention.max_bytes, hall.retention.max_records, hall.retention.max_age_s) == (4096, None, None)
 
-    deep = topic_settings(config, "sensors.hall.temp")
-    assert (deep.rule, deep.storage, deep.auto_create) == ("sensors.>", "durable", True)
+    deep = topic_config(config, "sensors.hall.temp")
+    assert (deep.rule, deep.storage, deep.auto_create, deep.subscribe_missing) == (
+        "sensors.>",
+        "durable",
+        "publish",
+        "wait",
+    )
 
-    other = topic_settings(config, "orders")
+    other = topic_config(config, "orders")
     assert other.rule is None
     assert other.slow_subscriber.policy == "disconnect"
     assert other.retention.max_age_s == 60
 
 
 def test_built_in_topic_defaults():
-    settings = topic_settings(load_config(None, {}, {}), "x")
-    assert settings.auto_create is True
+    settings = topic_config(load_config(None, {}, {}), "x")
+    assert (settings.auto_create, settings.subscribe_missing) == ("publish", "wait")
     assert (settings.retention.max_records, settings.retention.max_bytes, settings.retention.max_age_s) == (
         None,
         1 << 30,
@@ -341,11 +349,11 @@ def test_built_in_topic_defaults():
     assert (settings.slow_subscriber.policy, settings.slow_subscriber.max_lag) == ("backpressure", 10_000)
 
 
-def test_topic_settings_needs_a_topic_name(tmp_path):
+def test_topic_config_needs_a_topic_name(tmp_path):
     config = load_config(None, {}, {})
     for name in ["sensors.*", "a..b", ""]:
         with pytest.raises(InvalidName):
-            topic_settings(config, name)
+            topic_config(config, name)
 
 
 def test_a_rule_hidden_by_an_earlier_one_is_an_error(tmp_path):
@@ -471,14 +479,14 @@ def test_environment_creates_tables_and_indexes_arrays(tmp_path):
         {
             "RSNET_BROKER__METRICS__LISTEN": "0.0.0.0:9100",
             "RSNET_BROKER__TOPICS__1__RETENTION__MAX_RECORDS": "5",
-            "RSNET_BROKER__TOPIC_DEFAULTS__AUTO_CREATE": "true",
+            "RSNET_BROKER__TOPIC_DEFAULTS__AUTO_CREATE": "never",
         },
         {},
     )
     assert str(config.metrics.listen) == "0.0.0.0:9100"
     assert config.topics[1].retention.max_records == 5
     assert config.topics[1].retention.max_bytes == 4096  # tables merge key by key
-    assert config.topic_defaults.auto_create is True
+    assert config.topic_defaults.auto_create == "never"
 
 
 def test_environment_values_in_brackets_are_toml(tmp_path):
@@ -579,3 +587,29 @@ def test_retention_age_in_milliseconds_for_the_storage_engine():
         load_config(None, {"RSNET_BROKER__TOPIC_DEFAULTS__RETENTION": "{}"}, {}).topic_defaults.retention.max_age_ms
         is None
     )
+
+
+def test_topic_bounds_and_creation_settings(tmp_path):
+    config = load_config(None, {}, {})
+    assert (config.max_topics, config.idle_topic_close_s) == (10_000, 60.0)
+    assert problems(
+        tmp_path,
+        """
+        max_topics = 1
+        idle_topic_close_s = -1
+        [topic_defaults]
+        auto_create = true
+        subscribe_missing = "create"
+        [[topics]]
+        pattern = "a"
+        [[topics]]
+        pattern = "b"
+        """,
+    ) == [
+        "idle_topic_close_s: Input should be greater than or equal to 0",
+        "topic_defaults.auto_create: Input should be 'publish' or 'never'",
+        "topic_defaults.subscribe_missing: Input should be 'wait' or 'fail'",
+    ]
+    assert problems(
+        tmp_path, '[[topics]]\npattern = "a"\n[[topics]]\npattern = "b"\n', overrides={"max_topics": 1}
+    ) == ["max_topics: 1 is fewer than the 2 topics [[topics]] names outright"]

@@ -45,6 +45,8 @@ async def fan_out(policy: SlowPolicy, *, records: int, max_lag: int, slow_delay:
                     await trio.sleep(0.005)
 
             background.start_soon(watch_lag)
+            async with rsnet.connect(url) as creator:
+                await publish(creator, "fan", [])  # only publishing creates a topic
             with trio.fail_after(60):
                 async with trio.open_nursery() as subscribers:
                     for index in range(SUBSCRIBERS):
@@ -74,7 +76,7 @@ async def _connection(url, task_status):
 
 async def _subscriber(conn, records, delay, result):
     try:
-        async with conn.subscribe("fan", prefetch=1 if delay else 64, **{"from": "earliest"}) as items:
+        async with conn.subscribe("fan", {"from": "earliest"}, prefetch=1 if delay else 64) as items:
             async for record in items:
                 result["records"].append(record)
                 if record["offset"] == records - 1:

@@ -24,8 +24,8 @@ from rsnet.broker.storage import (
     Retention,
     SegmentLog,
     TopicLog,
+    segment_file,
 )
-from rsnet.broker.storage import segments as storage_segments
 
 PRODUCERS = st.sampled_from([None, "a", "b"])
 VALUES = st.lists(
@@ -48,7 +48,7 @@ class Logs(RuleBasedStateMachine):
         self.segment_bytes = segment_bytes
         self.directory = tempfile.mkdtemp(prefix="rsnet-storage-model-")
         # An index entry every few records, so segments this small still have several.
-        self.index_interval, storage_segments.INDEX_INTERVAL_BYTES = storage_segments.INDEX_INTERVAL_BYTES, 40
+        self.index_interval, segment_file.INDEX_INTERVAL_BYTES = segment_file.INDEX_INTERVAL_BYTES, 40
         self.memory = MemoryLog(self.retention)
         self.segments = self.open_segments()
         self.records: list[tuple[Any, int, str | None, int | None]] = []  # value, timestamp, producer, sequence
@@ -65,7 +65,7 @@ class Logs(RuleBasedStateMachine):
             self.memory.close()
             self.segments.close()
             shutil.rmtree(self.directory)
-            storage_segments.INDEX_INTERVAL_BYTES = self.index_interval
+            segment_file.INDEX_INTERVAL_BYTES = self.index_interval
 
     def logs(self) -> list[TopicLog]:
         return [self.memory, self.segments]

@@ -104,7 +104,7 @@ async def test_wildcard_subscription_sees_existing_and_new_topics():
     async with broker_running(Broker()) as url, rsnet.connect(url) as conn:
         await publish(conn, "sensors.kitchen", ["k0"])
         await publish(conn, "other", ["x"])
-        async with conn.subscribe("sensors.*", **{"from": "earliest"}) as records:
+        async with conn.subscribe("sensors.*", {"from": "earliest"}) as records:
             first = await records.__anext__()
             await publish(conn, "sensors.garage", ["g0"])
             second = await records.__anext__()
@@ -115,7 +115,7 @@ async def test_wildcard_subscription_sees_existing_and_new_topics():
 async def test_topics_lists_offsets_and_subscriber_lag():
     async with broker_running(Broker()) as url, rsnet.connect(url) as conn:
         await publish(conn, "a", list(range(5)))
-        async with conn.subscribe("a", prefetch=2, **{"from": "earliest"}) as records:
+        async with conn.subscribe("a", {"from": "earliest"}, prefetch=2) as records:
             await records.__anext__()
             topics = await snapshot(conn)
         (a,) = [t for t in topics if t["topic"] == "a"]

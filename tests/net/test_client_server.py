@@ -20,7 +20,9 @@ TRANSPORTS = ["tcp", "ws"]
 @pytest.mark.parametrize("transport", TRANSPORTS)
 async def test_subscribe_receives_all_items_then_completes(transport):
     async with running(demo_server()) as urls, rsnet.connect(urls[transport]) as conn:
-        assert [x async for x in conn.subscribe("range", start=5, count=1000, prefetch=64)] == list(range(5, 1005))
+        assert [x async for x in conn.subscribe("range", {"start": 5, "count": 1000}, prefetch=64)] == list(
+            range(5, 1005)
+        )
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
@@ -28,7 +30,7 @@ async def test_remote_error_arrives_with_code_message_and_data_after_the_items(t
     async with running(demo_server()) as urls, rsnet.connect(urls[transport]) as conn:
         seen = []
         with pytest.raises(rsnet.StreamError) as caught:
-            async for item in conn.subscribe("fail", n=3):
+            async for item in conn.subscribe("fail", {"n": 3}):
                 seen.append(item)
         assert seen == [0, 1, 2]
         assert caught.value.code == ErrorCode.APPLICATION_ERROR
@@ -56,7 +58,7 @@ async def test_unknown_publisher_is_a_stream_error_and_the_connection_lives_on()
             async for _ in conn.subscribe("no-such-thing"):
                 pass
         assert caught.value.code == ErrorCode.UNKNOWN_PUBLISHER
-        assert [x async for x in conn.subscribe("range", count=3)] == [0, 1, 2]
+        assert [x async for x in conn.subscribe("range", {"count": 3})] == [0, 1, 2]
 
 
 class RangeParams(pydantic.BaseModel):
@@ -72,14 +74,14 @@ async def test_parameters_are_validated_and_bad_ones_are_rejected_with_the_field
         return rsnet.range_(params.start, params.count)
 
     async with running(server) as urls, rsnet.connect(urls["tcp"]) as conn:
-        assert [x async for x in conn.subscribe("range", start=1, count=2)] == [1, 2]
+        assert [x async for x in conn.subscribe("range", {"start": 1, "count": 2})] == [1, 2]
         with pytest.raises(rsnet.StreamError) as caught:
-            async for _ in conn.subscribe("range", count=10_000):
+            async for _ in conn.subscribe("range", {"count": 10_000}):
                 pass
         assert caught.value.code == ErrorCode.REJECTED
         assert "count" in caught.value.message
         assert caught.value.data[0]["field"] == "count"
-        assert [x async for x in conn.subscribe("range", count=1)] == [0]
+        assert [x async for x in conn.subscribe("range", {"count": 1})] == [0]
 
 
 async def test_a_failing_factory_is_an_application_error_for_that_stream_only():
@@ -93,7 +95,7 @@ async def test_a_failing_factory_is_an_application_error_for_that_stream_only():
         with pytest.raises(rsnet.StreamError, match="factory bug"):
             async for _ in conn.subscribe("broken"):
                 pass
-        assert [x async for x in conn.subscribe("range", count=2)] == [0, 1]
+        assert [x async for x in conn.subscribe("range", {"count": 2})] == [0, 1]
 
 
 async def test_wrong_or_missing_token_is_refused_with_unauthorized():
@@ -104,12 +106,12 @@ async def test_wrong_or_missing_token_is_refused_with_unauthorized():
                     pass
             assert caught.value.code == ErrorCode.UNAUTHORIZED
         async with rsnet.connect(urls["ws"], token="s3cret") as conn:
-            assert [x async for x in conn.subscribe("range", count=2)] == [0, 1]
+            assert [x async for x in conn.subscribe("range", {"count": 2})] == [0, 1]
 
 
 async def test_remote_publisher_composes_with_operators():
     async with running(demo_server()) as urls, rsnet.connect(urls["tcp"]) as conn:
-        remote = conn.publisher("range", count=100)
+        remote = conn.publisher("range", {"count": 100})
         evens = remote.pipe(ops.filter(lambda x: x % 2 == 0), ops.map(lambda x: x * 10), ops.take(3))
         assert [x async for x in rsnet.iterate(evens, prefetch=4)] == [0, 20, 40]
 
@@ -142,7 +144,7 @@ async def test_a_slow_stream_does_not_delay_another_on_the_same_connection():
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(stuck.__anext__)  # waits for an item that takes a minute
                 with trio.fail_after(5):
-                    assert len([x async for x in conn.subscribe("range", count=10_000)]) == 10_000
+                    assert len([x async for x in conn.subscribe("range", {"count": 10_000})]) == 10_000
                 nursery.cancel_scope.cancel()
 
 
@@ -246,7 +248,7 @@ async def test_graceful_shutdown_lets_open_streams_finish_and_refuses_new_ones()
             nursery.start_soon(server.shutdown, 10)
             await trio.sleep(0.05)
             with pytest.raises(rsnet.ConnectionLost, match="going away"):
-                async for _ in conn.subscribe("range", count=1):
+                async for _ in conn.subscribe("range", {"count": 1}):
                     pass
             release.set()
         assert results == [0, 1, 2]  # the open stream drained before the connection closed
@@ -322,7 +324,7 @@ async def test_a_publisher_that_ignores_demand_is_cut_off_with_flow_control():
         assert caught.value.code == ErrorCode.FLOW_CONTROL
         assert received == [0, 1, 2, 3]  # what was requested arrived; nothing beyond it
         assert broken.cancelled  # and the publisher was cancelled, not buffered
-        assert [x async for x in conn.subscribe("range", count=3)] == [0, 1, 2]
+        assert [x async for x in conn.subscribe("range", {"count": 3})] == [0, 1, 2]
 
 
 async def test_reconnect_serves_new_subscriptions_after_the_server_comes_back():
@@ -340,20 +342,20 @@ async def test_reconnect_serves_new_subscriptions_after_the_server_comes_back():
     async with trio.open_nursery() as nursery:
         first_server = await nursery.start(serve)
         async with rsnet.connect(url, reconnect=True, max_reconnect_delay=0.1) as conn:
-            assert [x async for x in conn.subscribe("range", count=2)] == [0, 1]
+            assert [x async for x in conn.subscribe("range", {"count": 2})] == [0, 1]
             first_server.cancel()  # the server goes away
-            await until(lambda: conn.session.closed)
+            await until(lambda: conn._session.closed)
             waiting = []
 
             async def subscribe_while_down():
-                waiting.extend([x async for x in conn.subscribe("range", count=3)])
+                waiting.extend([x async for x in conn.subscribe("range", {"count": 3})])
 
             nursery.start_soon(subscribe_while_down)
             await trio.sleep(0.2)
             assert waiting == []  # parked until there is a connection again
             await nursery.start(serve)  # the server is back on the same port
             await until(lambda: waiting == [0, 1, 2])
-            assert [x async for x in conn.subscribe("range", count=1)] == [0]
+            assert [x async for x in conn.subscribe("range", {"count": 1})] == [0]
         nursery.cancel_scope.cancel()
 
 
@@ -368,9 +370,9 @@ async def test_without_reconnect_a_lost_connection_fails_new_subscriptions():
         port = await nursery.start(serve)
         async with rsnet.connect(f"tcp://127.0.0.1:{port}") as conn:
             scope.cancel()
-            await until(lambda: conn.session.closed)
+            await until(lambda: conn._session.closed)
             with pytest.raises(rsnet.ConnectionLost):
-                async for _ in conn.subscribe("range", count=1):
+                async for _ in conn.subscribe("range", {"count": 1}):
                     pass
         nursery.cancel_scope.cancel()
 

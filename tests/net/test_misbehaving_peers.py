@@ -75,7 +75,7 @@ class RawClient:
 async def well_behaved_traffic(url: str, stop: trio.Event, counts: list[int]) -> None:
     async with rsnet.connect(url) as conn:
         while not stop.is_set():
-            counts.append(len([x async for x in conn.subscribe("range", count=500)]))
+            counts.append(len([x async for x in conn.subscribe("range", {"count": 500})]))
 
 
 @pytest.fixture
@@ -209,7 +209,7 @@ async def test_wrong_magic_and_unsupported_version_are_refused():
 
 
 async def test_a_silent_client_is_dropped_by_keepalive_but_a_busy_one_is_not(autojump_clock=None):
-    server = demo_server(keepalive_interval_ms=100)
+    server = demo_server(keepalive_interval=0.1)
 
     @server.publisher("trickle")
     def trickle(params, ctx):
@@ -235,3 +235,31 @@ async def test_a_silent_client_is_dropped_by_keepalive_but_a_busy_one_is_not(aut
                     break
                 frames.append(frame)
         assert any(isinstance(f, ConnError) and f.code == ErrorCode.TIMEOUT for f in frames)
+
+
+async def test_a_huge_invalid_params_map_gets_a_bounded_rejection_and_the_connection_lives():
+    """Issue 10 finding 4: a 0.9 MB params map of unknown keys used to produce a ~9 MB error
+    message, which failed to send and took the whole connection (and a healthy stream) down."""
+    import pydantic
+
+    class Strict(pydantic.BaseModel):
+        model_config = pydantic.ConfigDict(extra="forbid")
+        count: int = 1
+
+    server = demo_server()
+    server.add_publisher("strict", lambda params, ctx: rsnet.range_(0, params.count), params=Strict)
+    async with running(server) as urls:
+        async with rsnet.connect(urls["tcp"]) as conn:
+            async with conn.subscribe("range", {"count": 10**9}, prefetch=4) as healthy:
+                assert await healthy.__anext__() == 0
+                huge = {f"k{i:05d}": i for i in range(80_000)}  # ~0.8 MB, within max_frame_size
+                with pytest.raises(rsnet.StreamError) as rejected:
+                    async for _ in conn.subscribe("strict", huge):
+                        pass
+                assert rejected.value.code == ErrorCode.REJECTED
+                assert len(rejected.value.message) < 4096
+                assert "and 79990 more" in rejected.value.message
+                assert len(rejected.value.data) == 10
+                assert all(len(entry["field"]) <= 220 for entry in rejected.value.data)
+                assert [x async for x in conn.subscribe("strict", {"count": 3})] == [0, 1, 2]
+                assert await healthy.__anext__() == 1  # the other stream never noticed

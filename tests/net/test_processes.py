@@ -131,7 +131,7 @@ async def test_a_killed_server_process_fails_every_subscription_with_connection_
 
             async def consume():
                 try:
-                    async for _ in conn.subscribe("ticks", interval=0.01):
+                    async for _ in conn.subscribe("ticks", {"interval": 0.01}):
                         pass
                 except rsnet.ConnectionLost as lost:
                     errors.append(lost)

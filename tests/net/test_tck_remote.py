@@ -33,7 +33,7 @@ class RemotePublisherVerification(PublisherVerification):
             yield
 
     def create_publisher(self, elements):
-        return self.conn.publisher("range", count=elements)
+        return self.conn.publisher("range", {"count": elements})
 
     def create_failed_publisher(self):
         return self.conn.publisher("no-such-publisher")  # rejected by the server: UNKNOWN_PUBLISHER
@@ -170,3 +170,21 @@ class TestServerSideForwardingSubscriberWhitebox(SubscriberWhiteboxVerification)
 
     def create_element(self, element):
         return element
+
+
+class RemoteFailedPublisherVerification(RemotePublisherVerification):
+    """The failed publisher is a hosted one that fails, not a rejected SUBSCRIBE: the demo's
+    ``fail`` with ``n=0`` (``concat(range_(0, 0), error(...))``) is accepted and must then send
+    its ERROR without waiting for a REQUEST (rules 1.4, 1.9), as the Java TCK's
+    ``createFailedPublisher`` tests require of a remote publisher (issue 10, finding 8)."""
+
+    def create_failed_publisher(self):
+        return self.conn.publisher("fail", {"n": 0})
+
+
+class TestRemoteFailedPublisherOverTcp(RemoteFailedPublisherVerification):
+    transport = "tcp"
+
+
+class TestRemoteFailedPublisherOverWebSocket(RemoteFailedPublisherVerification):
+    transport = "ws"

@@ -38,7 +38,7 @@ async def test_tls_and_wss_carry_streams(tls):
         )
         for url in (f"tls://127.0.0.1:{tcp}", f"wss://127.0.0.1:{ws}/"):
             async with rsnet.connect(url, ssl_context=client_context) as conn:
-                assert [x async for x in conn.subscribe("range", count=500)] == list(range(500))
+                assert [x async for x in conn.subscribe("range", {"count": 500})] == list(range(500))
         nursery.cancel_scope.cancel()
 
 

@@ -12,8 +12,10 @@ from collections.abc import Iterator
 import pytest
 
 from rsnet.protocol import (
+    MAX_ERROR_MESSAGE,
     MAX_INT,
     MIN_MAX_FRAME_SIZE,
+    TRUNCATED,
     Accept,
     Batch,
     Cancel,
@@ -105,6 +107,21 @@ def test_each_side_sends_no_frame_larger_than_the_peer_accepts() -> None:
     with refused(ErrorCode.FRAME_TOO_LARGE):
         client.send_next(stream_id, "x" * MIN_MAX_FRAME_SIZE)
     assert not client.data_to_send() and client.outstanding_demand(stream_id) == 2
+
+
+def test_a_violation_in_the_same_bytes_as_hello_leaves_conn_error_as_the_only_answer() -> None:
+    """SPEC 6.1: the server's first frame is WELCOME or CONN_ERROR. Bytes that break the protocol
+    right behind the HELLO close the connection before the application answers it; its
+    WELCOME is then a no-op, so the CONN_ERROR stays the first and last frame (issue 10 finding 6)."""
+    client, server = Connection(Role.CLIENT), Connection(Role.SERVER)
+    server.receive_data(bytes(client.data_to_send()) + b"\xc1")
+    hello, closed = server.events_received()
+    assert isinstance(hello, Hello) and isinstance(closed, ConnectionClosed)
+    assert closed.code == ErrorCode.PROTOCOL_ERROR and not closed.by_peer
+    server.send_welcome()
+    server.send_conn_error(ErrorCode.UNAUTHORIZED, "too late")
+    (conn_error,) = decode(bytes(server.data_to_send()))
+    assert conn_error.code == ErrorCode.PROTOCOL_ERROR and server.state is State.CLOSED
 
 
 # ------------------------------------------------------------------ demand (rules 1.1, 3.8, 3.9, 3.17)
@@ -391,6 +408,74 @@ def test_websocket_messages_hold_whole_frames_within_the_peer_limit() -> None:
         client.receive_data(message)
     items = [i for e in client.events_received() if isinstance(e, Items) for i in e.items]
     assert [item["i"] for item in items] == list(range(3000))
+
+
+def small_client_pair() -> tuple[Connection, Connection]:
+    """A client that accepts only MIN_MAX_FRAME_SIZE-byte frames, and its server, after the handshake."""
+    client, server = Connection(Role.CLIENT, max_frame_size=MIN_MAX_FRAME_SIZE), Connection(Role.SERVER)
+    server.receive_data(client.data_to_send())
+    server.send_welcome()
+    client.receive_data(server.data_to_send())
+    client.events_received()
+    server.events_received()
+    return client, server
+
+
+def test_an_oversized_error_message_is_cut_with_a_marker_and_never_costs_the_connection() -> None:
+    """Issue 10 finding 4: a 9 MB validation message once made a frame the peer refused."""
+    client, server = small_client_pair()
+    doomed = client.send_subscribe("checked", initial_demand=1)
+    healthy = client.send_subscribe("ticks", initial_demand=1)
+    transfer(client, server)
+    server.send_accept(healthy)
+    huge = "params: " + "unknown key 'k'; " * 600_000  # about 10 MB
+    server.send_error(doomed, ErrorCode.REJECTED, huge)
+    data = bytes(server.data_to_send())
+    assert len(data) < MIN_MAX_FRAME_SIZE
+    client.receive_data(data)
+    accept, error = client.events_received()
+    assert accept == Accept(healthy, {})
+    assert isinstance(error, Error) and error.code == ErrorCode.REJECTED
+    assert len(error.message.encode()) <= MAX_ERROR_MESSAGE
+    assert error.message.startswith("params: unknown key 'k'; ")
+    assert error.message.endswith(f"{TRUNCATED} {len(huge)} bytes in all")
+    server.send_next(healthy, "still here")
+    assert transfer(server, client) == [Items(healthy, ["still here"])]
+    assert client.state is server.state is State.OPEN
+
+
+def test_a_cut_message_never_splits_a_character() -> None:
+    client, server, stream_id = subscribed()
+    server.send_error(stream_id, 4096, "é€😀" * 5000)
+    (error,) = transfer(server, client)
+    assert len(error.message.encode()) <= MAX_ERROR_MESSAGE and TRUNCATED in error.message
+    head = error.message.split(f" {TRUNCATED}")[0]
+    assert ("é€😀" * 5000).startswith(head) and len(head) > MAX_ERROR_MESSAGE // 8
+
+
+def test_oversized_error_data_is_replaced_by_a_marker_and_small_data_is_kept() -> None:
+    client, server, stream_id = subscribed()
+    server.send_error(stream_id, 4096, "bad params", {"errors": ["x" * 100] * 1000})
+    (error,) = transfer(server, client)
+    assert isinstance(error.data, str) and error.data.startswith(TRUNCATED)
+    assert "over the limit of 8192" in error.data
+    client, server, stream_id = subscribed()
+    kept = {"errors": ["x" * 100] * 70}  # a little under MAX_ERROR_DATA
+    server.send_error(stream_id, 4096, "bad params", kept)
+    assert transfer(server, client) == [Error(stream_id, 4096, "bad params", kept)]
+
+
+def test_conn_error_and_go_away_messages_are_bounded_too() -> None:
+    client, server = small_client_pair()
+    server.send_go_away("bye " * 10_000)
+    server.send_conn_error(ErrorCode.INTERNAL, "boom " * 1_000_000, {"trace": "t" * 100_000})
+    data = bytes(server.data_to_send())
+    assert len(data) < MIN_MAX_FRAME_SIZE
+    client.receive_data(data)
+    go_away, closed = client.events_received()
+    assert isinstance(go_away, GoAway) and go_away.message.endswith("40000 bytes in all")
+    assert isinstance(closed, ConnectionClosed) and closed.code == ErrorCode.INTERNAL
+    assert len(closed.message.encode()) <= MAX_ERROR_MESSAGE and closed.data.startswith(TRUNCATED)
 
 
 # ------------------------------------------------------------------ keepalive, shutdown, closing

@@ -36,7 +36,7 @@ def urls(probes):
     servers = {
         "plain": make_server(probes),
         "guarded": make_server(probes, token=TOKEN),
-        "brisk": make_server(probes, keepalive_interval_ms=100),
+        "brisk": make_server(probes, keepalive_interval=0.1),
     }
     keys = [(name, scheme) for name in servers for scheme in SCHEMES]
     with ServerThread([Listener(servers[name], scheme) for name, scheme in keys]) as thread:
@@ -55,25 +55,25 @@ def tag(request) -> str:
 @pytest.mark.parametrize("scheme", SCHEMES)
 def test_a_stream_delivers_every_item_in_order_then_ends(urls, scheme):
     with rsnet.sync.connect(urls["plain", scheme]) as client:
-        assert list(client.subscribe("range", start=5, count=3000, prefetch=64)) == list(range(5, 3005))
-        assert list(client.subscribe("range", count=3, prefetch=1)) == [0, 1, 2]
-        assert list(client.subscribe("range", count=0)) == []
+        assert list(client.subscribe("range", {"start": 5, "count": 3000}, prefetch=64)) == list(range(5, 3005))
+        assert list(client.subscribe("range", {"count": 3}, prefetch=1)) == [0, 1, 2]
+        assert list(client.subscribe("range", {"count": 0})) == []
 
 
 @pytest.mark.parametrize("scheme", SCHEMES)
 def test_closing_the_iterator_early_cancels_the_hosted_publisher(urls, scheme, probes, tag):
     with rsnet.sync.connect(urls["plain", scheme]) as client:
-        items = client.subscribe("endless", prefetch=16, tag=tag)
+        items = client.subscribe("endless", {"tag": tag}, prefetch=16)
         assert [next(items) for _ in range(10)] == list(range(10))
         items.close()
         assert probes[tag].cancelled.wait(2)
         assert probes[tag].requested == 16  # 10 taken: below the refill point, 16 - 16 // 4
 
-        for item in client.subscribe("endless", prefetch=16, tag=tag + "-dropped"):
+        for item in client.subscribe("endless", {"tag": tag + "-dropped"}, prefetch=16):
             if item == 3:
                 break  # the for loop drops the generator, which cancels
         assert probes[tag + "-dropped"].cancelled.wait(2)
-        assert list(client.subscribe("range", count=2)) == [0, 1]  # the connection lives on
+        assert list(client.subscribe("range", {"count": 2})) == [0, 1]  # the connection lives on
 
 
 @pytest.mark.parametrize("scheme", SCHEMES)
@@ -81,7 +81,7 @@ def test_a_remote_error_arrives_after_the_items_with_its_code_message_and_data(u
     with rsnet.sync.connect(urls["plain", scheme]) as client:
         seen = []
         with pytest.raises(StreamError) as caught:
-            for item in client.subscribe("fail", n=3):
+            for item in client.subscribe("fail", {"n": 3}):
                 seen.append(item)
         assert seen == [0, 1, 2]
         assert (caught.value.code, caught.value.message, caught.value.data) == (4711, "quota exceeded", {"limit": 10})
@@ -93,14 +93,14 @@ def test_an_unknown_publisher_is_refused_and_the_connection_lives_on(urls, schem
         with pytest.raises(StreamError) as caught:
             next(client.subscribe("nowhere"))
         assert caught.value.code == ErrorCode.UNKNOWN_PUBLISHER
-        assert list(client.subscribe("range", count=2)) == [0, 1]
+        assert list(client.subscribe("range", {"count": 2})) == [0, 1]
 
 
 @pytest.mark.parametrize("scheme", SCHEMES)
 def test_two_streams_on_one_connection_interleave(urls, scheme):
     with rsnet.sync.connect(urls["plain", scheme]) as client:
-        low = client.subscribe("range", count=1000, prefetch=8)
-        high = client.subscribe("range", start=5000, count=1000, prefetch=32)
+        low = client.subscribe("range", {"count": 1000}, prefetch=8)
+        high = client.subscribe("range", {"start": 5000, "count": 1000}, prefetch=32)
         assert list(zip(low, high, strict=False)) == [(i, 5000 + i) for i in range(1000)]
         assert next(low, "done") == next(high, "done") == "done"
 
@@ -108,9 +108,9 @@ def test_two_streams_on_one_connection_interleave(urls, scheme):
 @pytest.mark.parametrize("scheme", SCHEMES)
 def test_a_stream_nobody_reads_holds_no_more_than_its_demand(urls, scheme, probes, tag):
     with rsnet.sync.connect(urls["plain", scheme]) as client:
-        idle = client.subscribe("endless", prefetch=8, tag=tag)
+        idle = client.subscribe("endless", {"tag": tag}, prefetch=8)
         assert next(idle) == 0
-        assert sum(1 for _ in client.subscribe("range", count=20_000, prefetch=64)) == 20_000
+        assert sum(1 for _ in client.subscribe("range", {"count": 20_000}, prefetch=64)) == 20_000
         # Received while the other stream ran, but never requested beyond the first 8.
         assert probes[tag].requested == probes[tag].emitted == 8
         assert [next(idle) for _ in range(50)] == list(range(1, 51))
@@ -119,7 +119,7 @@ def test_a_stream_nobody_reads_holds_no_more_than_its_demand(urls, scheme, probe
 @pytest.mark.parametrize("scheme", SCHEMES)
 def test_closing_the_client_ends_its_streams_and_cancels_them_at_the_server(urls, scheme, probes, tag):
     client = rsnet.sync.connect(urls["plain", scheme])
-    items = client.subscribe("endless", prefetch=4, tag=tag)
+    items = client.subscribe("endless", {"tag": tag}, prefetch=4)
     assert next(items) == 0
     client.close()
     assert client.closed
@@ -127,7 +127,7 @@ def test_closing_the_client_ends_its_streams_and_cancels_them_at_the_server(urls
     with pytest.raises(ConnectionLost, match="closed locally"):
         list(items)
     with pytest.raises(ConnectionLost):
-        next(client.subscribe("range", count=1))
+        next(client.subscribe("range", {"count": 1}))
     client.close()  # idempotent
 
 
@@ -135,7 +135,7 @@ def test_closing_the_client_ends_its_streams_and_cancels_them_at_the_server(urls
 def test_an_idle_stream_is_kept_alive_by_keepalive(urls, scheme):
     # The server drops a client it hears nothing from for 3 x 100 ms; the item comes after 600.
     with rsnet.sync.connect(urls["brisk", scheme]) as client:
-        assert list(client.subscribe("late", delay=0.6)) == ["late"]
+        assert list(client.subscribe("late", {"delay": 0.6})) == ["late"]
 
 
 @pytest.mark.parametrize("scheme", SCHEMES)
@@ -148,7 +148,7 @@ def test_a_server_shutting_down_lets_the_stream_finish_and_the_client_closes_onc
         shut_down.set()
 
     with ServerThread([Listener(server, scheme)]) as thread, rsnet.sync.connect(thread.urls[0]) as client:
-        items = client.subscribe("range", count=50_000, prefetch=64)
+        items = client.subscribe("range", {"count": 50_000}, prefetch=64)
         assert next(items) == 0
         thread.start_soon(shutdown)  # GO_AWAY now; the stream has far more to send
         assert sum(1 for _ in items) == 49_999
@@ -156,7 +156,7 @@ def test_a_server_shutting_down_lets_the_stream_finish_and_the_client_closes_onc
         assert shut_down.wait(2)
         assert client.closed
         with pytest.raises(ConnectionLost):
-            next(client.subscribe("range", count=1))
+            next(client.subscribe("range", {"count": 1}))
 
 
 # -- offer ---------------------------------------------------------------------------------------
@@ -173,7 +173,7 @@ def test_offer_takes_items_only_as_the_server_requests_them(urls, scheme, probes
             yield i
 
     with rsnet.sync.connect(urls["plain", scheme]) as client:
-        client.offer("sink", rows(), tag=tag, window=4)
+        client.offer("sink", rows(), {"tag": tag, "window": 4})
     assert probe.ended.wait(2) and probe.error is None
     assert probe.items == list(range(200))
     # The sink requests 4 more each time 4 arrived: row i may leave only once i - 3 arrived.
@@ -183,21 +183,21 @@ def test_offer_takes_items_only_as_the_server_requests_them(urls, scheme, probes
 @pytest.mark.parametrize("scheme", SCHEMES)
 def test_offer_returns_when_the_server_cancels_even_with_unbounded_demand(urls, scheme, probes, tag):
     with rsnet.sync.connect(urls["plain", scheme]) as client:
-        client.offer("sink", itertools.count(), tag=tag, cancel_after=5000)
+        client.offer("sink", itertools.count(), {"tag": tag, "cancel_after": 5000})
         assert probes[tag].items == list(range(5000))
-        assert list(client.subscribe("range", count=2)) == [0, 1]
+        assert list(client.subscribe("range", {"count": 2})) == [0, 1]
 
 
 def test_a_stream_closed_in_the_middle_of_another_call_is_cancelled_when_that_call_ends(urls, probes, tag):
     with rsnet.sync.connect(urls["plain", "tcp"]) as client:
-        items = client.subscribe("endless", prefetch=4, tag=tag)
+        items = client.subscribe("endless", {"tag": tag}, prefetch=4)
         assert next(items) == 0
 
         def rows():
             items.close()  # while offer is writing: the CANCEL waits for offer's write to end
             yield "row"
 
-        client.offer("sink", rows(), tag=tag + "-sink")
+        client.offer("sink", rows(), {"tag": tag + "-sink"})
         assert probes[tag].cancelled.wait(2)
         assert probes[tag + "-sink"].ended.wait(2) and probes[tag + "-sink"].items == ["row"]
 
@@ -216,9 +216,9 @@ def test_an_iterable_that_fails_ends_the_offered_stream_with_its_error(urls, pro
 
     with rsnet.sync.connect(urls["plain", "tcp"]) as client:
         with pytest.raises(LookupError):
-            client.offer("sink", rows(), tag=tag)
+            client.offer("sink", rows(), {"tag": tag})
         with pytest.raises(StreamError) as caught:
-            client.offer("sink", [1, None], tag=tag + "-none")
+            client.offer("sink", [1, None], {"tag": tag + "-none"})
         assert caught.value.code == ErrorCode.PROTOCOL_ERROR
     probe = probes[tag]
     assert probe.ended.wait(2) and probe.items == [1, 2]
@@ -236,7 +236,7 @@ def test_a_wrong_or_missing_token_is_refused_with_unauthorized(urls, scheme):
             rsnet.sync.connect(urls["guarded", scheme], token=token)
         assert caught.value.code == ErrorCode.UNAUTHORIZED
     with rsnet.sync.connect(urls["guarded", scheme], token=TOKEN) as client:
-        assert list(client.subscribe("range", count=2)) == [0, 1]
+        assert list(client.subscribe("range", {"count": 2})) == [0, 1]
 
 
 def test_tls_and_wss_carry_streams_and_an_untrusted_certificate_is_refused(probes):
@@ -249,7 +249,7 @@ def test_tls_and_wss_carry_streams_and_an_untrusted_certificate_is_refused(probe
     with ServerThread([Listener(server, scheme, server_context) for scheme in SCHEMES]) as thread:
         for url in thread.urls:
             with rsnet.sync.connect(url, ssl_context=client_context) as client:
-                assert list(client.subscribe("range", count=500)) == list(range(500))
+                assert list(client.subscribe("range", {"count": 500})) == list(range(500))
         with pytest.raises(ConnectionLost, match="CERTIFICATE_VERIFY_FAILED"):
             rsnet.sync.connect(thread.urls[0])
 

@@ -1,9 +1,15 @@
-"""The few file-system calls durability rests on, in one place.
+"""The file-system calls durability rests on, in one place, behind one seam.
 
 ``datasync`` forces a file's data (and the metadata needed to read it back, such as its size)
 to stable storage: ``fdatasync`` on Linux, ``F_FULLFSYNC`` on macOS (where ``fsync`` only
 reaches the drive's cache). ``sync_directory`` does the same for a directory's entries, so a
 file created, renamed or deleted stays that way after a power failure.
+
+:class:`FileOps` is every call by which a log changes its files (open for writing, write,
+sync, truncate, rename, delete). A :class:`SegmentLog` makes them all through the instance it
+was opened with, so a test can pass a subclass that fails chosen calls with ``ENOSPC`` or
+``EIO`` (see ``tests/broker/storage_faults.py``) and check what the log, the topic and the
+broker then do. Reads go to ``os`` directly: they change nothing.
 
 This module imports the standard library only.
 """
@@ -36,3 +42,50 @@ def write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]
+
+
+class FileOps:
+    """The calls a log changes its files with; subclass to inject faults (see the module docstring).
+
+    Every method raises OSError as the system call it wraps does.
+    """
+
+    def open(self, path: str, flags: int, mode: int = 0o644) -> int:
+        """``os.open`` (close-on-exec added); the caller closes the descriptor with ``os.close``."""
+        return os.open(path, flags | os.O_CLOEXEC, mode)
+
+    def write_all(self, fd: int, data: bytes) -> None:
+        write_all(fd, data)
+
+    def datasync(self, fd: int) -> None:
+        datasync(fd)
+
+    def sync_directory(self, path: str) -> None:
+        sync_directory(path)
+
+    def truncate(self, fd: int, size: int) -> None:
+        os.ftruncate(fd, size)
+
+    def replace(self, source: str, target: str) -> None:
+        os.replace(source, target)
+
+    def unlink(self, path: str) -> None:
+        os.unlink(path)
+
+    def makedirs(self, path: str) -> None:
+        os.makedirs(path, exist_ok=True)
+
+
+def unlink_if_present(ops: FileOps, path: str, quiet: bool = False) -> None:
+    """Delete ``path`` if it exists; other errors are raised unless ``quiet``."""
+    try:
+        ops.unlink(path)
+    except FileNotFoundError:
+        pass
+    except OSError:
+        if not quiet:
+            raise
+
+
+REAL = FileOps()
+"""The operations as the system performs them."""

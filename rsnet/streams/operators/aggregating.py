@@ -97,7 +97,7 @@ class _ReduceSubscriber(ForwardingSubscriber):
         if self.done:
             return
         if n <= 0:
-            self.upstream.cancel()  # type: ignore[union-attr]
+            self.upstream.cancel()  # type: ignore[union-attr]  # set by on_subscribe first
             self.on_error(invalid_request(n))  # rule 3.9
             return
         self._wanted = True
@@ -156,7 +156,7 @@ class _BufferSubscriber(ForwardingSubscriber):
 
     def request(self, n: int) -> None:
         # n buffers need n * count items; saturates like any demand (rule 3.17).
-        self.upstream.request(n if n <= 0 else min(n * self._count, MAX_DEMAND))  # type: ignore[union-attr]
+        self.upstream.request(n if n <= 0 else min(n * self._count, MAX_DEMAND))  # type: ignore[union-attr]  # set by on_subscribe first
 
 
 def buffer(count: int) -> Operator:

@@ -24,6 +24,7 @@ from ..rules import (
     check_signal_argument,
     invalid_request,
     report_undeliverable,
+    validate_subscription,
 )
 from ..subscriptions import DISCARD, DrainLoop
 from ._base import Operator, stage
@@ -38,10 +39,8 @@ class BufferOverflowError(MissingBackpressureError):
 class _BackpressureSubscriber(DrainLoop, Subscriber[Any], Subscription):
     __slots__ = (
         "_done",
-        "_draining",
         "_error",
         "_maxsize",
-        "_missed",
         "_on_drop",
         "_overflow",
         "_queue",
@@ -72,9 +71,7 @@ class _BackpressureSubscriber(DrainLoop, Subscriber[Any], Subscription):
         self._missed = False
 
     def on_subscribe(self, subscription: Subscription) -> None:
-        check_signal_argument(subscription, "on_subscribe")
-        if self.upstream is not None:
-            subscription.cancel()  # rule 2.5
+        if not validate_subscription(self.upstream, subscription):
             return
         self.upstream = subscription
         self.downstream.on_subscribe(self)
@@ -101,7 +98,7 @@ class _BackpressureSubscriber(DrainLoop, Subscriber[Any], Subscription):
             return
         if len(queue) >= self._maxsize:
             if self._overflow == "error":
-                self.upstream.cancel()  # type: ignore[union-attr]
+                self.upstream.cancel()  # type: ignore[union-attr]  # set by on_subscribe first
                 self._fail_now(BufferOverflowError(f"buffer of {self._maxsize} items overflowed"))
                 return
             if self._overflow == "drop_oldest" and queue:
@@ -130,7 +127,7 @@ class _BackpressureSubscriber(DrainLoop, Subscriber[Any], Subscription):
         if self.cancelled:
             return
         if n <= 0:
-            self.upstream.cancel()  # type: ignore[union-attr]
+            self.upstream.cancel()  # type: ignore[union-attr]  # set by on_subscribe first
             self._fail_now(invalid_request(n))  # rule 3.9
             return
         self.requested = add_demand(self.requested, n)
@@ -141,7 +138,7 @@ class _BackpressureSubscriber(DrainLoop, Subscriber[Any], Subscription):
             self.cancelled = True
             self.downstream = DISCARD  # rule 3.13
             self._queue.clear()
-            self.upstream.cancel()  # type: ignore[union-attr]
+            self.upstream.cancel()  # type: ignore[union-attr]  # set by on_subscribe first
 
     def _dropped(self, item: Any) -> None:
         if self._on_drop is not None:

@@ -61,7 +61,7 @@ class _FilterSubscriber(ForwardingSubscriber):
         if keep:
             self.downstream.on_next(item)
         else:
-            self.upstream.request(1)  # type: ignore[union-attr]
+            self.upstream.request(1)  # type: ignore[union-attr]  # set by on_subscribe first
 
 
 def filter(predicate: Callable[[Any], bool]) -> Operator:
@@ -92,7 +92,7 @@ class _DistinctUntilChangedSubscriber(ForwardingSubscriber):
             return
         self._last = key
         if same:
-            self.upstream.request(1)  # type: ignore[union-attr]
+            self.upstream.request(1)  # type: ignore[union-attr]  # set by on_subscribe first
         else:
             self.downstream.on_next(item)
 

@@ -20,21 +20,19 @@ from ..rules import (
     check_subscriber,
     invalid_request,
     report_undeliverable,
+    validate_subscription,
 )
 from ..sources import from_iterable
-from ..subscriptions import DISCARD, DrainLoop, PrefetchingInner
+from ..subscriptions import DISCARD, CoordinatingLoop, PrefetchingInner
 from ._base import Operator
 
 DEFAULT_INNER_PREFETCH = 128
 
 
-class _FlatMapSubscriber(DrainLoop, Subscriber[Any], Subscription):
+class _FlatMapSubscriber(CoordinatingLoop, Subscriber[Any], Subscription):
     __slots__ = (
-        "_draining",
-        "_error",
         "_mapper",
         "_max_concurrency",
-        "_missed",
         "_next_inner",
         "_outer_done",
         "cancelled",
@@ -71,9 +69,7 @@ class _FlatMapSubscriber(DrainLoop, Subscriber[Any], Subscription):
     # -- the outer source ---------------------------------------------------------------
 
     def on_subscribe(self, subscription: Subscription) -> None:
-        check_signal_argument(subscription, "on_subscribe")
-        if self.upstream is not None:
-            subscription.cancel()  # rule 2.5
+        if not validate_subscription(self.upstream, subscription):
             return
         self.upstream = subscription
         self.downstream.on_subscribe(self)
@@ -88,7 +84,7 @@ class _FlatMapSubscriber(DrainLoop, Subscriber[Any], Subscription):
             publisher = self._mapper(item)
             check_signal_argument(publisher, "flat_map mapper result")
         except Exception as error:
-            self.upstream.cancel()  # type: ignore[union-attr]
+            self.upstream.cancel()  # type: ignore[union-attr]  # set by on_subscribe first
             self._outer_done = True
             self.inner_error(error)
             return
@@ -128,13 +124,6 @@ class _FlatMapSubscriber(DrainLoop, Subscriber[Any], Subscription):
         self._cancel_sources()
 
     # -- the drain loop -------------------------------------------------------------------
-
-    def inner_error(self, error: BaseException) -> None:
-        if self._error is None:
-            self._error = error
-        else:
-            report_undeliverable(error)
-        self.drain()
 
     def _cancel_sources(self) -> None:
         if self.upstream is not None:
@@ -189,7 +178,7 @@ class _FlatMapSubscriber(DrainLoop, Subscriber[Any], Subscription):
                 self.inners.remove(inner)
             if not self._outer_done:
                 # each finished inner frees a concurrency slot: ask for one more publisher
-                self.upstream.request(len(finished))  # type: ignore[union-attr]
+                self.upstream.request(len(finished))  # type: ignore[union-attr]  # set by on_subscribe first
             self._missed = True
 
 

@@ -42,12 +42,12 @@ class _TakeSubscriber(ForwardingSubscriber):
 
     def request(self, n: int) -> None:
         if n <= 0:
-            self.upstream.request(n)  # type: ignore[union-attr] - upstream signals rule 3.9
+            self.upstream.request(n)  # type: ignore[union-attr]  # set by on_subscribe; upstream signals rule 3.9
             return
         amount = min(n, self._unrequested)
         if amount:
             self._unrequested -= amount
-            self.upstream.request(amount)  # type: ignore[union-attr]
+            self.upstream.request(amount)  # type: ignore[union-attr]  # set by on_subscribe first
 
 
 def take(count: int) -> Operator:
@@ -131,7 +131,7 @@ class _LimitRateSubscriber(ForwardingSubscriber):
 
     def request(self, n: int) -> None:
         if n <= 0:
-            self.upstream.request(n)  # type: ignore[union-attr] - upstream signals rule 3.9
+            self.upstream.request(n)  # type: ignore[union-attr]  # set by on_subscribe; upstream signals rule 3.9
             return
         self._requested = add_demand(self._requested, n)
         self._top_up()
@@ -153,7 +153,7 @@ class _LimitRateSubscriber(ForwardingSubscriber):
         amount = min(self._rate, self._requested) - self._outstanding
         if amount > 0 and not self.done:
             self._outstanding += amount
-            self.upstream.request(amount)  # type: ignore[union-attr]
+            self.upstream.request(amount)  # type: ignore[union-attr]  # set by on_subscribe first
 
 
 def limit_rate(rate: int) -> Operator:

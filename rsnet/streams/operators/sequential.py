@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..interfaces import Publisher, Subscriber, Subscription
-from ..rules import check_signal_argument, check_subscriber, report_undeliverable
+from ..rules import check_signal_argument, check_subscriber, report_undeliverable, validate_subscription
 from ..subscriptions import DISCARD, SubscriptionArbiter
 
 
@@ -29,7 +29,7 @@ class _SerialSubscriber(Subscriber[Any]):
         "_pending_error",
         "_produced",
         "_subscribing",
-        "_upstream_active",
+        "_upstream",
         "arbiter",
         "done",
         "downstream",
@@ -43,7 +43,7 @@ class _SerialSubscriber(Subscriber[Any]):
         self._again = False
         self._emitting = False
         self._pending_error: BaseException | None = None
-        self._upstream_active = False
+        self._upstream: Subscription | None = None  # until it terminates
         self.done = False
 
     def start(self) -> None:
@@ -54,11 +54,9 @@ class _SerialSubscriber(Subscriber[Any]):
         raise NotImplementedError
 
     def on_subscribe(self, subscription: Subscription) -> None:
-        check_signal_argument(subscription, "on_subscribe")
-        if self._upstream_active:
-            subscription.cancel()  # rule 2.5: the current upstream has not terminated
+        if not validate_subscription(self._upstream, subscription):  # the current one has not terminated
             return
-        self._upstream_active = True
+        self._upstream = subscription
         self.arbiter.set_subscription(subscription)
 
     def on_next(self, item: Any) -> None:
@@ -76,7 +74,7 @@ class _SerialSubscriber(Subscriber[Any]):
 
     def _subscribe_next(self) -> None:
         """Account for the finished upstream and subscribe to the next, iteratively."""
-        self._upstream_active = False
+        self._upstream = None
         if self._produced:
             self.arbiter.produced(self._produced)
             self._produced = 0

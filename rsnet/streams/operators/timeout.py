@@ -13,6 +13,7 @@ from typing import Any
 import trio
 
 from ..interfaces import Subscriber, Subscription
+from ..rules import validate_subscription
 from ..subscriptions import ForwardingSubscriber
 from ._base import Operator, stage
 
@@ -32,9 +33,8 @@ class _TimeoutSubscriber(ForwardingSubscriber):
         self._deadline = 0.0
 
     def on_subscribe(self, subscription: Subscription) -> None:
-        if self.upstream is not None:
-            super().on_subscribe(subscription)  # rule 2.5: cancels the second one
-            return
+        if not validate_subscription(self.upstream, subscription):
+            return  # one watchdog per subscription: a second on_subscribe starts none
         self._deadline = trio.current_time() + self._seconds
         super().on_subscribe(subscription)
         if self.done:

@@ -17,19 +17,15 @@ from ..rules import (
     add_demand,
     check_subscriber,
     invalid_request,
-    report_undeliverable,
 )
-from ..subscriptions import DISCARD, DrainLoop, PrefetchingInner
+from ..subscriptions import DISCARD, CoordinatingLoop, PrefetchingInner
 
 DEFAULT_ZIP_PREFETCH = 128
 
 
-class _ZipCoordinator(DrainLoop, Subscription):
+class _ZipCoordinator(CoordinatingLoop, Subscription):
     __slots__ = (
         "_combine",
-        "_draining",
-        "_error",
-        "_missed",
         "cancelled",
         "downstream",
         "inners",
@@ -64,13 +60,6 @@ class _ZipCoordinator(DrainLoop, Subscription):
             self.cancelled = True
             self.downstream = DISCARD  # rule 3.13
             self._cancel_all()
-
-    def inner_error(self, error: BaseException) -> None:
-        if self._error is None:
-            self._error = error
-        else:
-            report_undeliverable(error)
-        self.drain()
 
     def _cancel_all(self) -> None:
         for inner in self.inners:

@@ -1,0 +1,766 @@
+/**
+ * The rsnet client: connect to a server, subscribe to its publishers, offer it your own.
+ *
+ *     const conn = await connect("tcp://127.0.0.1:7600", { token });
+ *     for await (const item of conn.subscribe("range", { count: 10 }, { prefetch: 256 })) { ... }
+ *     await conn.offer("uploads", records);       // the server pulls with its own demand
+ *     await conn.close();                         // GO_AWAY, then the server closes
+ *
+ * The Reactive Streams model: `conn.publisher(name, params)` is a `Publisher`; its
+ * `subscribe(subscriber)` calls `onSubscribe` with a `Subscription` whose `request(n)` and
+ * `cancel()` go to the server as REQUEST and CANCEL. Demand requested between two writes is
+ * sent as one REQUEST per stream; `subscribe(...)` as an async iterable requests `prefetch`
+ * up front and `prefetch - prefetch/4` each time that many were consumed (never per item).
+ *
+ * Frames are written once per turn of the event loop (many frames per write and per
+ * WebSocket message). When the connection ends, every open stream ends with
+ * `ConnectionLost` (the CONN_ERROR's code if there was one): nothing waits forever.
+ */
+import { Connection, type Event } from "./connection.js";
+import { ConnectionLost, ErrorCode, HandshakeError, ProtocolError, RsnetError, StreamError, type Code } from "./errors.js";
+import { DEFAULT_KEEPALIVE_INTERVAL, DEFAULT_MAX_FRAME_SIZE, DEFAULT_MAX_STREAMS, MAX_INT, type Int } from "./frames.js";
+import { openTransport, type Transport } from "./transport.js";
+
+// ---------------------------------------------------------------- Reactive Streams interfaces
+
+export interface Subscription {
+  /** Ask for `n` more items (rule 3.8); n <= 0 ends the stream with an error (rule 3.9). */
+  request(n: number | bigint): void;
+  /** Stop the stream (rule 3.12); idempotent (rule 3.7). */
+  cancel(): void;
+}
+
+export interface Subscriber<T> {
+  onSubscribe(subscription: Subscription): void;
+  onNext(item: T): void;
+  onError(error: Error): void;
+  onComplete(): void;
+}
+
+export interface Publisher<T> {
+  subscribe(subscriber: Subscriber<T>): void;
+}
+
+export interface ConnectOptions {
+  /** Sent as the HELLO's `auth_token`. */
+  token?: string | Uint8Array;
+  maxFrameSize?: number;
+  maxStreams?: number;
+  /** The client's proposal in ms; the server's WELCOME decides (SPEC 10.1). */
+  keepaliveInterval?: number;
+  /** Milliseconds to wait for the transport and the WELCOME (default 10000). */
+  handshakeTimeout?: number;
+  metadata?: Record<string, unknown>;
+  /** Protocol versions to offer (default [1]); only useful to test a server's refusal. */
+  versions?: number[];
+}
+
+export interface OfferOptions {
+  /** OFFER metadata (for example `content_type`). */
+  metadata?: Record<string, unknown>;
+  /** Aborting ends the stream with an ERROR (APPLICATION_ERROR) and rejects the offer. */
+  signal?: AbortSignal;
+}
+
+export interface SubscribeOptions {
+  /** Items in flight at most (default 256). */
+  prefetch?: number;
+  /** SUBSCRIBE metadata. */
+  metadata?: Record<string, unknown>;
+}
+
+/** Largest demand this side forwards: 2^63-1 means unbounded (rule 3.17). */
+export const MAX_DEMAND = MAX_INT;
+const DEFAULT_PREFETCH = 256;
+/** An offer waits for the transport when this many bytes are queued (backpressure to the socket). */
+const HIGH_WATER = 1 << 20;
+
+const schedule: (fn: () => void) => void =
+  typeof setImmediate === "function" ? (fn) => setImmediate(fn) : (fn) => setTimeout(fn, 0);
+
+/** Adds demand, saturating at 2^63-1 (rule 3.17). */
+function addDemand(a: bigint, n: bigint): bigint {
+  const sum = a + n;
+  return sum > MAX_INT ? MAX_INT : sum;
+}
+
+// ---------------------------------------------------------------- streams this client subscribes to
+
+/** One SUBSCRIBE stream: the Subscription handed to the local subscriber. */
+class Inbound implements Subscription {
+  streamId = 0;
+  /** Demand requested locally and not yet sent in a REQUEST (or SUBSCRIBE). */
+  pending = 0n;
+  done = false;
+  private subscriber: Subscriber<unknown> | null;
+
+  constructor(
+    private readonly client: Client,
+    subscriber: Subscriber<unknown>,
+  ) {
+    this.subscriber = subscriber;
+  }
+
+  request(n: number | bigint): void {
+    if (this.done) return; // rule 3.6
+    const amount = typeof n === "bigint" ? n : Number.isInteger(n) ? BigInt(n) : 0n;
+    if (amount <= 0n) {
+      // Rule 3.9, signalled locally (SPEC 8.4): the wire never carries REQUEST(n <= 0); the
+      // stream is cancelled at the server and the subscriber gets the error.
+      this.fail(new StreamError(ErrorCode.INVALID_REQUEST, `rule 3.9: request(${n}) must be positive`), true);
+      return;
+    }
+    const first = this.pending === 0n;
+    this.pending = addDemand(this.pending, amount);
+    if (first && this.streamId) this.client.demandPending(this);
+  }
+
+  cancel(): void {
+    if (this.done) return; // rule 3.7
+    this.done = true;
+    this.subscriber = null; // rule 3.13
+    this.client.endInbound(this, true);
+  }
+
+  // Signals from the connection.
+  deliver(items: unknown[]): void {
+    for (const item of items) {
+      const subscriber = this.subscriber;
+      if (subscriber === null) return; // cancelled while delivering: the rest are dropped
+      try {
+        subscriber.onNext(item);
+      } catch (error) {
+        this.fail(error as Error, true); // rule 2.13: a throwing onNext cancels
+        return;
+      }
+    }
+  }
+
+  complete(): void {
+    const subscriber = this.end();
+    if (subscriber) safely(() => subscriber.onComplete());
+  }
+
+  fail(error: Error, sendCancel = false): void {
+    const subscriber = this.subscriber;
+    if (this.done || subscriber === null) return;
+    this.done = true;
+    this.subscriber = null;
+    if (sendCancel) this.client.endInbound(this, true);
+    safely(() => subscriber.onError(error));
+  }
+
+  private end(): Subscriber<unknown> | null {
+    const subscriber = this.subscriber;
+    this.done = true;
+    this.subscriber = null;
+    return subscriber;
+  }
+}
+
+function safely(fn: () => void): void {
+  try {
+    fn();
+  } catch (error) {
+    // Rule 2.13: a subscriber's terminal method must not throw; nothing left to tell it.
+    queueMicrotask(() => {
+      throw error;
+    });
+  }
+}
+
+/** The server's publisher `name`: each `subscribe` opens a stream (a true RS Publisher). */
+export class RemotePublisher<T = unknown> implements Publisher<T> {
+  constructor(
+    private readonly client: Client,
+    readonly name: string,
+    readonly params: unknown = null,
+    private readonly metadata?: Record<string, unknown>,
+  ) {}
+
+  subscribe(subscriber: Subscriber<T>): void {
+    if (subscriber === null || typeof subscriber !== "object") throw new TypeError("rule 1.9: subscriber must not be null");
+    this.client.openInbound(subscriber as Subscriber<unknown>, this.name, this.params, this.metadata);
+  }
+}
+
+/**
+ * `for await (const item of conn.subscribe(...))`: an async iterator that is also the
+ * stream's Subscriber. Leaving the loop (break, return, throw) cancels the stream; a remote
+ * error is thrown from the loop.
+ */
+export class ItemStream<T = unknown> implements AsyncIterableIterator<T>, Subscriber<T> {
+  private queue: T[] = [];
+  private head = 0;
+  private subscription: Subscription | null = null;
+  private consumed = 0;
+  private readonly batch: number;
+  private finished = false;
+  private error: Error | null = null;
+  private waiting: { resolve: (r: IteratorResult<T>) => void; reject: (e: Error) => void } | null = null;
+
+  constructor(
+    publisher: Publisher<T>,
+    private readonly prefetch: number = DEFAULT_PREFETCH,
+  ) {
+    if (!Number.isInteger(prefetch) || prefetch < 1) throw new RangeError("prefetch must be a positive integer");
+    this.batch = prefetch - Math.floor(prefetch / 4);
+    publisher.subscribe(this);
+  }
+
+  [Symbol.asyncIterator](): this {
+    return this;
+  }
+
+  onSubscribe(subscription: Subscription): void {
+    this.subscription = subscription;
+    subscription.request(this.prefetch);
+  }
+
+  onNext(item: T): void {
+    const waiting = this.waiting;
+    if (waiting !== null) {
+      this.waiting = null;
+      this.consume();
+      waiting.resolve({ value: item, done: false });
+    } else this.queue.push(item);
+  }
+
+  onError(error: Error): void {
+    this.finished = true;
+    this.error = error;
+    this.subscription = null;
+    this.wake();
+  }
+
+  onComplete(): void {
+    this.finished = true;
+    this.subscription = null;
+    this.wake();
+  }
+
+  private wake(): void {
+    const waiting = this.waiting;
+    if (waiting === null) return;
+    this.waiting = null;
+    if (this.error) waiting.reject(this.error);
+    else waiting.resolve({ value: undefined, done: true });
+  }
+
+  /** One item was handed out: replenish demand in batches, never per item. */
+  private consume(): void {
+    if (++this.consumed >= this.batch && this.subscription !== null) {
+      const n = this.consumed;
+      this.consumed = 0;
+      this.subscription.request(n);
+    }
+  }
+
+  next(): Promise<IteratorResult<T>> {
+    if (this.head < this.queue.length) {
+      const value = this.queue[this.head++];
+      if (this.head === this.queue.length) {
+        this.queue = [];
+        this.head = 0;
+      }
+      this.consume();
+      return Promise.resolve({ value, done: false });
+    }
+    if (this.finished) {
+      if (this.error) {
+        const error = this.error;
+        this.error = null; // thrown once; then the iterator is done
+        return Promise.reject(error);
+      }
+      return Promise.resolve({ value: undefined, done: true });
+    }
+    return new Promise((resolve, reject) => (this.waiting = { resolve, reject }));
+  }
+
+  /** Leaving the loop early: cancel the stream (rule 3.12). */
+  return(): Promise<IteratorResult<T>> {
+    this.cancel();
+    return Promise.resolve({ value: undefined, done: true });
+  }
+
+  /** Cancel the stream; a pending `next()` ends the iteration. */
+  cancel(): void {
+    this.finished = true;
+    this.error = null;
+    this.queue = [];
+    this.head = 0;
+    const subscription = this.subscription;
+    this.subscription = null;
+    subscription?.cancel();
+    this.wake();
+  }
+}
+
+// ---------------------------------------------------------------- streams this client offers
+
+class Outbound {
+  streamId = 0;
+  accepted = false;
+  /** Items the server requested and we have not sent (what the pump may still take). */
+  credit = 0n;
+  unsent: unknown[] = [];
+  ended: Error | null | undefined = undefined; // undefined: open; null: cancelled by the server
+  private wakeup: (() => void) | null = null;
+
+  wake(): void {
+    const wake = this.wakeup;
+    this.wakeup = null;
+    wake?.();
+  }
+
+  wait(): Promise<void> {
+    return new Promise((resolve) => (this.wakeup = resolve));
+  }
+}
+
+// ---------------------------------------------------------------- the client
+
+export class Client {
+  private readonly inbound = new Map<number, Inbound>();
+  private readonly outbound = new Map<number, Outbound>();
+  private dirty: Inbound[] = [];
+  private flushScheduled = false;
+  private closing = false;
+  private lost: ConnectionLost | null = null;
+  private keepaliveTimer: ReturnType<typeof setTimeout> | undefined;
+  private lastSent = Date.now();
+  private lastReceived = Date.now();
+  private resolveClosed!: () => void;
+  /** Resolves when the transport has closed, for whatever reason. */
+  readonly closed: Promise<void> = new Promise((resolve) => (this.resolveClosed = resolve));
+  private resolveGoAway!: (message: string) => void;
+  /** Resolves with its message when the server sends GO_AWAY (it is shutting down: open
+   *  streams go on, new ones fail with `ConnectionLost` code GOING_AWAY). */
+  readonly goAway: Promise<string> = new Promise((resolve) => (this.resolveGoAway = resolve));
+
+  /** Use `connect()`. */
+  constructor(
+    private readonly conn: Connection,
+    private readonly transport: Transport,
+    readonly url: string,
+  ) {
+    transport.onData = (data) => {
+      this.lastReceived = Date.now();
+      conn.receiveData(data);
+      this.dispatch(conn.eventsReceived());
+      this.flush();
+    };
+    transport.onText = () => {
+      conn.sendConnError(ErrorCode.PROTOCOL_ERROR, "rsnet uses binary WebSocket messages only");
+      this.lostWith(new ConnectionLost("the server sent a text message", ErrorCode.PROTOCOL_ERROR));
+      this.flush();
+      transport.end();
+    };
+    transport.onClose = (error) => {
+      if (conn.state !== "CLOSED") {
+        conn.receiveEof();
+        conn.eventsReceived();
+      }
+      this.lostWith(new ConnectionLost(`connection to ${url} ended${error ? `: ${error.message}` : ""}`));
+      clearTimeout(this.keepaliveTimer);
+      this.resolveClosed();
+    };
+    this.armKeepalive();
+  }
+
+  /** The server's settings from its WELCOME. */
+  get serverSettings(): Record<string, unknown> {
+    return this.conn.peerSettings;
+  }
+
+  /** Streams open on this connection. */
+  get streamCount(): number {
+    return this.conn.streamCount;
+  }
+
+  /** The server's publisher `name` as a Reactive Streams Publisher (one stream per subscribe). */
+  publisher<T = unknown>(name: string, params: unknown = null, metadata?: Record<string, unknown>): RemotePublisher<T> {
+    return new RemotePublisher<T>(this, name, params, metadata);
+  }
+
+  /** `for await (const item of conn.subscribe(name, params, {prefetch}))`. */
+  subscribe<T = unknown>(name: string, params: unknown = null, options: SubscribeOptions = {}): ItemStream<T> {
+    return new ItemStream<T>(this.publisher<T>(name, params, options.metadata), options.prefetch);
+  }
+
+  /**
+   * Serve `source` to the server under `name` (OFFER): the server pulls items with its own
+   * demand; returns how many items were sent once the stream completed. Rejects with
+   * `StreamError` if the server refuses or cancels with an error, `ConnectionLost` if the
+   * connection ends first. A source that throws ends the stream with APPLICATION_ERROR and
+   * the promise rejects with that error; so does aborting `options.signal`.
+   */
+  async offer(
+    name: string,
+    source: Iterable<unknown> | AsyncIterable<unknown>,
+    params: unknown = null,
+    options: OfferOptions = {},
+  ): Promise<number> {
+    const out = new Outbound();
+    out.streamId = this.open(() => this.conn.sendOffer(name, params, options.metadata));
+    this.outbound.set(out.streamId, out);
+    this.scheduleFlush();
+    const signal = options.signal;
+    const abort = (): void => {
+      if (out.ended !== undefined) return;
+      const reason = signal?.reason instanceof Error ? signal.reason : new Error("the offer was aborted");
+      this.flushItems(out);
+      this.conn.sendError(out.streamId, ErrorCode.APPLICATION_ERROR, `the producer stopped: ${reason.message}`);
+      this.endOutbound(out, reason);
+      this.scheduleFlush();
+    };
+    if (signal?.aborted) abort();
+    signal?.addEventListener("abort", abort, { once: true });
+    const iterator: Iterator<unknown> | AsyncIterator<unknown> =
+      Symbol.asyncIterator in Object(source)
+        ? (source as AsyncIterable<unknown>)[Symbol.asyncIterator]()
+        : (source as Iterable<unknown>)[Symbol.iterator]();
+    let sent = 0;
+    try {
+      for (;;) {
+        while (out.ended === undefined && out.credit === 0n) await out.wait();
+        if (out.ended !== undefined) break;
+        const step = await iterator.next();
+        if (out.ended !== undefined) break;
+        if (step.done) {
+          this.flushItems(out);
+          this.conn.sendComplete(out.streamId);
+          this.outbound.delete(out.streamId);
+          this.scheduleFlush();
+          return sent;
+        }
+        if (step.value === null || step.value === undefined) throw new TypeError("rule 2.13: items must not be null");
+        out.unsent.push(step.value);
+        out.credit -= 1n;
+        sent += 1;
+        this.scheduleFlush();
+        if (this.transport.buffered >= HIGH_WATER) await this.transport.drained(HIGH_WATER / 2);
+      }
+    } catch (error) {
+      if (out.ended === undefined) {
+        this.flushItems(out);
+        const err = error as Error;
+        const code = err instanceof StreamError ? err.code : ErrorCode.APPLICATION_ERROR;
+        this.conn.sendError(out.streamId, code, err instanceof StreamError ? err.detail : `${err.name}: ${err.message}`);
+        this.outbound.delete(out.streamId);
+        this.scheduleFlush();
+      }
+      throw error;
+    } finally {
+      signal?.removeEventListener("abort", abort);
+      if (out.ended !== undefined) await (iterator as AsyncIterator<unknown>).return?.();
+    }
+    if (out.ended) throw out.ended;
+    return sent; // cancelled by the server without an error: it wanted no more
+  }
+
+  /**
+   * Close the connection cleanly: cancel what is still open here (subscribers get
+   * `ConnectionLost`), send GO_AWAY, and wait for the server to close the transport (it does
+   * so once no stream remains, SPEC 10.2); after `timeout` ms, close it ourselves.
+   */
+  async close(timeout = 5000): Promise<void> {
+    if (!this.closing && this.conn.state === "OPEN") {
+      this.closing = true;
+      const reason = new ConnectionLost("the client closed the connection");
+      for (const inbound of [...this.inbound.values()]) {
+        inbound.fail(reason, true);
+      }
+      for (const out of [...this.outbound.values()]) {
+        this.conn.sendError(out.streamId, ErrorCode.GOING_AWAY, "the client closed the connection");
+        this.endOutbound(out, reason);
+      }
+      this.conn.sendGoAway("the client is done");
+      this.flush();
+    }
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const expired = new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(true), timeout)));
+    const late = await Promise.race([this.closed.then(() => false), expired]);
+    clearTimeout(timer);
+    if (late && this.conn.state !== "CLOSED") {
+      // SPEC 10.2: the drain deadline expired: CONN_ERROR GOING_AWAY, then close.
+      this.conn.sendConnError(ErrorCode.GOING_AWAY, "the client's close deadline expired");
+      this.lostWith(new ConnectionLost("the client closed the connection", ErrorCode.GOING_AWAY));
+      this.flush();
+    }
+    this.transport.end();
+    await Promise.race([this.closed, new Promise((resolve) => setTimeout(resolve, 1000))]);
+    this.transport.destroy();
+    await this.closed;
+  }
+
+  // ------------------------------------------------------------ internals: used by streams
+
+  openInbound(subscriber: Subscriber<unknown>, name: string, params: unknown, metadata?: Record<string, unknown>): void {
+    const inbound = new Inbound(this, subscriber);
+    safely(() => subscriber.onSubscribe(inbound)); // rule 1.9: onSubscribe first, always
+    if (inbound.done) return; // cancelled or failed inside onSubscribe
+    let streamId: number;
+    try {
+      streamId = this.open(() => this.conn.sendSubscribe(name, params, inbound.pending, metadata));
+    } catch (error) {
+      inbound.fail(error as Error);
+      return;
+    }
+    inbound.streamId = streamId;
+    inbound.pending = 0n;
+    this.inbound.set(streamId, inbound);
+    this.scheduleFlush();
+  }
+
+  demandPending(inbound: Inbound): void {
+    this.dirty.push(inbound);
+    this.scheduleFlush();
+  }
+
+  endInbound(inbound: Inbound, sendCancel: boolean): void {
+    if (inbound.streamId === 0) return; // not open yet: openInbound sees `done`
+    if (this.inbound.delete(inbound.streamId) && sendCancel) {
+      this.conn.sendCancel(inbound.streamId);
+      this.scheduleFlush();
+    }
+  }
+
+  /** Opens a stream through `send` (which allocates the id and writes the frame, atomically). */
+  private open(send: () => number): number {
+    if (this.lost) throw this.lost;
+    if (this.closing || this.conn.goingAway) throw new ConnectionLost("the connection is going away: open a new one", ErrorCode.GOING_AWAY);
+    try {
+      return send();
+    } catch (error) {
+      if (error instanceof ProtocolError && error.code === ErrorCode.TOO_MANY_STREAMS) {
+        // SPEC 7.2: at the server's max_streams this client fails locally rather than queue.
+        throw new StreamError(ErrorCode.TOO_MANY_STREAMS, error.message);
+      }
+      throw error;
+    }
+  }
+
+  private flushItems(out: Outbound): void {
+    if (out.unsent.length === 0) return;
+    const items = out.unsent;
+    out.unsent = [];
+    this.conn.sendBatch(out.streamId, items);
+  }
+
+  private endOutbound(out: Outbound, error: Error | null): void {
+    out.unsent = [];
+    if (out.ended === undefined) out.ended = error;
+    this.outbound.delete(out.streamId);
+    out.wake();
+  }
+
+  // ------------------------------------------------------------ internals: I/O
+
+  private scheduleFlush(): void {
+    if (this.flushScheduled) return;
+    this.flushScheduled = true;
+    schedule(() => this.flush());
+  }
+
+  /** Coalesced demand and pending items become frames; everything pending goes in one write. */
+  private flush(): void {
+    this.flushScheduled = false;
+    const dirty = this.dirty;
+    this.dirty = [];
+    for (const inbound of dirty) {
+      if (!inbound.done && inbound.pending > 0n) {
+        const n = inbound.pending;
+        inbound.pending = 0n;
+        this.conn.sendRequest(inbound.streamId, n);
+      }
+    }
+    for (const out of this.outbound.values()) {
+      if (out.unsent.length) {
+        try {
+          this.flushItems(out);
+        } catch (error) {
+          this.conn.sendError(out.streamId, (error as ProtocolError).code ?? ErrorCode.APPLICATION_ERROR, (error as Error).message);
+          this.endOutbound(out, error as Error);
+        }
+      }
+    }
+    const chunks = this.transport.messageBased ? this.conn.dataToSendMessages() : [this.conn.dataToSend()];
+    if (chunks.length && chunks[0].length) {
+      this.transport.send(chunks);
+      this.lastSent = Date.now();
+    }
+    if (this.conn.state === "CLOSED" || (this.conn.goingAway && this.conn.streamCount === 0 && this.conn.peerGoingAway)) {
+      this.transport.end();
+    }
+  }
+
+  private lostWith(error: ConnectionLost): void {
+    if (this.lost === null) this.lost = error;
+    for (const inbound of [...this.inbound.values()]) inbound.fail(this.lost);
+    this.inbound.clear();
+    for (const out of [...this.outbound.values()]) this.endOutbound(out, this.lost);
+  }
+
+  /** @internal Dispatch the connection's events (also those that came with the WELCOME). */
+  dispatch(events: Event[]): void {
+    for (const event of events) {
+      switch (event.event) {
+        case "ITEMS":
+          this.inbound.get(event.stream_id)?.deliver(event.items);
+          break;
+        case "COMPLETE": {
+          // Only for streams we subscribe to: the connection refuses a COMPLETE on an offer.
+          const inbound = this.inbound.get(event.stream_id);
+          if (inbound) {
+            this.inbound.delete(event.stream_id);
+            inbound.complete();
+          }
+          break;
+        }
+        case "ERROR": {
+          const error = new StreamError(event.code, event.message, event.data);
+          const inbound = this.inbound.get(event.stream_id);
+          if (inbound) {
+            this.inbound.delete(event.stream_id);
+            inbound.fail(error);
+          }
+          const out = this.outbound.get(event.stream_id);
+          if (out) this.endOutbound(out, error);
+          break;
+        }
+        case "ACCEPT": {
+          const out = this.outbound.get(event.stream_id);
+          if (out) out.accepted = true;
+          break;
+        }
+        case "REQUEST": {
+          const out = this.outbound.get(event.stream_id);
+          if (out) {
+            out.credit = addDemand(out.credit, BigInt(event.n));
+            out.wake();
+          }
+          break;
+        }
+        case "CANCEL": {
+          const out = this.outbound.get(event.stream_id);
+          if (out) this.endOutbound(out, null);
+          break;
+        }
+        case "SUBSCRIBE":
+          this.conn.sendError(event.stream_id, ErrorCode.UNKNOWN_PUBLISHER, "this client hosts no publishers");
+          break;
+        case "OFFER":
+          this.conn.sendError(event.stream_id, ErrorCode.UNKNOWN_PUBLISHER, "this client takes no offers");
+          break;
+        case "CLOSED":
+          this.lostWith(
+            new ConnectionLost(
+              event.by_peer ? `the server closed the connection: ${event.message}` : `protocol violation by the server: ${event.message}`,
+              event.code,
+              event.data,
+            ),
+          );
+          break;
+        case "GO_AWAY": // the transport is closed in flush once no stream is left
+          this.resolveGoAway(event.message);
+          break;
+        default: // PONG, HELLO/WELCOME (handshake)
+          break;
+      }
+    }
+  }
+
+  private armKeepalive(): void {
+    const k = this.conn.keepaliveInterval;
+    if (!k) return;
+    const tick = (): void => {
+      if (this.conn.state !== "OPEN") return;
+      const now = Date.now();
+      if (now - this.lastReceived >= 3 * k) {
+        // SPEC 10.1: nothing received for three intervals: the connection is dead.
+        this.conn.sendConnError(ErrorCode.TIMEOUT, `nothing received for ${3 * k} ms`);
+        this.lostWith(new ConnectionLost(`nothing received for ${3 * k} ms`, ErrorCode.TIMEOUT));
+        this.flush();
+        this.transport.end();
+        return;
+      }
+      if (now - this.lastSent >= k) {
+        this.conn.sendPing(0);
+        this.flush();
+      }
+      const next = Math.min(this.lastSent + k, this.lastReceived + 3 * k) - Date.now();
+      this.keepaliveTimer = setTimeout(tick, Math.max(next, 10));
+      unref(this.keepaliveTimer);
+    };
+    this.keepaliveTimer = setTimeout(tick, k);
+    unref(this.keepaliveTimer);
+  }
+}
+
+function unref(timer: unknown): void {
+  (timer as { unref?: () => void }).unref?.();
+}
+
+/**
+ * Connect and complete the handshake. Rejects with `HandshakeError` when the server refuses
+ * (`code`: UNAUTHORIZED, UNSUPPORTED_VERSION, ...), cuts the connection or does not answer
+ * within `handshakeTimeout`, and with a transport error when it cannot be reached.
+ */
+export async function connect(url: string, options: ConnectOptions = {}): Promise<Client> {
+  const timeout = options.handshakeTimeout ?? 10000;
+  const maxFrameSize = options.maxFrameSize ?? DEFAULT_MAX_FRAME_SIZE;
+  const conn = new Connection("client", {
+    max_frame_size: maxFrameSize,
+    max_streams: options.maxStreams ?? DEFAULT_MAX_STREAMS,
+    keepalive_interval: options.keepaliveInterval ?? DEFAULT_KEEPALIVE_INTERVAL,
+    auth_token: options.token,
+    metadata: options.metadata ?? { client: "rsnet-js/0.1" },
+    versions: options.versions,
+  });
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const expired = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new HandshakeError(`connecting to ${url} timed out after ${timeout} ms`, ErrorCode.TIMEOUT)), timeout);
+  });
+  let transport: Transport | undefined;
+  try {
+    transport = await Promise.race([openTransport(url, maxFrameSize), expired]);
+    const opened = transport;
+    const welcomed = new Promise<Event[]>((resolve, reject) => {
+      opened.onData = (data) => {
+        conn.receiveData(data);
+        const events = conn.eventsReceived();
+        const closed = events.find((e) => e.event === "CLOSED");
+        if (closed && closed.event === "CLOSED") {
+          const what = closed.by_peer ? "the server refused the connection" : "the server broke the handshake";
+          reject(new HandshakeError(`${what}: ${closed.message}`, closed.code, closed.data));
+        } else if (conn.state === "OPEN") resolve(events);
+      };
+      opened.onText = () => reject(new HandshakeError("the server sent a text message", ErrorCode.PROTOCOL_ERROR));
+      opened.onClose = (error) => reject(new HandshakeError(`the connection closed during the handshake${error ? `: ${error.message}` : ""}`));
+    });
+    opened.send(opened.messageBased ? conn.dataToSendMessages() : [conn.dataToSend()]);
+    const events = await Promise.race([welcomed, expired]);
+    const client = new Client(conn, opened, url);
+    client.dispatch(events);
+    return client;
+  } catch (error) {
+    if (transport) {
+      if (error instanceof HandshakeError && error.code === ErrorCode.TIMEOUT && conn.state !== "CLOSED") {
+        conn.sendConnError(ErrorCode.TIMEOUT, "handshake timed out");
+        transport.send(transport.messageBased ? conn.dataToSendMessages() : [conn.dataToSend()]);
+        transport.end();
+      } else if (conn.state === "CLOSED") {
+        const rest = conn.dataToSend(); // our CONN_ERROR, if we detected a violation
+        if (rest.length) transport.send([rest]);
+        transport.end();
+      } else transport.destroy();
+    }
+    if (error instanceof RsnetError) throw error;
+    throw new HandshakeError(`cannot connect to ${url}: ${(error as Error).message}`);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+export type { Code, Int };

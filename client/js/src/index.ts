@@ -1,0 +1,19 @@
+export * from "./errors.js";
+export { Encoder, Ext, Float64, Scanner, encode, decode } from "./codec.js";
+export * from "./frames.js";
+export { Connection, type ConnectionOptions, type Event, type Role, type State } from "./connection.js";
+export {
+  Client,
+  ItemStream,
+  RemotePublisher,
+  connect,
+  MAX_DEMAND,
+  type ConnectOptions,
+  type OfferOptions,
+  type Publisher,
+  type Subscriber,
+  type Subscription,
+  type SubscribeOptions,
+} from "./client.js";
+export { TransportError, type Transport } from "./transport.js";
+export { commit, follow, publish, topics, type BrokerRecord, type FollowOptions, type PublishOptions } from "./broker.js";

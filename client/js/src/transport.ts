@@ -1,0 +1,200 @@
+/**
+ * Transports: byte streams (Node `net`) and WebSocket (Node `ws`, or the browser's native
+ * WebSocket). A transport only moves bytes; the client drives the protocol.
+ *
+ * Node modules are imported dynamically, only when a Node transport is opened, so the package
+ * loads in a browser as plain ES modules.
+ */
+
+export interface Transport {
+  /** WebSocket: each `send` chunk is one binary message of whole frames (SPEC 2.2). */
+  readonly messageBased: boolean;
+  /** Write chunks in order (messages on a WebSocket, bytes on a byte stream). */
+  send(chunks: Uint8Array[]): void;
+  /** Bytes queued by `send` and not yet handed to the network. */
+  readonly buffered: number;
+  /** Resolves once `buffered` is below `low` (or the transport closed). */
+  drained(low: number): Promise<void>;
+  /** Close our side gracefully (TCP FIN / WebSocket close 1000). */
+  end(): void;
+  /** Close at once. */
+  destroy(): void;
+  /** Set by the owner: received bytes / a received message. */
+  onData: (data: Uint8Array) => void;
+  /** Set by the owner: the transport closed; `error` when it failed. Called once. */
+  onClose: (error?: Error) => void;
+  /** Set by the owner: a text message arrived (a PROTOCOL_ERROR, SPEC 2.2). */
+  onText: () => void;
+}
+
+export class TransportError extends Error {
+  override name = "TransportError";
+}
+
+const isNode = typeof process !== "undefined" && typeof process.versions?.node === "string";
+
+/** Open a transport to `url`: tcp://host:port, ws://host:port/path, wss://... */
+export async function openTransport(url: string, maxMessageSize: number): Promise<Transport> {
+  const parsed = new URL(url);
+  const scheme = parsed.protocol.replace(/:$/, "");
+  if (scheme === "tcp") {
+    if (!isNode) throw new TransportError("tcp:// needs Node (browsers have WebSocket only)");
+    if (!parsed.hostname || !parsed.port) throw new TransportError(`expected tcp://host:port, got ${url}`);
+    return openTcp(parsed.hostname.replace(/^\[|\]$/g, ""), Number(parsed.port));
+  }
+  if (scheme === "ws" || scheme === "wss") {
+    return isNode ? openNodeWebSocket(url, maxMessageSize) : openBrowserWebSocket(url);
+  }
+  throw new TransportError(`expected tcp://, ws:// or wss://, got ${url}`);
+}
+
+abstract class Base implements Transport {
+  abstract readonly messageBased: boolean;
+  onData: (data: Uint8Array) => void = () => {};
+  onClose: (error?: Error) => void = () => {};
+  onText: () => void = () => {};
+  protected closed = false;
+  private waiters: (() => void)[] = [];
+
+  abstract send(chunks: Uint8Array[]): void;
+  abstract get buffered(): number;
+  abstract end(): void;
+  abstract destroy(): void;
+
+  drained(low: number): Promise<void> {
+    if (this.closed || this.buffered < low) return Promise.resolve();
+    return new Promise((resolve) => this.waiters.push(resolve));
+  }
+
+  protected wakeDrained(): void {
+    const waiters = this.waiters;
+    this.waiters = [];
+    for (const wake of waiters) wake();
+  }
+
+  protected closedWith(error?: Error): void {
+    if (this.closed) return;
+    this.closed = true;
+    this.wakeDrained();
+    this.onClose(error);
+  }
+}
+
+async function openTcp(host: string, port: number): Promise<Transport> {
+  const net = await import("node:net");
+  const socket = net.connect({ host, port, noDelay: true });
+  await new Promise<void>((resolve, reject) => {
+    socket.once("connect", resolve);
+    socket.once("error", (error) => reject(new TransportError(`cannot connect to tcp://${host}:${port}: ${error.message}`)));
+  });
+  class Tcp extends Base {
+    readonly messageBased = false;
+    private failure: Error | undefined;
+    constructor() {
+      super();
+      socket.on("data", (data: Uint8Array) => this.onData(data));
+      socket.on("drain", () => this.wakeDrained());
+      socket.on("error", (error) => (this.failure = new TransportError(error.message)));
+      socket.on("close", () => this.closedWith(this.failure));
+    }
+    get buffered(): number {
+      return socket.writableLength;
+    }
+    send(chunks: Uint8Array[]): void {
+      if (this.closed || socket.writableEnded) return;
+      for (const chunk of chunks) socket.write(chunk);
+    }
+    end(): void {
+      if (!socket.writableEnded) socket.end();
+    }
+    destroy(): void {
+      socket.destroy();
+    }
+  }
+  return new Tcp();
+}
+
+async function openNodeWebSocket(url: string, maxMessageSize: number): Promise<Transport> {
+  const { WebSocket } = await import("ws");
+  const ws = new WebSocket(url, ["rsnet"], { maxPayload: maxMessageSize, perMessageDeflate: false });
+  await new Promise<void>((resolve, reject) => {
+    ws.once("open", resolve);
+    ws.once("error", (error) => reject(new TransportError(`cannot connect to ${url}: ${error.message}`)));
+  });
+  class NodeWs extends Base {
+    readonly messageBased = true;
+    private failure: Error | undefined;
+    constructor() {
+      super();
+      ws.on("message", (data: Buffer, isBinary: boolean) => (isBinary ? this.onData(data) : this.onText()));
+      ws.on("error", (error) => (this.failure = new TransportError(error.message)));
+      ws.on("close", () => this.closedWith(this.failure));
+    }
+    get buffered(): number {
+      return ws.bufferedAmount;
+    }
+    send(chunks: Uint8Array[]): void {
+      if (this.closed || ws.readyState !== WebSocket.OPEN) return;
+      for (const chunk of chunks) ws.send(chunk, { binary: true }, () => this.wakeDrained());
+    }
+    end(): void {
+      if (ws.readyState === WebSocket.OPEN) ws.close(1000);
+    }
+    destroy(): void {
+      ws.terminate();
+    }
+  }
+  return new NodeWs();
+}
+
+async function openBrowserWebSocket(url: string): Promise<Transport> {
+  const ws = new WebSocket(url, ["rsnet"]);
+  ws.binaryType = "arraybuffer";
+  await new Promise<void>((resolve, reject) => {
+    ws.onopen = () => resolve();
+    ws.onerror = () => reject(new TransportError(`cannot connect to ${url}`));
+  });
+  class BrowserWs extends Base {
+    readonly messageBased = true;
+    private poll: ReturnType<typeof setInterval> | undefined;
+    constructor() {
+      super();
+      ws.onmessage = (message) => {
+        if (typeof message.data === "string") this.onText();
+        else this.onData(new Uint8Array(message.data as ArrayBuffer));
+      };
+      ws.onerror = () => {};
+      ws.onclose = (event) => {
+        if (this.poll !== undefined) clearInterval(this.poll);
+        this.closedWith(event.wasClean ? undefined : new TransportError(`WebSocket closed (${event.code})`));
+      };
+    }
+    get buffered(): number {
+      return ws.bufferedAmount;
+    }
+    override drained(low: number): Promise<void> {
+      // Browsers have no drain event: poll bufferedAmount while someone waits.
+      if (this.poll === undefined && !this.closed && this.buffered >= low) {
+        this.poll = setInterval(() => {
+          if (this.buffered < low) {
+            clearInterval(this.poll);
+            this.poll = undefined;
+            this.wakeDrained();
+          }
+        }, 5);
+      }
+      return super.drained(low);
+    }
+    send(chunks: Uint8Array[]): void {
+      if (this.closed || ws.readyState !== WebSocket.OPEN) return;
+      for (const chunk of chunks) ws.send(chunk as Uint8Array<ArrayBuffer>);
+    }
+    end(): void {
+      if (ws.readyState === WebSocket.OPEN) ws.close(1000);
+    }
+    destroy(): void {
+      ws.close();
+    }
+  }
+  return new BrowserWs();
+}

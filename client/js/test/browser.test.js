@@ -1,0 +1,90 @@
+// The live view in real headless Chromium against a real broker: records arrive, and lowering
+// the page's demand lowers both the delivered rate and, on a backpressure topic, the producer's.
+import assert from "node:assert/strict";
+import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, before, test } from "node:test";
+import { fileURLToPath } from "node:url";
+
+import { connect } from "../dist/index.js";
+import { serveLiveView } from "../web/serve.mjs";
+import { startRsnet } from "./support.js";
+
+const CHROMIUM = process.env.CHROMIUM ?? "/usr/bin/chromium";
+const ARTIFACTS = fileURLToPath(new URL("../test-results/", import.meta.url));
+const skip = existsSync(CHROMIUM) ? false : `Chromium not found at ${CHROMIUM}: apt-get install chromium (as root; make test does it), or set CHROMIUM`;
+
+const dir = mkdtempSync(join(tmpdir(), "rsnet-js-live-"));
+let broker;
+let web;
+let browser;
+
+before(async () => {
+  if (skip) return;
+  const config = join(dir, "rsnet.toml");
+  writeFileSync(config, '[topic_defaults]\nslow_subscriber = { policy = "backpressure", max_lag = 200 }\n');
+  broker = await startRsnet(["broker", "--config", config, "--tcp", "127.0.0.1:0", "--ws", "127.0.0.1:0"]);
+  web = await serveLiveView(0);
+  const { chromium } = await import("playwright-core");
+  browser = await chromium.launch({
+    executablePath: CHROMIUM,
+    args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update", "--disable-sync", "--no-first-run"],
+  });
+});
+
+after(async () => {
+  await browser?.close();
+  web?.close();
+  await broker?.stop();
+  rmSync(dir, { recursive: true, force: true });
+});
+
+const pause = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+test("the live view shows records, and its demand control slows a backpressure topic's producer", { skip, timeout: 90000 }, async () => {
+  // A producer as fast as the broker lets it be: it is pulled with the broker's demand.
+  const producer = await connect(broker.tcp);
+  let produced = 0;
+  let producing = true;
+  async function* readings() {
+    while (producing) {
+      produced += 1;
+      yield { sensor: "kitchen", celsius: 20 + (produced % 50) / 10, n: produced };
+    }
+  }
+  await producer.offer("live.bp", [{ first: true }]); // the topic exists before the page looks
+  const offering = producer.offer("live.bp", readings());
+
+  const page = await browser.newPage({ viewport: { width: 1000, height: 760 } });
+  const errors = [];
+  page.on("pageerror", (error) => errors.push(error));
+  await page.goto(`http://127.0.0.1:${web.address().port}/?broker=${encodeURIComponent(broker.ws)}&topic=live.bp&demand=2000`);
+  await page.waitForFunction(() => window.liveView?.delivered > 200, null, { timeout: 30000 });
+  await page.waitForFunction(() => document.querySelectorAll("#records tbody tr").length > 5);
+  await page.waitForFunction(() => [...document.querySelectorAll("#topics tbody tr")].some((r) => r.dataset.topic === "live.bp"));
+
+  async function measure(ms) {
+    const [d0, p0] = [await page.evaluate(() => window.liveView.delivered), produced];
+    await pause(ms);
+    const [d1, p1] = [await page.evaluate(() => window.liveView.delivered), produced];
+    return { delivered: ((d1 - d0) * 1000) / ms, produced: ((p1 - p0) * 1000) / ms };
+  }
+  const high = await measure(2000);
+  await page.evaluate(() => window.liveView.setDemand(100));
+  await pause(1500); // the records already granted drain
+  const low = await measure(3000);
+  mkdirSync(ARTIFACTS, { recursive: true });
+  await page.screenshot({ path: join(ARTIFACTS, "live-view.png") });
+  producing = false;
+  await offering;
+  await producer.close();
+
+  assert.deepEqual(errors, [], "no error on the page");
+  assert.equal(await page.evaluate(() => window.liveView.error), null);
+  assert.ok(high.delivered > 500, `delivered ${high.delivered}/s at demand 2000/s`);
+  assert.ok(low.delivered > 0, "records still arrive at demand 100/s");
+  assert.ok(low.delivered < high.delivered / 3, `delivered ${low.delivered}/s at demand 100/s vs ${high.delivered}/s`);
+  assert.ok(low.produced < high.produced / 3, `the producer sent ${low.produced}/s at demand 100/s vs ${high.produced}/s`);
+  console.log(`live view: delivered ${high.delivered}/s -> ${low.delivered}/s, produced ${high.produced}/s -> ${low.produced}/s`);
+});

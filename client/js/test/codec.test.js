@@ -1,0 +1,95 @@
+// msgpack as SPEC 3 requires it, where JavaScript makes it easy to get wrong.
+import assert from "node:assert/strict";
+import { test } from "node:test";
+
+import { Connection, Ext, Float64, ProtocolError, decode, encode } from "../dist/index.js";
+
+const hex = (bytes) => Buffer.from(bytes).toString("hex");
+const bytes = (h) => Uint8Array.from(Buffer.from(h, "hex"));
+
+test("integers are encoded as msgpack integers at every size, never as floats", () => {
+  assert.equal(hex(encode(2 ** 32)), "cf0000000100000000");
+  assert.equal(hex(encode(2 ** 53 - 1)), "cf001fffffffffffff");
+  assert.equal(hex(encode(2 ** 60)), "cf1000000000000000"); // an exact number beyond 2^53
+  assert.equal(hex(encode(-(2 ** 40))), "d3ffffff0000000000");
+  assert.equal(hex(encode(2n ** 63n - 1n)), "cf7fffffffffffffff");
+  assert.equal(hex(encode(2n ** 64n - 1n)), "cfffffffffffffffff");
+  assert.equal(hex(encode(-(2n ** 63n))), "d38000000000000000");
+  assert.equal(hex(encode(5n)), "05", "small bigints take the shortest form");
+  assert.throws(() => encode(2n ** 64n), RangeError);
+});
+
+test("64-bit integers decode exactly: number when safe, bigint beyond", () => {
+  assert.equal(decode(bytes("cf001fffffffffffff")), 2 ** 53 - 1);
+  assert.equal(decode(bytes("cf0020000000000001")), 2n ** 53n + 1n);
+  assert.equal(decode(bytes("cfffffffffffffffff")), 2n ** 64n - 1n);
+  assert.equal(decode(bytes("d38000000000000000")), -(2n ** 63n));
+  assert.equal(decode(bytes("cf0000000000000015")), 21, "a long form of a small int is a number");
+  for (const value of [0, 1, -1, 2 ** 31, 2 ** 32 + 7, -(2 ** 50), 2n ** 62n + 3n, -(2n ** 62n)]) {
+    assert.equal(decode(encode(value)), value);
+  }
+});
+
+test("floats: fractions are float64; a whole float needs Float64 to stay one", () => {
+  assert.equal(hex(encode(1.5)), "cb3ff8000000000000");
+  assert.equal(hex(encode(12)), "0c");
+  assert.equal(hex(encode(new Float64(12))), "cb4028000000000000");
+  assert.equal(decode(bytes("cb4028000000000000")), 12);
+  assert.equal(decode(bytes("ca3fc00000")), 1.5, "float32 is accepted");
+});
+
+test("strings, binary, ext and maps with binary keys", () => {
+  assert.equal(hex(encode("é")), "a2c3a9");
+  assert.equal(hex(encode(new Uint8Array([0, 255]))), "c40200ff");
+  const ext = decode(bytes("d50501 02".replace(" ", "")));
+  assert.ok(ext instanceof Ext && ext.type === 5 && hex(ext.data) === "0102");
+  assert.equal(hex(encode(ext)), "d5050102");
+  const map = decode(bytes("82c4014101a16202"));
+  assert.ok(map instanceof Map, "a map with a binary key decodes as a Map");
+  assert.deepEqual([...map.keys()].map((k) => (typeof k === "string" ? k : hex(k))), ["41", "b"]);
+  assert.equal(hex(encode(map)), "82c4014101a16202");
+  assert.deepEqual(decode(bytes("81a16101")), { a: 1 }, "string keys only: a plain object");
+  const proto = decode(encode(JSON.parse('{"__proto__": {"polluted": 1}, "k": 2}')));
+  assert.deepEqual(Object.keys(proto), ["__proto__", "k"], "a __proto__ key is kept as an own key");
+  assert.equal({}.polluted, undefined, "and never sets a prototype");
+});
+
+test("what SPEC 3 forbids is refused", () => {
+  assert.throws(() => decode(bytes("810102")), ProtocolError, "integer map keys");
+  assert.throws(() => decode(bytes("a2c328")), ProtocolError, "invalid UTF-8");
+  assert.throws(() => decode(bytes("c1")), ProtocolError, "0xc1 is never used");
+  assert.throws(() => decode(bytes("91".repeat(513) + "00")), ProtocolError, "deeper than 512 levels");
+  assert.equal(decode(bytes("91".repeat(511) + "00")).length, 1);
+});
+
+test("a frame that cannot fit is refused from its length header, before its bytes arrive", () => {
+  const conn = new Connection("client", { max_frame_size: 16384 });
+  conn.dataToSend();
+  // WELCOME, then the first 6 bytes of a NEXT whose item claims 1 GiB.
+  conn.receiveData(bytes("93020180"));
+  assert.equal(conn.state, "OPEN");
+  conn.receiveData(bytes("931501c640000000"));
+  const [closed] = conn.eventsReceived().filter((e) => e.event === "CLOSED");
+  assert.equal(closed.code, 4); // FRAME_TOO_LARGE
+  assert.equal(closed.by_peer, false);
+});
+
+test("frames split across reads, byte by byte, are reassembled", () => {
+  const conn = new Connection("client");
+  conn.dataToSend();
+  conn.receiveData(bytes("93020180"));
+  conn.eventsReceived();
+  conn.sendSubscribe("x", null, 3);
+  conn.dataToSend();
+  const frames = bytes("931201809315" + "01" + "a3616263" + "931501" + "cd1234");
+  for (const b of frames) conn.receiveData(Uint8Array.of(b));
+  const events = conn.eventsReceived();
+  assert.deepEqual(
+    events.map((e) => e.event),
+    ["ACCEPT", "ITEMS", "ITEMS"],
+  );
+  assert.deepEqual(
+    events.slice(1).flatMap((e) => e.items),
+    ["abc", 0x1234],
+  );
+});

@@ -1,0 +1,169 @@
+// The broker's live view: topics with rates and lag; one topic's records, delivered rate, and a
+// demand control. The page is a Reactive Streams subscriber that requests at most what the
+// control allows per 100 ms, so on a `backpressure` topic the producer slows to its pace.
+// Open as /web/index.html?broker=ws://HOST:PORT/ (&topic=NAME&demand=N to start subscribed).
+import { connect, topics } from "../dist/index.js";
+
+const $ = (id) => document.getElementById(id);
+const query = new URLSearchParams(location.search);
+const brokerUrl = query.get("broker") ?? `ws://${location.hostname}:7601/`;
+const TICK_MS = 100;
+
+const state = {
+  demand: Number(query.get("demand") ?? 2000),
+  delivered: 0,
+  outstanding: 0, // requested and not yet delivered
+  arrivals: [], // timestamps of the last second's deliveries, for the rate
+  history: [], // [time, rate] every 500 ms for the chart
+  recent: [],
+  subscription: null,
+  topic: null,
+  error: null,
+};
+
+/** What the page's test reads. */
+window.liveView = {
+  get delivered() { return state.delivered; },
+  get error() { return state.error && String(state.error); },
+  rate,
+  setDemand,
+};
+
+function json(value) {
+  return JSON.stringify(value, (_, v) => (typeof v === "bigint" ? v.toString() : v instanceof Uint8Array ? `<${v.length} bytes>` : v));
+}
+
+function rate() {
+  const now = performance.now();
+  while (state.arrivals.length && state.arrivals[0] < now - 1000) state.arrivals.shift();
+  return state.arrivals.length;
+}
+
+function setDemand(value) {
+  state.demand = Number(value);
+  $("demand").value = String(value);
+  $("demand-value").textContent = String(value);
+}
+
+const conn = await connect(brokerUrl).catch((error) => {
+  $("status").textContent = `cannot connect to ${brokerUrl}: ${error.message}`;
+  throw error;
+});
+$("status").textContent = `connected to ${brokerUrl}`;
+
+// ---- topics, polled once a second through $topics
+let previous = new Map();
+async function refreshTopics() {
+  const now = performance.now();
+  const list = await topics(conn);
+  const body = $("topics").tBodies[0];
+  body.replaceChildren();
+  for (const t of list) {
+    const before = previous.get(t.topic);
+    const seconds = before ? (now - before.at) / 1000 : 0;
+    const inRate = before && seconds > 0 ? Math.round((Number(t.records_in) - before.in) / seconds) : 0;
+    const outRate = before && seconds > 0 ? Math.round((Number(t.records_out) - before.out) / seconds) : 0;
+    const lag = Math.max(0, ...t.subscribers.map((s) => Number(s.lag)));
+    const row = body.insertRow();
+    row.dataset.topic = t.topic;
+    if (t.topic === state.topic) row.className = "selected";
+    for (const cell of [t.topic, t.policy, t.next_offset, inRate, outRate, t.subscribers.length, lag]) {
+      row.insertCell().textContent = String(cell);
+    }
+    row.onclick = () => subscribeTo(t.topic);
+    previous.set(t.topic, { at: now, in: Number(t.records_in), out: Number(t.records_out) });
+  }
+}
+setInterval(() => refreshTopics().catch((e) => ($("status").textContent = e.message)), 1000);
+refreshTopics();
+
+// ---- one topic, consumed with explicit demand
+function subscribeTo(topic) {
+  state.subscription?.cancel();
+  Object.assign(state, { topic, delivered: 0, outstanding: 0, arrivals: [], history: [], recent: [], error: null });
+  $("stream").hidden = false;
+  $("topic-name").textContent = topic;
+  conn.publisher(topic, { from: "latest" }).subscribe({
+    onSubscribe(subscription) {
+      state.subscription = subscription;
+    },
+    onNext(record) {
+      state.delivered += 1;
+      state.outstanding -= 1;
+      state.arrivals.push(performance.now());
+      state.recent.unshift(record);
+      if (state.recent.length > 15) state.recent.length = 15;
+    },
+    onError(error) {
+      state.error = error;
+      $("status").textContent = `stream ended: ${error.message}`;
+    },
+    onComplete() {
+      $("status").textContent = "stream completed";
+    },
+  });
+}
+
+// Demand: keep at most one tick's worth of records requested (rule 3.8: request is cumulative,
+// so granting more than that would let the broker run ahead of the control).
+setInterval(() => {
+  if (!state.subscription || state.error) return;
+  const perTick = Math.max(1, Math.round((state.demand * TICK_MS) / 1000));
+  if (state.outstanding < perTick) {
+    state.subscription.request(perTick - state.outstanding);
+    state.outstanding = perTick;
+  }
+}, TICK_MS);
+
+$("demand").value = String(state.demand);
+$("demand-value").textContent = String(state.demand);
+$("demand").oninput = (event) => setDemand(event.target.value);
+
+// ---- drawing, 4 times a second
+function draw() {
+  $("rate").textContent = String(rate());
+  $("delivered").textContent = String(state.delivered);
+  $("outstanding").textContent = String(state.outstanding);
+  const body = $("records").tBodies[0];
+  body.replaceChildren();
+  for (const r of state.recent) {
+    const row = body.insertRow();
+    row.insertCell().textContent = String(r.offset);
+    row.insertCell().textContent = new Date(Number(r.timestamp)).toISOString().slice(11, 23);
+    row.insertCell().textContent = json(r.value);
+  }
+  const canvas = $("chart");
+  const g = canvas.getContext("2d");
+  const { width, height } = canvas;
+  g.clearRect(0, 0, width, height);
+  const points = state.history;
+  const top = Math.max(100, ...points.map(([, r]) => r), state.demand) * 1.1;
+  g.strokeStyle = "#ccc";
+  g.beginPath();
+  const demandY = height - (state.demand / top) * height;
+  g.moveTo(0, demandY);
+  g.lineTo(width, demandY);
+  g.stroke();
+  g.fillStyle = "#777";
+  g.fillText(`demand ${state.demand}/s`, 4, Math.max(12, demandY - 4));
+  g.strokeStyle = "#e63946";
+  g.lineWidth = 2;
+  g.beginPath();
+  points.forEach(([, r], i) => {
+    const x = (i / 119) * width;
+    const y = height - (r / top) * height;
+    if (i === 0) g.moveTo(x, y);
+    else g.lineTo(x, y);
+  });
+  g.stroke();
+  g.lineWidth = 1;
+}
+setInterval(() => {
+  if (state.topic) {
+    state.history.push([performance.now(), rate()]);
+    if (state.history.length > 120) state.history.shift();
+  }
+}, 500);
+setInterval(draw, 250);
+
+if (query.get("topic")) subscribeTo(query.get("topic"));

@@ -1,0 +1,388 @@
+"""One segment file: its format, its in-memory index, and reading it through frame by frame.
+
+A segment file is::
+
+    b"rsnetlog" | version (u32, big-endian, = 1)
+    header frame: {"base_offset": int, "producers": {producer id: highest sequence}}
+    record frame, record frame, ...        (frames and record bodies: see records.py)
+
+It is named by its first offset (20 digits, ``.log``). The header carries the producers'
+sequences as they were when the segment was created (see ``segments.py`` for why). A new
+segment is written to ``NAME.log.tmp``, synced and renamed into place (:func:`create`), so a
+segment file that exists always has a whole header.
+
+:class:`Segment` is one segment's place in the log and its sparse index: one entry per
+``INDEX_INTERVAL_BYTES`` of records (offset, file position, highest timestamp so far), built
+while scanning and while appending; a read seeks to the entry at or before its offset and
+scans forward from there. :func:`scan` reads a file through and says where its valid records
+end; :func:`frames` is the one loop that walks frames in a file.
+
+This module imports msgpack, the standard library and this package only.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import os
+import re
+import struct
+import zlib
+from array import array
+from collections.abc import Iterator
+
+import msgpack
+
+from .files import FileOps, unlink_if_present
+from .log import StorageError
+from .records import FRAME_HEAD, BadRecord, check_frame, decode_fields, frame, unpack
+
+MAGIC = b"rsnetlog"
+FORMAT_VERSION = 1
+PREAMBLE = struct.Struct(">8sI")
+"""Magic and format version, the first bytes of every segment (and sidecar) file."""
+
+INDEX_INTERVAL_BYTES = 4096
+"""Bytes of records between two index entries: a read scans at most about this much first."""
+SCAN_CHUNK = 1 << 20
+
+SEGMENT_NAME = re.compile(r"(\d{20})\.log")
+NO_TIMESTAMP = -(2**63) - 1  # below every timestamp: the highest timestamp of an empty segment
+MIN_FRAME_BYTES = FRAME_HEAD.size + 6
+"""The smallest framed record: a 5-element array of one-byte fields."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Damage:
+    """Offsets ``first`` .. ``end - 1`` of a segment are unreadable: bytes ``start`` .. ``stop - 1``
+    of its file hold them, damaged as ``problem`` says. The record at ``end`` (if any) is intact."""
+
+    first: int
+    end: int
+    start: int
+    stop: int
+    problem: str
+
+
+def segment_name(base_offset: int) -> str:
+    return f"{base_offset:020d}.log"
+
+
+class Segment:
+    """One segment file's place in the log and its sparse index (in memory)."""
+
+    __slots__ = (
+        "_indexed_at",
+        "_maxima",
+        "_offsets",
+        "_positions",
+        "base_offset",
+        "crc",
+        "damage",
+        "max_timestamp",
+        "next_offset",
+        "path",
+        "sequences",
+        "size",
+    )
+
+    def __init__(self, path: str, base_offset: int, header_bytes: int) -> None:
+        self.path = path
+        self.base_offset = base_offset
+        self.size = header_bytes  # bytes of the file that hold the header and whole records
+        self.next_offset = base_offset
+        self.max_timestamp = NO_TIMESTAMP
+        self.crc: int | None = None  # CRC-32 of the file's first ``size`` bytes, None if unknown
+        self.sequences: dict[str, int] = {}  # highest per producer in its records (active segment only)
+        self.damage: list[Damage] = []  # unreadable offsets inside it, in order (found by recovery)
+        self._offsets = array("q")
+        self._positions = array("q")
+        self._maxima = array("q")  # highest timestamp up to and including the entry's record
+        self._indexed_at = -INDEX_INTERVAL_BYTES
+
+    @property
+    def records(self) -> int:
+        return self.next_offset - self.base_offset
+
+    def add(self, position: int, timestamp_ms: int, length: int) -> None:
+        """The record with offset ``next_offset`` is at ``position``, ``length`` bytes long."""
+        if timestamp_ms > self.max_timestamp:
+            self.max_timestamp = timestamp_ms
+        if position - self._indexed_at >= INDEX_INTERVAL_BYTES:
+            self._offsets.append(self.next_offset)
+            self._positions.append(position)
+            self._maxima.append(self.max_timestamp)
+            self._indexed_at = position
+        self.next_offset += 1
+        self.size = position + length
+
+    def skip_damage(self, damage: Damage) -> None:
+        """Offsets ``next_offset`` .. ``damage.end - 1`` are damaged; the next record added (if
+        any) is the one with offset ``damage.end``, and gets an index entry of its own so a
+        read of it or after it never scans through the damage."""
+        self.damage.append(damage)
+        self.next_offset = damage.end
+        self._indexed_at = -INDEX_INTERVAL_BYTES
+
+    def checkpoint(self) -> tuple[int, int, int | None, int, int, int, dict[str, int]]:
+        """What appending changes, to :meth:`rewind` to after a failed fsync."""
+        return (
+            self.next_offset,
+            self.size,
+            self.crc,
+            self.max_timestamp,
+            len(self._offsets),
+            self._indexed_at,
+            dict(self.sequences),
+        )
+
+    def rewind(self, checkpoint: tuple[int, int, int | None, int, int, int, dict[str, int]]) -> None:
+        """Forget every record added since ``checkpoint`` was taken."""
+        self.next_offset, self.size, self.crc, self.max_timestamp, entries, self._indexed_at, sequences = checkpoint
+        self.sequences = dict(sequences)
+        del self._offsets[entries:], self._positions[entries:], self._maxima[entries:]
+
+    def locate(self, offset: int) -> tuple[int, int]:
+        """(offset, position) of the indexed record at or before ``offset``."""
+        entry = bisect.bisect_right(self._offsets, offset) - 1
+        return self._offsets[entry], self._positions[entry]
+
+    def locate_timestamp(self, timestamp_ms: int) -> tuple[int, int]:
+        """(offset, position) of an indexed record at or before the first with a timestamp >= t."""
+        entry = max(bisect.bisect_left(self._maxima, timestamp_ms) - 1, 0)
+        return self._offsets[entry], self._positions[entry]
+
+    def index(self) -> tuple[array[int], array[int], array[int]]:
+        """The sparse index: offsets, positions, highest timestamps so far (one entry each)."""
+        return self._offsets, self._positions, self._maxima
+
+    def load_index(self, offsets: array[int], positions: array[int], maxima: array[int]) -> None:
+        """Take a sparse index built earlier (from a sidecar) instead of building it."""
+        self._offsets, self._positions, self._maxima = offsets, positions, maxima
+        self._indexed_at = positions[-1]
+
+
+def create(ops: FileOps, directory: str, base_offset: int, producers: dict[str, int], durable: bool) -> Segment:
+    """Write a new segment file holding only its header (temporary, synced if ``durable``,
+    renamed into place) and return it; the caller syncs the directory."""
+    path = os.path.join(directory, segment_name(base_offset))
+    header = PREAMBLE.pack(MAGIC, FORMAT_VERSION) + frame(
+        msgpack.packb({"base_offset": base_offset, "producers": producers}, use_bin_type=True)
+    )
+    temporary = path + ".tmp"
+    try:
+        fd = ops.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        try:
+            ops.write_all(fd, header)
+            if durable:
+                ops.datasync(fd)
+        finally:
+            os.close(fd)
+        ops.replace(temporary, path)
+    except OSError:
+        unlink_if_present(ops, temporary, quiet=True)  # a full disk must not keep its bytes
+        raise
+    segment = Segment(path, base_offset, len(header))
+    segment.crc = zlib.crc32(header)
+    return segment
+
+
+@dataclasses.dataclass
+class Scan:
+    """What scanning one segment file (or trusting its sidecar) found."""
+
+    path: str
+    base_offset: int
+    file_bytes: int
+    segment: Segment = None  # type: ignore[assignment]  # left None when the header is unreadable
+    header_problem: str | None = None
+    header_producers: dict[str, int] = dataclasses.field(default_factory=dict)
+    sequences: dict[str, int] = dataclasses.field(default_factory=dict)  # highest per producer in the records
+    problem: str | None = None  # what ended the valid records early
+    valid_bytes: int = 0
+    from_sidecar: bool = False  # taken from its checked sidecar, not scanned
+
+    @property
+    def name(self) -> str:
+        return os.path.basename(self.path)
+
+
+def scan(path: str, base_offset: int) -> Scan:
+    """Read a segment file through; the valid records end at the first damaged one.
+
+    Raises StorageError, changing nothing, for a format version this code does not know.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        found = Scan(path, base_offset, os.fstat(fd).st_size)
+        records = read_header(fd, found)
+        if records is None:
+            return found
+        segment = found.segment
+        sequences = found.sequences
+        while True:
+            try:
+                for position, body in records:
+                    offset, timestamp_ms, _, producer, sequence = decode_fields(body)
+                    if offset != segment.next_offset:
+                        raise BadRecord(f"record holds offset {offset} where {segment.next_offset} was expected")
+                    segment.add(position, timestamp_ms, FRAME_HEAD.size + len(body))
+                    if sequence is not None:
+                        sequences[producer] = sequence
+                break
+            except BadRecord as exc:
+                intact = resync(fd, segment.size, found.file_bytes, segment.next_offset)
+                if intact is None:  # nothing intact follows: the damage runs to the end of the file
+                    found.problem = str(exc)
+                    break
+                position, offset = intact
+                segment.skip_damage(Damage(segment.next_offset, offset, segment.size, position, str(exc)))
+                records = frames(fd, position, found.file_bytes, SCAN_CHUNK)
+        found.valid_bytes = segment.size
+        return found
+    finally:
+        os.close(fd)
+
+
+def resync(fd: int, start: int, end: int, expected: int) -> tuple[int, int] | None:
+    """(position, offset) of the first intact record after a damaged one at byte ``start``
+    that should have had offset ``expected``; None if none follows before byte ``end``.
+
+    Searches byte by byte. A candidate counts only if its frame checks (length, CRC-32), its
+    body is a record, its offset is after ``expected`` by no more records than the skipped
+    bytes could have held, and the frame after it is the next record or the end of the
+    file: bytes inside a stored value that merely look like a frame are not taken for one.
+
+    Limit: a value that embeds whole framed records with the right offsets (written to fool
+    this search) could still be taken for records, but only if damage strikes just before
+    it; the CRC-32 alone would not stop that, a stronger check would cost records in logs
+    with two damages close together.
+    """
+    data = os.pread(fd, end - start, start)
+    view = memoryview(data)
+    size = len(data)
+    for here in range(1, size - MIN_FRAME_BYTES + 1):
+        if data[here] > 0x04:  # a length's first byte: MAX_BODY_BYTES is 0x04000000
+            continue
+        offset = _record_offset(view, here)
+        if offset is None or not expected < offset <= expected + here // MIN_FRAME_BYTES:
+            continue
+        after = here + FRAME_HEAD.size + int.from_bytes(data[here : here + 4], "big")
+        if after == size or _record_offset(view, after) == offset + 1:
+            return start + here, offset
+    return None
+
+
+def _record_offset(view: memoryview, position: int) -> int | None:
+    """The offset of the record framed at ``position``, or None if there is none there."""
+    try:
+        offset: int = decode_fields(check_frame(view, position))[0]
+    except BadRecord:
+        return None
+    return offset
+
+
+def read_header(fd: int, found: Scan) -> Iterator[tuple[int, memoryview]] | None:
+    """Check the segment's preamble and header; then ``found.segment`` holds no records yet and
+    the frames after the header are returned. None (and ``found.header_problem`` set) if the
+    header is unreadable. Raises StorageError for a format version this code does not know."""
+    path, base_offset = found.path, found.base_offset
+    preamble = os.pread(fd, PREAMBLE.size, 0)
+    if len(preamble) < PREAMBLE.size or not preamble.startswith(MAGIC):
+        if MAGIC.startswith(preamble[: len(MAGIC)]):
+            found.header_problem = f"header cut off at byte {len(preamble)}"
+        else:
+            found.header_problem = "not a segment file (wrong magic bytes at byte 0)"
+        return None
+    _, version = PREAMBLE.unpack(preamble)
+    if version != FORMAT_VERSION:
+        raise StorageError(
+            f"{path}: segment format version {version}, but this rsnet reads version {FORMAT_VERSION}; "
+            "nothing was changed"
+        )
+    records = frames(fd, PREAMBLE.size, found.file_bytes, SCAN_CHUNK)
+    try:
+        _, body = next(records)
+        try:
+            header = unpack(body)
+        except Exception as exc:  # any decoder failure: the checked bytes are not a header
+            raise BadRecord(f"header is not msgpack: {exc}") from None
+        if not (
+            isinstance(header, dict)
+            and header.get("base_offset") == base_offset
+            and isinstance(header.get("producers"), dict)
+            and all(type(k) is str and type(v) is int for k, v in header["producers"].items())
+        ):
+            raise BadRecord(f"header does not describe a segment starting at offset {base_offset}")
+    except StopIteration:
+        found.header_problem = f"header cut off at byte {PREAMBLE.size}"
+        return None
+    except BadRecord as exc:
+        found.header_problem = f"header at byte {PREAMBLE.size}: {exc}"
+        return None
+    found.header_producers = header["producers"]
+    found.segment = Segment(path, base_offset, PREAMBLE.size + FRAME_HEAD.size + len(body))
+    return records
+
+
+def file_crc(fd: int | None, path: str, end: int) -> int | None:
+    """CRC-32 of the first ``end`` bytes of the file (open as ``fd``, or at ``path``); None if shorter."""
+    own = fd is None
+    if own:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    assert fd is not None
+    try:
+        crc = 0
+        position = 0
+        while position < end:
+            data = os.pread(fd, min(SCAN_CHUNK, end - position), position)
+            if not data:
+                return None
+            crc = zlib.crc32(data, crc)
+            position += len(data)
+        return crc
+    finally:
+        if own:
+            os.close(fd)
+
+
+def frames(
+    fd: int, position: int, end: int, chunk: int, first_chunk: int | None = None, skip: int = 0
+) -> Iterator[tuple[int, memoryview]]:
+    """(position, body) of each checked frame from ``position`` up to ``end`` in the file.
+
+    The first ``skip`` frames are hopped over by their length fields alone, unchecked: a
+    caller that then checks the offset in the first frame it gets detects a bad hop. Raises
+    BadRecord at the first frame that is cut off (by ``end``, or by the file ending sooner)
+    or fails its check. Reads ``first_chunk`` bytes first, then ``chunk`` bytes at a time,
+    more for a larger frame.
+    """
+    buffer = b""
+    start = position  # file position of buffer[0]; the buffer never extends past end
+    while position < end:
+        here = position - start
+        if skip and len(buffer) - here >= FRAME_HEAD.size:
+            position += FRAME_HEAD.size + int.from_bytes(buffer[here : here + 4], "big")
+            skip -= 1
+            continue
+        need = FRAME_HEAD.size if skip else _frame_bytes(buffer, here)
+        while len(buffer) - here < need and start + len(buffer) < end:
+            wanted = min(max(first_chunk or chunk, need), end - position)
+            first_chunk = None
+            buffer = os.pread(fd, wanted, position)
+            if len(buffer) < wanted:  # the file is shorter than it should be
+                end = position + len(buffer)
+            start, here = position, 0
+            need = FRAME_HEAD.size if skip else _frame_bytes(buffer, 0)
+        if skip and len(buffer) - here >= FRAME_HEAD.size:
+            continue
+        body = check_frame(buffer, here)
+        yield position, body
+        position += FRAME_HEAD.size + len(body)
+
+
+def _frame_bytes(buffer: bytes, here: int) -> int:
+    """Bytes of the frame at ``here``, as far as the buffer tells (its head, or head and body)."""
+    if len(buffer) - here < FRAME_HEAD.size:
+        return FRAME_HEAD.size
+    return FRAME_HEAD.size + int.from_bytes(buffer[here : here + 4], "big")

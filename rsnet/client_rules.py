@@ -1,0 +1,297 @@
+"""The rules every rsnet client follows, written once for the trio and the blocking client.
+
+Both clients are I/O shells around :class:`rsnet.protocol.Connection`; what they must agree on
+lives here, free of I/O and of any event loop, so they cannot drift apart (as websockets shares
+``uri.parse_uri`` and its backoff between its sync, asyncio and trio flavours):
+
+- :func:`parse_endpoint`: which URLs a client accepts and what they mean;
+- :func:`client_connection`: the protocol connection a client opens, with its settings;
+- :func:`handshake_outcome`: one step of the client's handshake (the events received so far
+  either complete it, refuse it, or leave it pending);
+- :func:`handshake_timed_out`: the CONN_ERROR a client sends when the server is too slow;
+- :class:`Keepalive`: when to PING and when the server counts as dead, as a pure timer;
+- :func:`close_connection`: the close policy (GO_AWAY when idle, CONN_ERROR GOING_AWAY when
+  streams are still open);
+- :class:`Refill`: the prefetch refill rule of an iterating subscriber;
+- :func:`connection_lost`: how the end of a connection is reported;
+- :func:`stream_params`: publisher parameters are one mapping;
+- and one copy of each constant (:data:`SCHEMES`, :data:`DEFAULT_PREFETCH`,
+  :data:`FLUSH_TIMEOUT`).
+
+Units: seconds (float) in the Python API; milliseconds only inside the protocol.
+
+This module imports nothing but the standard library and the sans-I/O protocol.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import urllib.parse
+from collections.abc import Mapping
+from typing import Any, TypeVar
+
+from .errors import ConnectionLost, HandshakeError, StreamError
+from .protocol import (
+    DEFAULT_HANDSHAKE_TIMEOUT,
+    DEFAULT_KEEPALIVE_INTERVAL,
+    DEFAULT_MAX_FRAME_SIZE,
+    MAX_INT,
+    Connection,
+    ConnectionClosed,
+    ErrorCode,
+    Role,
+)
+
+SCHEMES = ("tcp", "tls", "ws", "wss")
+"""URL schemes a client dials: TCP, TLS over TCP, WebSocket, WebSocket over TLS."""
+
+DEFAULT_PREFETCH = 256
+"""Items an iterating subscriber requests up front when the caller does not say."""
+
+FLUSH_TIMEOUT = 1.0
+"""Seconds a closing client waits for its last frames to leave and for the server to close."""
+
+DEFAULT_KEEPALIVE = DEFAULT_KEEPALIVE_INTERVAL / 1000
+"""The keepalive interval a client proposes, in seconds (SPEC 10.1)."""
+
+HANDSHAKE_TIMEOUT = DEFAULT_HANDSHAKE_TIMEOUT / 1000
+"""Seconds a client gives the transport and rsnet handshakes together."""
+
+
+_T = TypeVar("_T")
+
+
+class NoPublicConstructor(type):
+    """The metaclass of the client classes: only ``connect()`` makes them (as trio does for its
+    Nursery). Calling the class raises TypeError; rsnet itself uses ``cls._create(...)``."""
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError(f"{cls.__module__}.{cls.__qualname__} has no public constructor: use connect()")
+
+    def _create(cls: type[_T], *args: Any, **kwargs: Any) -> _T:
+        return super().__call__(*args, **kwargs)  # type: ignore[misc]  # type.__call__, past our override
+
+
+@dataclasses.dataclass(frozen=True)
+class Endpoint:
+    """A parsed server URL: ``scheme://host:port[/path]``."""
+
+    url: str
+    scheme: str
+    host: str
+    port: int
+
+    @property
+    def secure(self) -> bool:
+        """TLS underneath (``tls``, ``wss``)."""
+        return self.scheme in ("tls", "wss")
+
+    @property
+    def websocket(self) -> bool:
+        return self.scheme in ("ws", "wss")
+
+    @property
+    def peer(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+def parse_endpoint(url: str) -> Endpoint:
+    """The endpoint ``url`` names; ValueError for a URL no client can dial."""
+    try:
+        parsed = urllib.parse.urlsplit(url)
+        port = parsed.port
+    except ValueError as error:  # e.g. a port out of range
+        raise ValueError(f"not a usable rsnet URL: {url!r} ({error})") from None
+    if parsed.scheme not in SCHEMES or not parsed.hostname or not port:
+        raise ValueError(f"expected tcp://, tls://, ws:// or wss:// with host and port, got {url!r}")
+    return Endpoint(url, parsed.scheme, parsed.hostname, port)
+
+
+def client_connection(
+    *,
+    token: str | bytes | None,
+    max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+    max_streams: int,
+    keepalive_interval: float,
+    metadata: dict[str, Any] | None = None,
+) -> Connection:
+    """The protocol connection a client opens (its HELLO is queued).
+
+    ``keepalive_interval`` is the client's proposal in seconds (0: none); ``max_streams`` how
+    many streams the server may open towards the client (0 for a client that hosts nothing).
+    """
+    if keepalive_interval < 0:
+        raise ValueError(f"keepalive_interval must be >= 0 seconds, got {keepalive_interval!r}")
+    return Connection(
+        Role.CLIENT,
+        max_frame_size=max_frame_size,
+        max_streams=max_streams,
+        keepalive_interval=round(keepalive_interval * 1000),
+        auth_token=token,
+        metadata=metadata,
+    )
+
+
+def handshake_outcome(events: list[Any], wanted: type, peer: str) -> list[Any] | None:
+    """One step of a handshake, given the events received so far.
+
+    Returns ``None`` while the ``wanted`` event (WELCOME for a client, HELLO for a server) has
+    not arrived, and the events that came after it once it has. Raises
+    :class:`HandshakeError` if the connection ended instead (refused, closed, or broken by
+    the peer); the caller then flushes whatever the protocol queued (our CONN_ERROR) and
+    closes the transport.
+    """
+    for index, event in enumerate(events):
+        if isinstance(event, wanted):
+            return events[index + 1 :]
+        if isinstance(event, ConnectionClosed):
+            reason = event.message or "closed during the handshake"
+            raise HandshakeError(f"handshake with {peer} failed: {reason}", event.code, event.data)
+    return None
+
+
+def handshake_timed_out(conn: Connection, timeout: float, peer: str) -> HandshakeError:
+    """Queue CONN_ERROR TIMEOUT (SPEC 6.2) and return the error to raise."""
+    conn.send_conn_error(ErrorCode.TIMEOUT, f"no handshake within {timeout:g} s")
+    return HandshakeError(f"handshake with {peer} timed out after {timeout:g} s", ErrorCode.TIMEOUT)
+
+
+class Due(enum.Enum):
+    """What :class:`Keepalive` says is due."""
+
+    NOTHING = "nothing"
+    PING = "ping"
+    DEAD = "dead"
+
+
+class Keepalive:
+    """SPEC 10.1 as a pure timer: PING after an interval without sending, give up after three
+    intervals without receiving a byte. Any traffic counts, so a busy connection never times
+    out. Times are whatever clock the driver uses (``trio.current_time``, ``time.monotonic``).
+
+    The interval (SPEC 10.1): the server's WELCOME decides what both sides must at least do; a
+    client that proposed a shorter interval keeps to its own for its PINGs and for declaring
+    the server dead (the server answers PINGs whatever its setting), and where the server
+    turned keepalive off, the client's proposal still bounds its waits, so no wait outlives a
+    dead server. ``None``: no keepalive at all (both sides said 0).
+    """
+
+    __slots__ = ("interval", "last_received", "last_sent")
+
+    def __init__(self, interval: float | None, now: float) -> None:
+        self.interval = interval
+        self.last_sent = now
+        self.last_received = now
+
+    @classmethod
+    def negotiated(cls, conn: Connection, proposed: float, now: float) -> Keepalive:
+        """The timer for an open client connection that proposed ``proposed`` seconds."""
+        announced = conn.keepalive_interval / 1000
+        intervals = [interval for interval in (announced, proposed) if interval > 0]
+        return cls(min(intervals) if intervals else None, now)
+
+    def sent(self, now: float) -> None:
+        self.last_sent = now
+
+    def received(self, now: float) -> None:
+        self.last_received = now
+
+    def dead_at(self, watching_since: float | None = None) -> float:
+        """When the peer counts as dead if nothing arrives. ``watching_since``: a driver that
+        only reads while a call waits (the blocking client) counts silence from then at the
+        earliest, since time spent outside the client is not silence it observed."""
+        assert self.interval is not None
+        start = self.last_received if watching_since is None else max(self.last_received, watching_since)
+        return start + 3 * self.interval
+
+    def due(self, now: float, watching_since: float | None = None) -> tuple[Due, float]:
+        """What is due at ``now``, and when to look again (``inf`` without keepalive)."""
+        if self.interval is None:
+            return Due.NOTHING, float("inf")
+        dead_at = self.dead_at(watching_since)
+        ping_at = self.last_sent + self.interval
+        if now >= dead_at:
+            return Due.DEAD, dead_at
+        if now >= ping_at:
+            return Due.PING, min(dead_at, now + self.interval)
+        return Due.NOTHING, min(dead_at, ping_at)
+
+    def timed_out(self, conn: Connection, peer: str) -> ConnectionLost:
+        """Queue CONN_ERROR TIMEOUT and return the error the connection's streams end with."""
+        assert self.interval is not None
+        message = f"nothing received for {3 * self.interval:g} s"
+        conn.send_conn_error(ErrorCode.TIMEOUT, message)
+        return ConnectionLost(f"connection to {peer} timed out: {message}", ErrorCode.TIMEOUT)
+
+
+def close_connection(conn: Connection) -> ConnectionLost:
+    """The client's close policy (SPEC 10.2, 10.3): with no stream open, GO_AWAY and let the
+    server close; with streams open, CONN_ERROR GOING_AWAY, which ends them at the server.
+    Queues the frame and returns the error the client's own open streams end with."""
+    if conn.stream_count:
+        message = "the client closed the connection"
+        conn.send_conn_error(ErrorCode.GOING_AWAY, message)
+        return ConnectionLost(f"closed locally: {message}", ErrorCode.GOING_AWAY)
+    conn.send_go_away("the client is done")
+    return ConnectionLost("the client was closed")
+
+
+def connection_lost(event: ConnectionClosed, peer: str) -> ConnectionLost:
+    """The error every stream of a connection ends with when it closed (``event``)."""
+    how = "" if event.code is None else f" with {StreamError(event.code).code_name}"
+    detail = f": {event.message}" if event.message else ""
+    return ConnectionLost(f"connection to {peer} ended{how}{detail}", event.code, event.data)
+
+
+def stream_params(params: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """A publisher's parameters as SUBSCRIBE and OFFER carry them: one mapping (never keyword
+    arguments, so no parameter name collides with an option such as ``prefetch``), sent as a
+    map, or not at all when absent or empty. TypeError for anything but a mapping."""
+    if params is None:
+        return None
+    if not isinstance(params, Mapping):
+        raise TypeError(f"params must be a mapping (e.g. a dict), got {type(params).__name__}")
+    return dict(params) or None
+
+
+def check_prefetch(prefetch: int) -> int:
+    """``prefetch`` if usable (a positive int, capped at 2^63-1); ValueError otherwise."""
+    if type(prefetch) is not int or prefetch < 1:
+        raise ValueError(f"prefetch must be a positive int, got {prefetch!r}")
+    return min(prefetch, MAX_INT)
+
+
+def check_limit(limit: int) -> int:
+    """``limit`` (the most items a subscription may take) if usable; ValueError otherwise."""
+    if type(limit) is not int or limit < 0:
+        raise ValueError(f"limit must be an int >= 0, got {limit!r}")
+    return limit
+
+
+class Refill:
+    """The prefetch refill rule: request ``prefetch`` up front, then ``prefetch - prefetch // 4``
+    each time that many items were consumed (one REQUEST per batch, never per item).
+
+    With ``limit``, the total requested never exceeds ``limit`` (exact demand for a known
+    count: nothing beyond it is ever sent), and :attr:`initial` is capped likewise."""
+
+    __slots__ = ("_consumed", "_unrequested", "batch", "initial", "prefetch")
+
+    def __init__(self, prefetch: int, limit: int | None = None) -> None:
+        self.prefetch = check_prefetch(prefetch)
+        self.batch = self.prefetch - self.prefetch // 4
+        unrequested = MAX_INT if limit is None else check_limit(limit)
+        self.initial = min(self.prefetch, unrequested)
+        self._unrequested = unrequested - self.initial
+        self._consumed = 0
+
+    def consumed(self, count: int = 1) -> int:
+        """``count`` more items were consumed: how many to request now (0 for none yet)."""
+        self._consumed += count
+        if self._consumed < self.batch or not self._unrequested:
+            return 0
+        refills, self._consumed = divmod(self._consumed, self.batch)
+        wanted = min(refills * self.batch, self._unrequested)
+        self._unrequested -= wanted
+        return wanted

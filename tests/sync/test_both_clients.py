@@ -1,0 +1,215 @@
+"""The same scenarios through both clients, the trio one and the blocking one: the same results
+and the same exception types, because both drive the rules of :mod:`rsnet.client_rules`.
+
+The servers run in a background thread (tests/sync/support.py); the trio client runs its own
+``trio.run`` in the test's thread, the blocking client runs there directly.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import trio
+
+import rsnet
+import rsnet.sync
+from rsnet.errors import ConnectionLost, HandshakeError, RsnetError, StreamError, TransportClosed
+from rsnet.protocol import ErrorCode
+
+from .support import Listener, Probes, ScriptedPeer, ServerThread, make_server
+
+TOKEN = "s3cret"
+SCHEMES = ["tcp", "ws"]
+
+
+def trio_items(
+    url: str,
+    name: str,
+    params: Any = None,
+    *,
+    into: list[Any],
+    take: int | None = None,
+    before_leaving: Callable[[], None] = lambda: None,
+    **options: Any,
+):
+    """Subscribe with the trio client, appending items to ``into`` (so items that came before
+    an error are visible); after ``take`` items, call ``before_leaving`` (a blocking check, run
+    in a worker thread while the connection stays live) and leave the loop."""
+    prefetch = options.pop("prefetch", rsnet.client_rules.DEFAULT_PREFETCH)
+    limit = options.pop("limit", None)
+
+    async def main() -> None:
+        async with rsnet.connect(url, **options) as conn:
+            async with conn.subscribe(name, params, prefetch=prefetch, limit=limit) as items:
+                async for item in items:
+                    into.append(item)
+                    if len(into) == take:
+                        await trio.to_thread.run_sync(before_leaving)
+                        return
+
+    trio.run(main)
+
+
+def sync_items(
+    url: str,
+    name: str,
+    params: Any = None,
+    *,
+    into: list[Any],
+    take: int | None = None,
+    before_leaving: Callable[[], None] = lambda: None,
+    **options: Any,
+):
+    """The same with the blocking client."""
+    prefetch = options.pop("prefetch", rsnet.client_rules.DEFAULT_PREFETCH)
+    limit = options.pop("limit", None)
+    with rsnet.sync.connect(url, **options) as client:
+        items = client.subscribe(name, params, prefetch=prefetch, limit=limit)
+        for item in items:
+            into.append(item)
+            if len(into) == take:
+                before_leaving()
+                items.close()
+                return
+
+
+CLIENTS = {"trio": trio_items, "blocking": sync_items}
+Items = Callable[..., None]
+
+
+@pytest.fixture(params=list(CLIENTS))
+def items_of(request) -> Items:
+    return CLIENTS[request.param]
+
+
+@pytest.fixture(scope="module")
+def probes() -> Probes:
+    return Probes()
+
+
+@pytest.fixture(scope="module")
+def urls(probes):
+    """("plain" | "guarded" (needs TOKEN), scheme) -> URL."""
+    servers = {"plain": make_server(probes), "guarded": make_server(probes, token=TOKEN)}
+    keys = [(name, scheme) for name in servers for scheme in SCHEMES]
+    with ServerThread([Listener(servers[name], scheme) for name, scheme in keys]) as thread:
+        yield dict(zip(keys, thread.urls, strict=True))
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_params_are_one_mapping_and_reach_the_publisher(items_of, urls, scheme):
+    got: list[Any] = []
+    items_of(urls["plain", scheme], "range", {"start": 7, "count": 1000}, into=got, prefetch=32)
+    assert got == list(range(7, 1007))
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_a_remote_error_is_a_stream_error_with_code_name_and_data_after_the_items(items_of, urls, scheme):
+    got: list[Any] = []
+    with pytest.raises(StreamError) as raised:
+        items_of(urls["plain", scheme], "fail", {"n": 3}, into=got)
+    assert got == [0, 1, 2]
+    assert (raised.value.code, raised.value.message, raised.value.data) == (4711, "quota exceeded", {"limit": 10})
+    assert raised.value.code_name == "application error 4711"
+    assert isinstance(raised.value, RsnetError)
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_an_unknown_publisher_is_refused_with_its_code(items_of, urls, scheme):
+    with pytest.raises(StreamError) as raised:
+        items_of(urls["plain", scheme], "no-such-publisher", into=[])
+    assert raised.value.code == ErrorCode.UNKNOWN_PUBLISHER
+    assert raised.value.code_name == "UNKNOWN_PUBLISHER"
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+@pytest.mark.parametrize("token", [None, "wrong"])
+def test_a_refused_token_is_a_handshake_error_with_code_unauthorized(items_of, urls, scheme, token):
+    with pytest.raises(HandshakeError) as raised:
+        items_of(urls["guarded", scheme], "range", {"count": 1}, into=[], token=token)
+    assert raised.value.code == ErrorCode.UNAUTHORIZED
+    assert isinstance(raised.value, ConnectionLost)
+
+
+def test_the_right_token_is_accepted(items_of, urls):
+    got: list[Any] = []
+    items_of(urls["guarded", "tcp"], "range", {"count": 2}, into=got, token=TOKEN)
+    assert got == [0, 1]
+
+
+@pytest.mark.parametrize("scheme", ["tcp", "ws"])
+def test_an_unreachable_server_is_transport_closed(items_of, scheme):
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with pytest.raises(TransportClosed) as raised:
+        items_of(f"{scheme}://127.0.0.1:{port}/", "range", {"count": 1}, into=[], timeout=2)
+    assert isinstance(raised.value, ConnectionLost)
+
+
+def test_a_silent_server_is_a_handshake_error_with_code_timeout(items_of):
+    # The peer stays silent for 2 s, then closes: only our own 0.3 s timeout gives TIMEOUT.
+    with ScriptedPeer(lambda sock: time.sleep(2.0)) as peer:
+        with pytest.raises(HandshakeError) as raised:
+            items_of(peer.url, "range", {"count": 1}, into=[], timeout=0.3)
+    assert raised.value.code == ErrorCode.TIMEOUT
+
+
+@pytest.mark.parametrize(
+    ("url", "params", "prefetch", "error"),
+    [
+        ("http://127.0.0.1:1/", None, 1, ValueError),  # not a scheme a client dials
+        ("tcp://127.0.0.1/", None, 1, ValueError),  # no port
+        ("tcp://127.0.0.1:99999", None, 1, ValueError),  # a port out of range
+        ("tcp://127.0.0.1:{port}", [("count", 1)], 1, TypeError),  # params must be a mapping
+        ("tcp://127.0.0.1:{port}", None, 0, ValueError),  # prefetch must be positive
+    ],
+)
+def test_bad_arguments_are_refused_the_same_way(items_of, urls, url, params, prefetch, error):
+    port = urls["plain", "tcp"].rsplit(":", 1)[1]
+    with pytest.raises(error):
+        items_of(url.format(port=port), "range", params, into=[], prefetch=prefetch)
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_demand_follows_the_same_refill_rule(items_of, urls, probes, scheme, request):
+    """prefetch 8: 8 up front, then 6 (8 - 8//4) each time 6 were consumed; leaving after 20
+    items cancels. Both clients ask the server for exactly the same amount."""
+    tag = request.node.name
+    probe = probes[tag]
+    granted_before_leaving: list[int] = []
+
+    def demand_settles() -> None:
+        # 20 consumed: refills after the 6th, 12th and 18th item reach the server.
+        deadline = time.monotonic() + 5
+        while probe.requested < 8 + 3 * 6 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        granted_before_leaving.append(probe.requested)
+
+    got: list[Any] = []
+    items_of(
+        urls["plain", scheme], "endless", {"tag": tag}, into=got, take=20, prefetch=8, before_leaving=demand_settles
+    )
+    assert got == list(range(20))
+    assert granted_before_leaving == [8 + 3 * 6]
+    assert probe.cancelled.wait(5), "leaving the loop must cancel the stream at the server"
+    assert probe.requested == 8 + 3 * 6  # nothing more after the cancel
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+@pytest.mark.parametrize(("limit", "prefetch"), [(20, 8), (5, 64), (0, 8)])
+def test_a_limit_is_exact_demand_on_the_wire(items_of, urls, probes, scheme, limit, prefetch, request):
+    """``limit=n`` takes n items and never asks the server for more, then cancels."""
+    tag = request.node.name
+    got: list[Any] = []
+    items_of(urls["plain", scheme], "endless", {"tag": tag}, into=got, limit=limit, prefetch=prefetch)
+    assert got == list(range(limit))
+    probe = probes[tag]
+    if limit:
+        assert probe.cancelled.wait(5), "taking the last item cancels the stream"
+    assert probe.requested == limit
+    assert probe.emitted == limit
