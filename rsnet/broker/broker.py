@@ -633,10 +633,18 @@ class Broker:
                     "dropped": counters[2],
                     "subscribers": subscribers,
                     "producers": producers,
+                    "cursors": self._committed(name),
                     "damaged": [{"first": d.first, "end": d.end, "problem": d.problem} for d in damaged],
                 }
             )
         return result
+
+    def _committed(self, name: str) -> dict[str, int]:
+        """The topic's named cursors and their committed offsets (e.g. a Spark query's progress)."""
+        store = self._cursors.get(name)
+        if store is None:
+            return {}
+        return dict(store) if isinstance(store, dict) else store.all()
 
 
 def _identifier(value: Any, what: str) -> str:
