@@ -268,7 +268,7 @@ async def run(args: argparse.Namespace) -> int:
     progress.clear()
     account = ledger.account(args.topic, producer)
     if failure is not None:
-        say("pub", f"{describe(failure)}; {account}")
+        say("pub", f"not every record was acknowledged: {describe(failure)}; {account}")
         return EXIT_FAILED
     if invalid:
         say("pub", f"{invalid[0]}; stopped there: {account}")
