@@ -25,6 +25,7 @@ import dataclasses
 import os
 import pathlib
 import re
+import shlex
 import shutil
 import socket
 import subprocess
@@ -93,8 +94,14 @@ class Servers:
         self.processes: list[subprocess.Popen] = []
 
     def start(self, command: str) -> None:
+        # Not through a shell: kill() must reach the server itself, not a shell around it.
+        words = shlex.split(command)
         process = subprocess.Popen(
-            command, shell=True, cwd=self.cwd, env=self.environment, stderr=subprocess.PIPE, text=True
+            [shutil.which(words[0], path=self.environment["PATH"]) or words[0], *words[1:]],
+            cwd=self.cwd,
+            env=self.environment,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         self.processes.append(process)
         printed = ""
