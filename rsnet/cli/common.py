@@ -10,7 +10,8 @@ The conventions (those of kcat, the ``nats`` CLI and websocat):
   :func:`code_name` knows the protocol's codes and the broker's.
 - the server's URL and token come from the command line, else ``RSNET_URL`` / ``RSNET_TOKEN``
   (a token given with ``--token`` is visible in ``ps``: prefer ``RSNET_TOKEN`` or
-  ``--token-file``), else ``tcp://127.0.0.1:7600`` and no token.
+  ``--token-file``), else the context file (:func:`context`), else ``tcp://127.0.0.1:7600``
+  and no token.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import tomllib
 from collections.abc import Awaitable, Callable
 from typing import Any, NoReturn
 
@@ -72,11 +74,36 @@ def describe(error: BaseException) -> str:
     return str(error) or type(error).__name__
 
 
+def context() -> dict[str, Any]:
+    """The context file: ``$RSNET_CONTEXT``, else ``~/.config/rsnet/context.toml`` (under
+    ``$XDG_CONFIG_HOME`` if set), if it exists. Keys: ``url``, ``token_file``; anything else
+    is refused (a typo must not be ignored), and a token itself is not accepted there (keep
+    it in a file of its own, readable by you only)."""
+    path = os.environ.get("RSNET_CONTEXT")
+    if not path:
+        base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+        path = os.path.join(base, "rsnet", "context.toml")
+        if not os.path.exists(path):
+            return {}
+    try:
+        with open(path, "rb") as file:
+            values = tomllib.load(file)
+    except (OSError, tomllib.TOMLDecodeError) as error:
+        raise CommandError(f"cannot read the context file {path}: {describe(error)}", EXIT_USAGE) from None
+    unknown = set(values) - {"url", "token_file"}
+    if unknown or not all(isinstance(value, str) for value in values.values()):
+        raise CommandError(f"{path}: expected only url and token_file, as strings; got {sorted(values)}", EXIT_USAGE)
+    return values
+
+
 def token_from(args: argparse.Namespace) -> str | None:
-    """``--token-file``, then ``--token``, then ``RSNET_TOKEN``."""
-    if getattr(args, "token_file", None):
+    """``--token-file``, then ``--token``, then ``RSNET_TOKEN``, then the context's ``token_file``."""
+    token_file = getattr(args, "token_file", None)
+    if not token_file and not getattr(args, "token", None) and not os.environ.get("RSNET_TOKEN"):
+        token_file = context().get("token_file")
+    if token_file:
         try:
-            with open(args.token_file, encoding="utf-8") as file:
+            with open(os.path.expanduser(token_file), encoding="utf-8") as file:
                 return file.readline().strip() or None
         except OSError as error:
             raise CommandError(f"cannot read the token file: {describe(error)}", EXIT_USAGE) from None
@@ -84,7 +111,9 @@ def token_from(args: argparse.Namespace) -> str | None:
 
 
 def url_from(args: argparse.Namespace) -> str:
-    return getattr(args, "url", None) or os.environ.get("RSNET_URL") or DEFAULT_URL
+    """``-s/--url`` (or a URL argument), then ``RSNET_URL``, then the context's ``url``, then
+    :data:`DEFAULT_URL`."""
+    return getattr(args, "url", None) or os.environ.get("RSNET_URL") or context().get("url") or DEFAULT_URL
 
 
 def add_connection_options(parser: argparse.ArgumentParser) -> None:
