@@ -461,6 +461,11 @@ def resolve_start(topic: Topic, start: Any) -> int:
     if isinstance(start, dict) and isinstance(start.get("timestamp"), int):
         return log.offset_for_timestamp(start["timestamp"])
     if isinstance(start, int) and not isinstance(start, bool):
+        if start < 0:  # not "trimmed by retention": there never is such an offset
+            raise StreamError(
+                ErrorCode.REJECTED,
+                f"invalid start position {start}: offsets start at 0 (for the last N records, start at next_offset - N)",
+            )
         if start < log.first_offset:
             raise offset_trimmed(topic.name, start, log.first_offset)
         if start > log.next_offset:

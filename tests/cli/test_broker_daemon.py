@@ -35,3 +35,18 @@ def test_with_json_logs_every_startup_line_is_json_and_an_open_listener_is_warne
     assert any(message.startswith("serving tcp://0.0.0.0:") for message in messages)
     warnings = [r["message"] for r in records if r["level"] == "warning" and "0.0.0.0" in r["message"]]
     assert warnings and "auth off" in warnings[0], messages
+
+
+def test_a_negative_offset_is_refused_as_invalid_not_as_trimmed(broker):
+    import rsnet.sync
+    from rsnet.errors import StreamError
+    from rsnet.protocol import ErrorCode
+
+    with rsnet.sync.connect(broker.url) as conn:
+        try:
+            list(conn.subscribe("negative.offset", {"from": -5}))
+        except StreamError as error:
+            assert error.code == ErrorCode.REJECTED
+            assert "offsets start at 0" in error.message
+        else:
+            raise AssertionError("a negative offset was accepted")
