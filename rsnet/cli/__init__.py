@@ -7,6 +7,7 @@
     rsnet topics [URL] [--json]
     rsnet broker [--config FILE] [--data-dir DIR] [--tcp H:P] [--ws H:P] [--fsync POLICY]
     rsnet broker hash-token [--generate]         the hash of a token, for the config
+    rsnet completion bash                        a bash completion script
 
 The URL defaults to ``$RSNET_URL``, else ``tcp://127.0.0.1:7600``; the token to
 ``--token-file``, ``--token`` or ``$RSNET_TOKEN``. Exit codes and error lines follow one
@@ -22,7 +23,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from . import pub, serve, sub, topics
+from . import completion, pub, serve, sub, topics
 from .common import EXIT_FAILED, EXIT_OK, run_command
 
 
@@ -66,6 +67,7 @@ def parser() -> argparse.ArgumentParser:
     sub.add_parser(commands)
     pub.add_parser(commands)
     topics.add_parser(commands)
+    completion.add_parser(commands)
 
     broker = commands.add_parser("broker", help="run the stream broker")
     broker.add_argument("--config", help="TOML configuration file")
@@ -96,6 +98,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return EXIT_OK
 
         return run_command("demo", demo)
+    if args.command == "completion":
+        print(completion.bash_script(parser()), end="")
+        return EXIT_OK
     if args.command == "broker" and args.action == "hash-token":
         return _hash_token(args.generate)
     if args.command == "broker":

@@ -139,3 +139,17 @@ def test_the_live_line_is_redrawn_while_items_arrive(demo):
     live = [part for part in drawn.split("\r\x1b[2K") if part.strip()]
     assert any(part.endswith("/s") and " records " in part for part in live), drawn
     assert live[-1].startswith("rsnet sub: 40 records received in ")
+
+
+def test_bash_completion_offers_commands_and_each_commands_options(tmp_path):
+    script = tmp_path / "rsnet.bash"
+    script.write_text(rsnet("completion", "bash").stdout)
+
+    def complete(*words: str) -> list[str]:
+        line = " ".join(f"'{w}'" for w in words)
+        program = f'source {script}; COMP_WORDS=({line}); COMP_CWORD={len(words) - 1}; _rsnet; echo "${{COMPREPLY[@]}}"'
+        return subprocess.run(["bash", "-c", program], capture_output=True, text=True, check=True).stdout.split()
+
+    assert complete("rsnet", "su") == ["sub"]
+    assert set(complete("rsnet", "sub", "--u")) == {"--until-end", "--url"}
+    assert complete("rsnet", "pub", "--ra") == ["--raw"]
