@@ -54,6 +54,8 @@ def build_broker(config: BrokerConfig, authorizer: Authorizer) -> Broker:
     def authorize(principal: Principal | None, action: str, name: str) -> bool:
         if action == "publish":
             return authorizer.can_publish(principal, name)
+        if action == "admin":
+            return authorizer.can_admin(principal, name)
         return authorizer.can_subscribe(principal, name)
 
     return Broker(
