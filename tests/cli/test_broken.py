@@ -63,6 +63,24 @@ def test_sub_into_a_closed_pipe_ends_quietly_with_0(demo):
     process.stderr.close()
 
 
+def test_sub_on_a_quiet_topic_ends_as_soon_as_the_pipe_closes(broker):
+    # | head -2 on a topic where nothing more arrives: no write would ever notice the closed
+    # pipe, so the command must watch it (else it hangs until the next record).
+    assert rsnet("pub", broker.url, "quiet", stdin="1\n2\n3\n").returncode == 0
+    process = subprocess.Popen(
+        [RSNET, "sub", broker.url, "quiet", "--from", "earliest", "-f", "value"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env(),
+    )
+    first = [process.stdout.readline() for _ in range(2)]
+    process.stdout.close()
+    assert process.wait(timeout=10) == 0
+    assert first == [b"1\n", b"2\n"]
+    assert process.stderr.read() == b""
+    process.stderr.close()
+
+
 def test_ctrl_c_mid_stream_is_one_line_and_exit_130(demo):
     process = subprocess.Popen(
         [RSNET, "sub", demo.url, "ticks", "-p", "interval=0.01"],
