@@ -62,4 +62,5 @@ class Progress:
         self.clear()
         elapsed = max(time.monotonic() - self._started, 1e-9)
         timing = f" in {elapsed:.1f} s ({self.count / elapsed:,.0f}/s)" if self.enabled else ""
-        print(f"rsnet {self.command}: {self.count} {self.unit} {verb}{timing}", file=sys.stderr, flush=True)
+        unit = self.unit.removesuffix("s") if self.count == 1 else self.unit
+        print(f"rsnet {self.command}: {self.count} {unit} {verb}{timing}", file=sys.stderr, flush=True)

@@ -198,7 +198,12 @@ class Ledger:
         if self.stored <= 0:
             text = f"nothing was stored in {topic}"
         else:
-            text = f"{self.stored} records stored in {topic} (lines {self.first_line}-{self.last_acked_line})"
+            lines = (
+                f"line {self.first_line}"
+                if self.first_line == self.last_acked_line
+                else f"lines {self.first_line}-{self.last_acked_line}"
+            )
+            text = f"{self.stored} record{'s' if self.stored != 1 else ''} stored in {topic} ({lines})"
         if self.unacked:
             line = self.unacked[0][1]
             text += (

@@ -68,5 +68,7 @@ async def administer(args: argparse.Namespace) -> int:
     elif action == "create":
         print(f"{args.topic}: {'created' if answer['created'] else 'exists already'}")
     else:
-        print(f"{args.topic}: {'deleted' if action == 'delete' else 'purged'} ({answer['removed']} records removed)")
+        removed = answer["removed"]
+        done = "deleted" if action == "delete" else "purged"
+        print(f"{args.topic}: {done} ({removed} record{'s' if removed != 1 else ''} removed)")
     return 0

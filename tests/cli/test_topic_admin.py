@@ -39,7 +39,7 @@ def test_create_purge_and_delete_a_durable_topic(tmp_path):
 
         assert rsnet("pub", broker.url, "jobs.eu", stdin="4\n").returncode == 0
         deleted = rsnet("topics", "delete", broker.url, "jobs.eu", "--yes")
-        assert (deleted.returncode, deleted.stdout) == (0, "jobs.eu: deleted (1 records removed)\n")
+        assert (deleted.returncode, deleted.stdout) == (0, "jobs.eu: deleted (1 record removed)\n")
         assert not (data / "jobs.eu").exists()
         assert "jobs.eu" not in rsnet("topics", broker.url).stdout
         again = rsnet("topics", "delete", broker.url, "jobs.eu", "--yes")
