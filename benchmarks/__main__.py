@@ -1,4 +1,5 @@
-"""Command line: ``python -m benchmarks run [--quick] [--json out.json]``, ``python -m benchmarks report``.
+"""Command line: ``python -m benchmarks run [--quick] [--json out.json]``, ``python -m benchmarks report``,
+``python -m benchmarks spark [--records N]`` (the Spark scenario, see ``benchmarks/spark.py``).
 
 ``run`` measures and writes ``RESULTS.md`` plus charts into ``--out`` (default: ``benchmarks/``
 for a full run; for ``--quick`` a scratch directory, so a quick run never overwrites the
@@ -25,6 +26,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def main(argv: list[str] | None = None) -> int:
+    given = sys.argv[1:] if argv is None else argv
+    if given[:1] == ["spark"]:  # needs pyspark and Java: its own module, loaded only here
+        from . import spark
+
+        return spark.main(given[1:])
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("run", help="measure every scenario on every system")

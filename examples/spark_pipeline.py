@@ -17,6 +17,7 @@ Needs ``pip install 'rsnet[spark]'`` and Java 17.
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import sys
 import time
@@ -25,8 +26,8 @@ from typing import Any
 READING = "sensor string, temp double, time long"
 
 
-def pipeline(spark: Any, url: str, source: str, sink: str, *, token: str | None = None) -> Any:
-    """The streaming DataFrame of per-window aggregates, as record values for ``sink``."""
+def pipeline(spark: Any, url: str, source: str, *, token: str | None = None) -> Any:
+    """The streaming DataFrame of per-window aggregates, as record values for a topic."""
     from pyspark.sql import functions as F
 
     reader = spark.readStream.format("rsnet").option("url", url).option("topic", source)
@@ -69,7 +70,7 @@ def start(
 ) -> Any:
     """Start the query (append mode: a window is written once, when the watermark closes it)."""
     writer = (
-        pipeline(spark, url, source, sink, token=token)
+        pipeline(spark, url, source, token=token)
         .writeStream.format("rsnet")
         .outputMode("append")
         .option("url", url)
@@ -87,6 +88,8 @@ def session() -> Any:
     import rsnet.spark
 
     rsnet.spark.check_java()
+    # Spark's Python workers import rsnet too: run them with this interpreter (its packages).
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
     spark = (

@@ -170,9 +170,11 @@ class Keepalive:
     intervals without receiving a byte. Any traffic counts, so a busy connection never times
     out. Times are whatever clock the driver uses (``trio.current_time``, ``time.monotonic``).
 
-    The interval is the WELCOME's; where the server turned keepalive off, a client still bounds
-    its waits by its own proposal (the server answers PINGs whatever its setting), so no wait
-    outlives a dead server. ``None``: no keepalive at all (both sides said 0).
+    The interval (SPEC 10.1): the server's WELCOME decides what both sides must at least do; a
+    client that proposed a shorter interval keeps to its own for its PINGs and for declaring
+    the server dead (the server answers PINGs whatever its setting), and where the server
+    turned keepalive off, the client's proposal still bounds its waits, so no wait outlives a
+    dead server. ``None``: no keepalive at all (both sides said 0).
     """
 
     __slots__ = ("interval", "last_received", "last_sent")
@@ -185,8 +187,9 @@ class Keepalive:
     @classmethod
     def negotiated(cls, conn: Connection, proposed: float, now: float) -> Keepalive:
         """The timer for an open client connection that proposed ``proposed`` seconds."""
-        agreed = conn.keepalive_interval / 1000 or proposed
-        return cls(agreed or None, now)
+        announced = conn.keepalive_interval / 1000
+        intervals = [interval for interval in (announced, proposed) if interval > 0]
+        return cls(min(intervals) if intervals else None, now)
 
     def sent(self, now: float) -> None:
         self.last_sent = now
@@ -259,21 +262,36 @@ def check_prefetch(prefetch: int) -> int:
     return min(prefetch, MAX_INT)
 
 
+def check_limit(limit: int) -> int:
+    """``limit`` (the most items a subscription may take) if usable; ValueError otherwise."""
+    if type(limit) is not int or limit < 0:
+        raise ValueError(f"limit must be an int >= 0, got {limit!r}")
+    return limit
+
+
 class Refill:
     """The prefetch refill rule: request ``prefetch`` up front, then ``prefetch - prefetch // 4``
-    each time that many items were consumed (one REQUEST per batch, never per item)."""
+    each time that many items were consumed (one REQUEST per batch, never per item).
 
-    __slots__ = ("_consumed", "batch", "prefetch")
+    With ``limit``, the total requested never exceeds ``limit`` (exact demand for a known
+    count: nothing beyond it is ever sent), and :attr:`initial` is capped likewise."""
 
-    def __init__(self, prefetch: int) -> None:
+    __slots__ = ("_consumed", "_unrequested", "batch", "initial", "prefetch")
+
+    def __init__(self, prefetch: int, limit: int | None = None) -> None:
         self.prefetch = check_prefetch(prefetch)
         self.batch = self.prefetch - self.prefetch // 4
+        unrequested = MAX_INT if limit is None else check_limit(limit)
+        self.initial = min(self.prefetch, unrequested)
+        self._unrequested = unrequested - self.initial
         self._consumed = 0
 
     def consumed(self, count: int = 1) -> int:
         """``count`` more items were consumed: how many to request now (0 for none yet)."""
         self._consumed += count
-        if self._consumed < self.batch:
+        if self._consumed < self.batch or not self._unrequested:
             return 0
         refills, self._consumed = divmod(self._consumed, self.batch)
-        return refills * self.batch
+        wanted = min(refills * self.batch, self._unrequested)
+        self._unrequested -= wanted
+        return wanted

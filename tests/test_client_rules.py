@@ -55,10 +55,11 @@ def test_keepalive_off_on_both_sides_means_no_timer():
     assert Keepalive(None, 0.0).due(1e9) == (Due.NOTHING, float("inf"))
 
 
-def test_the_welcomes_interval_wins_and_a_zero_falls_back_to_our_proposal():
+def test_the_shorter_of_the_welcome_and_our_proposal_and_a_zero_is_no_preference():
     conn = Connection(Role.CLIENT)
     conn.keepalive_interval = 20_000
-    assert Keepalive.negotiated(conn, 5.0, 0.0).interval == 20.0
+    assert Keepalive.negotiated(conn, 5.0, 0.0).interval == 5.0  # we watch the server more closely
+    assert Keepalive.negotiated(conn, 60.0, 0.0).interval == 20.0  # never less than the server asks
     conn.keepalive_interval = 0
     assert Keepalive.negotiated(conn, 5.0, 0.0).interval == 5.0
     assert Keepalive.negotiated(conn, 0.0, 0.0).interval is None
@@ -72,6 +73,17 @@ def test_refill_requests_three_quarters_of_prefetch_per_batch():
     assert Refill(2**70).prefetch == 2**63 - 1  # capped at the protocol's maximum (rule 3.17)
     with pytest.raises(ValueError):
         Refill(0)
+
+
+def test_refill_with_a_limit_never_asks_for_more_than_the_limit():
+    refill = Refill(8, limit=20)
+    asked = refill.initial + sum(refill.consumed() for _ in range(20))
+    assert (refill.initial, asked) == (8, 20)
+    assert Refill(64, limit=5).initial == 5
+    assert Refill(8, limit=0).initial == 0
+    for bad in (-1, 1.5, None.__class__):
+        with pytest.raises(ValueError):
+            Refill(8, limit=bad)  # type: ignore[arg-type]  # the point of the test
 
 
 def test_params_are_one_mapping_or_nothing():

@@ -139,6 +139,7 @@ async def fanout(address: str, params: dict[str, Any]) -> dict[str, Any]:
     async with contextlib.AsyncExitStack() as stack:
         conns = [await stack.enter_async_context(rsnet.connect(address)) for _ in range(subscribers)]
         producer = await stack.enter_async_context(rsnet.connect(address))
+        await publish(producer, TOPIC, [])  # only publishing creates a topic; subscribing waits
         async with trio.open_nursery() as nursery:
             for conn in conns:
                 await nursery.start(subscriber, conn)

@@ -30,11 +30,12 @@ def administer(broker: Broker, action: Any, name: str) -> dict[str, Any]:
     """Carry out ``action`` on topic ``name`` (already validated and authorized)."""
     if action not in ACTIONS:
         raise StreamError(ErrorCode.REJECTED, f"$admin action must be one of {', '.join(ACTIONS)}, got {action!r}")
-    existing = broker.topics.get(name)
+    existed = broker.exists(name)
     if action == "create":
         topic = broker.topic(name, create=True)
         assert topic is not None
-        return {"action": action, "topic": name, "created": existing is None, "next_offset": topic.log.next_offset}
+        return {"action": action, "topic": name, "created": not existed, "next_offset": topic.log.next_offset}
+    existing = broker.topic(name, create=False)  # opened if it is stored and closed
     if existing is None:
         raise StreamError(ErrorCode.UNKNOWN_PUBLISHER, f"no topic named {name!r}", {"topic": name})
     removed = existing.log.next_offset - existing.log.first_offset

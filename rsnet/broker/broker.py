@@ -27,7 +27,10 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import pathlib
+import reprlib
+import resource
 import shutil
 from collections.abc import Callable
 from typing import Any
@@ -35,20 +38,46 @@ from typing import Any
 import trio
 
 from ..errors import StreamError
+from ..net.failures import TRACEBACKS_PER_MINUTE, RateLimitedLog
 from ..net.session import StreamContext
 from ..protocol import ErrorCode
 from ..streams import Publisher, Subscriber, Subscription, from_iterable, just
 from ..streams.rules import MAX_DEMAND, add_demand, check_subscriber, invalid_request
 from ..streams.subscriptions import deliver_safely
 from .admin import administer
-from .names import is_wildcard, topic_matches, validate_pattern, validate_topic
-from .storage import CorruptData, CursorStore, FsyncPolicy, MemoryLog, Retention, SegmentLog, TopicLog
-from .topic import MAX_SEQUENCE, SlowPolicy, Topic, TopicReader, TopicSink, now_ms, resolve_start
+from .codes import BrokerCode
+from .names import is_valid_topic, is_wildcard, topic_matches, validate_pattern, validate_topic
+from .storage import CorruptData, CursorStore, FsyncPolicy, MemoryLog, Retention, SegmentLog, StorageError, TopicLog
+from .storage import files as storage_files
+from .topic import MAX_SEQUENCE, SlowPolicy, Topic, TopicReader, TopicSink, now_ms, resolve_start, storage_refusal
 
 log = logging.getLogger("rsnet.broker")
 
 DEFAULT_SINK_WINDOW = 1024
 """Records a producer may have sent that are not yet stored (per OFFER stream)."""
+
+MAX_ID_LENGTH = 255
+"""Longest producer id or cursor name, in characters (they are stored with records and cursors)."""
+
+DEFAULT_MAX_CURSORS = 1_000
+"""Named cursors a topic keeps at most; a commit to one more is refused with REJECTED. (Each
+commit rewrites the topic's cursor file, so this also bounds what one commit costs.)"""
+
+DEFAULT_MAX_TOPICS = 10_000
+"""Topics the broker hosts at most (in memory and on disk); a publish that would create one
+more is refused with TOO_MANY_TOPICS."""
+
+
+def default_max_open_topics() -> int:
+    """An eighth of the process's file descriptor limit (at least 16): an open durable topic
+    holds a few descriptors, and connections need theirs."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return max(16, (soft if soft != resource.RLIM_INFINITY else 65536) // 8)
+
+
+DEFAULT_IDLE_CLOSE_S = 60.0
+"""Seconds a durable topic stays open with no producer and no subscriber before its log (and
+its file descriptors) is closed; the next request opens it again."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,6 +91,23 @@ class TopicSettings:
     policy: SlowPolicy = SlowPolicy.BACKPRESSURE
     max_lag: int = 10_000
     auto_create: bool = True
+    """Whether publishing to the topic while it does not exist creates it (only publishing does)."""
+    wait_if_missing: bool = True
+    """Whether a subscription to the topic while it does not exist waits for it to be created
+    (as a pattern subscription waits for matching topics), or is refused (UNKNOWN_PUBLISHER)."""
+
+
+@dataclasses.dataclass
+class _ClosedTopic:
+    """What the broker remembers of a durable topic whose log it closed (idle, or at start)."""
+
+    first_offset: int
+    next_offset: int
+    size_bytes: int
+    counters: tuple[int, int, int, int]  # records_in, records_out, dropped, disconnected
+    expires_ms: int | None
+    """When the oldest record passes the topic's ``max_age`` (None: no age limit, or empty):
+    the sweep opens the topic then to apply retention, as it would if the topic were open."""
 
 
 class Broker:
@@ -82,6 +128,11 @@ class Broker:
         authorize: Callable[[Any, str, str], bool] | None = None,
         sink_window: int = DEFAULT_SINK_WINDOW,
         retention_sweep_s: float = 1.0,
+        max_topics: int = DEFAULT_MAX_TOPICS,
+        idle_close_s: float = DEFAULT_IDLE_CLOSE_S,
+        max_cursors: int = DEFAULT_MAX_CURSORS,
+        max_open_topics: int | None = None,
+        unclean_recovery: bool = False,
     ) -> None:
         self.data_dir = pathlib.Path(data_dir) if data_dir is not None else None
         self.fsync = fsync
@@ -91,66 +142,241 @@ class Broker:
         self.authorize = authorize
         self.sink_window = sink_window
         self.retention_sweep_s = retention_sweep_s
-        self.topics: dict[str, Topic] = {}
+        self.max_topics = max_topics
+        self.idle_close_s = idle_close_s
+        self.max_cursors = max_cursors
+        self.max_open_topics = max_open_topics if max_open_topics is not None else default_max_open_topics()
+        self.unclean_recovery = unclean_recovery  # see SegmentLog.open; off: damage it cannot place stops the start
+        self.storage_files = storage_files.REAL  # how durable logs change their files (tests inject faults)
+        self.topics: dict[str, Topic] = {}  # the open ones; see also _closed
         self.recovery: dict[str, Any] = {}  # topic -> RecoveryReport of its log
         self.denied = 0  # requests refused for lack of a grant
         self._cursors: dict[str, CursorStore | dict[str, int]] = {}
-        self._watchers: list[tuple[str, TopicReader]] = []  # wildcard readers, for new topics
+        # Readers of a pattern, or of a topic not created yet: they get new topics that match.
+        self._watchers: dict[TopicReader, str] = {}
         self._acks: dict[tuple[str, str], set[_AckSubscription]] = {}
         self._writers: dict[Topic, trio.CancelScope] = {}
         self._memory_logs: dict[str, MemoryLog] = {}
+        self._closed: dict[str, _ClosedTopic] = {}  # durable topics on disk whose log is closed
+        self._idle_since: dict[Topic, float] = {}
+        self._failure_log = RateLimitedLog(log, TRACEBACKS_PER_MINUTE)  # failures a client can repeat
         self._nursery: trio.Nursery | None = None
+        self._retention_failing: set[str] = set()  # topics whose last retention sweep failed
 
     # -- lifecycle -------------------------------------------------------------------------
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Open the durable topics found in ``data_dir`` and serve until cancelled."""
+        """Recover the durable topics found in ``data_dir`` and serve until cancelled.
+
+        Each topic found is opened (recovery checks it, :attr:`recovery` has the report) and
+        closed again: it is opened for real by the first request that needs it, so that open
+        files grow with the topics in use, not with the topics on disk.
+
+        Raises StorageError, before it is started, if ``data_dir`` cannot be written or a
+        topic's log cannot be opened (damage recovery cannot place, see ``unclean_recovery``).
+        """
+        failure: StorageError | None = None
         try:
+            if self.data_dir is not None:
+                self._check_data_dir()
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
-                if self.data_dir is not None:
-                    self.data_dir.mkdir(parents=True, exist_ok=True)
-                    for directory in sorted(p for p in self.data_dir.iterdir() if p.is_dir()):
-                        self._open_topic(directory.name)
-                nursery.start_soon(self._sweep)
-                task_status.started()
-                await trio.sleep_forever()
+                try:
+                    for directory in sorted(p for p in self.data_dir.iterdir() if p.is_dir()) if self.data_dir else []:
+                        if not is_valid_topic(directory.name):
+                            log.warning("%s is not a topic (not a valid topic name): left alone", directory)
+                            continue
+                        self._close_topic(self._open_topic(directory.name))
+                except StorageError as error:  # raised below, as itself, not in an exception group
+                    failure = error
+                    nursery.cancel_scope.cancel()
+                else:
+                    nursery.start_soon(self._sweep)
+                    task_status.started()
+                    await trio.sleep_forever()
         finally:
             for topic in list(self.topics.values()):
                 self._close_topic(topic)
+        if failure is not None:
+            raise failure
+
+    def _check_data_dir(self) -> None:
+        """Make sure durable topics can be stored before saying so: create ``data_dir`` and
+        write, sync and delete a file in it. Raises StorageError naming the directory and why
+        (a read-only mount, missing permissions, a full disk)."""
+        assert self.data_dir is not None
+        files = self.storage_files
+        probe = str(self.data_dir / ".rsnet-write-check")
+        try:
+            files.makedirs(str(self.data_dir))
+            fd = files.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+            try:
+                files.write_all(fd, b"rsnet")
+                files.datasync(fd)
+            finally:
+                os.close(fd)
+            files.unlink(probe)
+        except OSError as failure:
+            raise StorageError(
+                f"data_dir {self.data_dir} cannot be written ({failure}): durable topics could not store anything. "
+                "Fix its permissions, its mount (read-only?) or its free space, or run without data_dir"
+            ) from failure
 
     async def _sweep(self) -> None:
-        """Retention, once per ``retention_sweep_s``."""
+        """Retention and closing idle topics, once per ``retention_sweep_s``."""
         while True:
             await trio.sleep(self.retention_sweep_s)
             now = now_ms()
             for topic in list(self.topics.values()):
+                if topic.storage_failure is not None:
+                    continue  # its writer reports it, and repairs the log first
                 try:
                     topic.log.enforce_retention(now)
+                except StorageError as failure:  # tried again next sweep; the topic goes on
+                    if topic.name not in self._retention_failing:  # one line per failing spell
+                        log.error("topic %s: retention failed: %s", topic.name, failure)
+                    self._retention_failing.add(topic.name)
                 except Exception as failure:
                     self._topic_failed(topic, failure)
+                else:
+                    self._retention_failing.discard(topic.name)
+            self.close_idle_topics()
+            self.expire_closed_topics(now)
+
+    def expire_closed_topics(self, now: int, limit: int = 8) -> int:
+        """Apply age retention to closed topics whose oldest record expired (as of ``now``, ms
+        since the epoch): open, enforce, close again; at most ``limit`` per call, oldest first,
+        so that a sweep stays short whatever the number of topics. Returns how many it did."""
+        due = sorted(
+            (closed.expires_ms, name)
+            for name, closed in self._closed.items()
+            if closed.expires_ms is not None and closed.expires_ms <= now
+        )
+        for _, name in due[:limit]:
+            try:
+                topic = self._open_topic(name)
+            except StreamError:  # too many topics open and in use: retried later
+                self._closed[name].expires_ms = now + 60_000
+                continue
+            except Exception:
+                self._failure_log.exception("opening topic %s to apply its retention failed; retried later", name)
+                self._closed[name].expires_ms = now + 60_000
+                continue
+            try:
+                topic.log.enforce_retention(now)
+            except Exception as failure:
+                self._topic_failed(topic, failure)
+                continue
+            self._close_topic(topic, now)
+        return min(len(due), limit)
+
+    def close_idle_topics(self, now: float | None = None) -> int:
+        """Close the logs of durable topics that had no producer, subscriber or pending write
+        for ``idle_close_s`` (as of ``now``, trio time); returns how many were closed."""
+        now = trio.current_time() if now is None else now
+        closed = 0
+        for topic in list(self.topics.values()):
+            if topic.name in self._memory_logs:
+                continue  # no file descriptors to give back
+            if not topic.idle:
+                self._idle_since.pop(topic, None)
+                continue
+            since = self._idle_since.setdefault(topic, now)
+            if now - since >= self.idle_close_s:
+                self._close_topic(topic)
+                closed += 1
+        return closed
 
     # -- topics -------------------------------------------------------------------------------
 
+    def exists(self, name: str) -> bool:
+        """Whether the topic exists: open, or stored and closed."""
+        return name in self.topics or name in self._closed or name in self._memory_logs
+
+    def topic_names(self) -> list[str]:
+        """Every topic's name, open or closed, sorted."""
+        return sorted(self.topics.keys() | self._closed.keys() | self._memory_logs.keys())
+
+    @property
+    def waiting_subscriptions(self) -> int:
+        """Pattern subscriptions, and subscriptions to topics that do not exist yet."""
+        return len(self._watchers)
+
+    @property
+    def topic_count(self) -> int:
+        return len(self.topics.keys() | self._closed.keys() | self._memory_logs.keys())
+
     def topic(self, name: str, *, create: bool) -> Topic | None:
+        """The topic, opened if it exists; if not, created if ``create``, else None.
+
+        Raises StreamError TOO_MANY_TOPICS if creating it would pass ``max_topics``, or if
+        opening a durable topic would pass ``max_open_topics`` while every open one is in use.
+        """
         topic = self.topics.get(name)
-        if topic is None and create:
-            topic = self._open_topic(name)
-        return topic
+        if topic is not None:
+            return topic
+        if not self.exists(name):
+            if not create:
+                return None
+            if self.topic_count >= self.max_topics:
+                raise StreamError(
+                    BrokerCode.TOO_MANY_TOPICS,
+                    f"cannot create topic {name!r}: the broker hosts its maximum of {self.max_topics} topics",
+                    {"topic": name, "max_topics": self.max_topics},
+                )
+        try:
+            return self._open_topic(name)
+        except StorageError as failure:  # e.g. no space for a new topic's directory: refuse this stream only
+            log.error("topic %s cannot be opened: %s", name, failure)
+            raise storage_refusal(name, failure, f"topic {name!r} cannot be opened: {failure}") from None
 
     def _open_topic(self, name: str) -> Topic:
         settings = self.settings_for(name)
+        new = not self.exists(name)
+        if settings.durable and self.data_dir is not None:
+            self._make_room(name)
         topic_log = self._open_log(name, settings)
-        topic = Topic(name, topic_log, policy=settings.policy, max_lag=settings.max_lag, on_stored=self._stored)
+        topic = Topic(
+            name,
+            topic_log,
+            policy=settings.policy,
+            max_lag=settings.max_lag,
+            on_stored=self._stored,
+            failure_log=self._failure_log,
+            on_storage_failed=self._storage_failed,
+        )
+        closed = self._closed.pop(name, None)
+        if closed is not None:
+            topic.records_in, topic.records_out, topic.dropped, topic.disconnected = closed.counters
         self.topics[name] = topic
         interval = self.fsync_interval_ms / 1000 if settings.durable and self.fsync is FsyncPolicy.INTERVAL else None
         assert self._nursery is not None, "the broker is not running"
         scope = self._writers[topic] = trio.CancelScope()
         self._nursery.start_soon(self._run_writer, topic, interval, scope)
-        for pattern, reader in list(self._watchers):
-            if topic_matches(pattern, name) and not reader.cancelled:
-                reader.add_topic(topic, topic_log.first_offset)
+        if new:  # a stored topic's readers came to it themselves, when they subscribed
+            for reader, pattern in list(self._watchers.items()):
+                if topic_matches(pattern, name) and not reader.cancelled:
+                    reader.add_topic(topic, topic_log.first_offset)
         return topic
+
+    def _make_room(self, name: str) -> None:
+        """Keep open durable logs (and their file descriptors) under ``max_open_topics``: close
+        idle ones, the longest idle first, before opening ``name``; refuse if none is idle."""
+        open_durable = [topic for topic in self.topics.values() if topic.name not in self._memory_logs]
+        excess = len(open_durable) + 1 - self.max_open_topics
+        if excess <= 0:
+            return
+        now = trio.current_time()
+        idle = sorted((self._idle_since.get(topic, now), id(topic), topic) for topic in open_durable if topic.idle)
+        for _, _, topic in idle[:excess]:
+            self._close_topic(topic)
+        if excess > len(idle):
+            raise StreamError(
+                BrokerCode.TOO_MANY_TOPICS,
+                f"cannot open topic {name!r}: {self.max_open_topics} topics are open and in use, the most this "
+                "broker keeps open at once (max_open_topics); try again later",
+                {"topic": name, "max_open_topics": self.max_open_topics},
+            )
 
     def _open_log(self, name: str, settings: TopicSettings) -> TopicLog:
         """The topic's log and cursors: opened (recovered) from ``data_dir``, or in memory.
@@ -159,7 +385,13 @@ class Broker:
         after a failure comes back with its records when it is opened again.
         """
         if settings.durable and self.data_dir is not None:
-            segment_log, report = SegmentLog.open(self.data_dir / name, settings.retention, self.fsync)
+            segment_log, report = SegmentLog.open(
+                self.data_dir / name,
+                settings.retention,
+                self.fsync,
+                file_ops=self.storage_files,
+                unclean_recovery=self.unclean_recovery,
+            )
             self.recovery[name] = report
             if report.damaged:
                 log.warning("topic %s: recovered with damage: %s", name, "; ".join(report.damaged))
@@ -177,13 +409,12 @@ class Broker:
                 self._topic_failed(topic, failure)
 
     def _topic_failed(self, topic: Topic, failure: Exception) -> None:
-        """Contain an unexpected exception to its topic: log it once, end the topic's producers
-        and readers with INTERNAL, close its log, and forget it: the next publish or subscribe
-        opens it again from what is stored (recovery checks it), as after a restart."""
-        log.error(
-            "topic %s failed; its producers and readers get INTERNAL, the next request reopens it",
-            topic.name,
-            exc_info=failure,
+        """Contain an unexpected exception to its topic: log it (with the broker's bounded
+        traceback budget), end the topic's producers and readers with INTERNAL, and close its
+        log: the next request opens it again from what is stored (recovery checks it), as
+        after a restart. Must be called from the ``except`` block that caught ``failure``."""
+        self._failure_log.exception(
+            "topic %s failed; its producers and readers get INTERNAL, the next request reopens it", topic.name
         )
         self._close_topic(topic)
         topic.fail(
@@ -195,28 +426,62 @@ class Broker:
         )
 
     def delete_topic(self, topic: Topic) -> None:
-        """Remove the topic and everything stored of it (records, cursors); its producers and
-        readers (a pattern reader too) end with UNKNOWN_PUBLISHER."""
+        """Remove the (open) topic and everything stored of it (records, cursors); its
+        producers and readers (a pattern reader too) end with UNKNOWN_PUBLISHER."""
         self._memory_logs.pop(topic.name, None)
         self._cursors.pop(topic.name, None)
         self._close_topic(topic)
+        self._closed.pop(topic.name, None)
         topic.fail(StreamError(ErrorCode.UNKNOWN_PUBLISHER, f"topic {topic.name!r} was deleted", {"topic": topic.name}))
         if self.data_dir is not None and (self.data_dir / topic.name).exists():
             shutil.rmtree(self.data_dir / topic.name)
 
-    def _close_topic(self, topic: Topic) -> None:
-        """Stop the topic's writer, close its log, and forget it (its data stays on disk)."""
+    def _close_topic(self, topic: Topic, now: int | None = None) -> None:
+        """Stop the topic's writer and close its log; the topic stays known (its data stays
+        on disk, or in memory) and the next request that needs it opens it again."""
         if self.topics.get(topic.name) is topic:
             del self.topics[topic.name]
+        self._idle_since.pop(topic, None)
         scope = self._writers.pop(topic, None)
         if scope is not None:
             scope.cancel()
         if topic.name in self._memory_logs:
             return  # kept for the topic's next opening (see _open_log)
+        topic_log = topic.log
+        counters = (topic.records_in, topic.records_out, topic.dropped, topic.disconnected)
         try:
-            topic.log.close()
+            summary = _ClosedTopic(
+                topic_log.first_offset,
+                topic_log.next_offset,
+                topic_log.size_bytes,
+                counters,
+                self._expiry(topic, now_ms() if now is None else now),
+            )
+        except Exception:  # a broken log: the topic stays known, its state unknown until reopened
+            self._failure_log.exception("reading the state of topic %s failed", topic.name)
+            summary = _ClosedTopic(0, 0, 0, counters, None)
+        self._closed[topic.name] = summary
+        try:
+            topic_log.close()
         except Exception:
-            log.exception("closing the log of topic %s failed", topic.name)
+            self._failure_log.exception("closing the log of topic %s failed", topic.name)
+
+    def _expiry(self, topic: Topic, now: int) -> int | None:
+        max_age = self.settings_for(topic.name).retention.max_age_ms
+        if max_age is None or topic.log.first_offset == topic.log.next_offset:
+            return None
+        first = topic.log.first_offset
+        for damage in topic.log.damaged_ranges:  # the oldest record that can be read
+            if damage.first <= first < damage.end:
+                first = damage.end
+        if first == topic.log.next_offset:
+            return None
+        oldest = topic.log.read(first, 1)
+        if not oldest:
+            return None
+        # Not before the next minute: retention removes whole segments, so the oldest record
+        # left may already be expired, waiting for its segment's turn.
+        return max(oldest[0].timestamp_ms + max_age, now + 60_000)
 
     # -- cursors ----------------------------------------------------------------------------
 
@@ -239,13 +504,19 @@ class Broker:
                 ErrorCode.REJECTED, f"cannot commit offset {offset} of {topic.name!r} (next is {topic.log.next_offset})"
             )
         store = self._cursors[topic.name]
+        if store.get(cursor) is None and len(store if isinstance(store, dict) else store.all()) >= self.max_cursors:
+            raise StreamError(
+                ErrorCode.REJECTED,
+                f"topic {topic.name!r} keeps at most {self.max_cursors} cursors; commit to an existing one",
+                {"topic": topic.name, "max_cursors": self.max_cursors},
+            )
         if isinstance(store, dict):
             store[cursor] = offset
         else:
             store.commit(cursor, offset)
 
     def _reader_ended(self, reader: TopicReader) -> None:
-        self._watchers = [(p, r) for p, r in self._watchers if r is not reader]
+        self._watchers.pop(reader, None)
 
     # -- acknowledgements ---------------------------------------------------------------------
 
@@ -255,6 +526,13 @@ class Broker:
                 subscription.acknowledge(sequence)
 
     # -- Host ----------------------------------------------------------------------------------
+
+    def _storage_failed(self, topic: Topic, error: StreamError, producers: list[str]) -> None:
+        """The topic refused its producers (a full disk, a failing one): each hears why on its
+        ``$acks`` too, which ends with the coded error."""
+        for producer in producers:
+            for subscription in list(self._acks.get((producer, topic.name), ())):
+                subscription.fail(error)
 
     def _check(self, context: StreamContext, action: str, name: str) -> None:
         if self.authorize is not None and not self.authorize(context.principal, action, name):
@@ -269,10 +547,12 @@ class Broker:
             )
         if name == "$commit":
             topic_name, cursor, offset = params.get("topic"), params.get("cursor"), params.get("offset")
-            if not isinstance(topic_name, str) or not isinstance(cursor, str) or not isinstance(offset, int):
+            if not isinstance(topic_name, str) or not isinstance(offset, int) or isinstance(offset, bool):
                 raise StreamError(ErrorCode.REJECTED, "$commit needs params topic (str), cursor (str) and offset (int)")
+            _validated(validate_topic, topic_name)
+            cursor = _identifier(cursor, "cursor")
             self._check(context, "subscribe", topic_name)
-            topic = self.topics.get(topic_name)
+            topic = self.topic(topic_name, create=False)
             if topic is None:
                 raise StreamError(ErrorCode.UNKNOWN_PUBLISHER, f"no topic named {topic_name!r}")
             self.commit(topic, cursor, offset)
@@ -288,12 +568,14 @@ class Broker:
             producer, topic = params.get("producer"), params.get("topic")
             if not isinstance(producer, str) or not isinstance(topic, str):
                 raise StreamError(ErrorCode.REJECTED, "$acks needs params producer (str) and topic (str)")
+            _validated(validate_topic, topic)
+            producer = _identifier(producer, "producer")
             self._check(context, "publish", topic)
             return _AckPublisher(self, producer, topic)
         start = params.get("from", "latest")
         cursor = params.get("cursor")
-        if cursor is not None and not isinstance(cursor, str):
-            raise StreamError(ErrorCode.REJECTED, "cursor must be a string")
+        if cursor is not None:
+            cursor = _identifier(cursor, "cursor")
         if is_wildcard(name):
             _validated(validate_pattern, name)
             if cursor is not None:
@@ -306,9 +588,12 @@ class Broker:
             return _PatternPublisher(self, name, start)
         _validated(validate_topic, name)
         self._check(context, "subscribe", name)
-        topic = self.topic(name, create=self.settings_for(name).auto_create)
-        if topic is None:
-            raise StreamError(ErrorCode.UNKNOWN_PUBLISHER, f"no topic named {name!r}")
+        topic = self.topic(name, create=False)
+        if topic is None:  # only publishing creates a topic
+            if not self.settings_for(name).wait_if_missing:
+                raise StreamError(ErrorCode.UNKNOWN_PUBLISHER, f"no topic named {name!r}")
+            _check_start_before_creation(name, start)
+            return _PatternPublisher(self, name, "earliest")  # waits, as for a pattern, from its first record
         if cursor is not None:
             committed = self._cursors[name].get(cursor)
             if committed is not None:
@@ -321,8 +606,8 @@ class Broker:
         _validated(validate_topic, name)
         self._check(context, "publish", name)
         producer, sequence = params.get("producer"), params.get("sequence", 0)
-        if producer is not None and not isinstance(producer, str):
-            raise StreamError(ErrorCode.REJECTED, "producer must be a string")
+        if producer is not None:
+            producer = _identifier(producer, "producer")
         if not isinstance(sequence, int) or isinstance(sequence, bool) or not 0 <= sequence <= MAX_SEQUENCE:
             raise StreamError(ErrorCode.REJECTED, f"sequence must be an integer from 0 to {MAX_SEQUENCE}")
         topic = self.topic(name, create=self.settings_for(name).auto_create)
@@ -331,27 +616,74 @@ class Broker:
         return TopicSink(topic, window=self.sink_window, producer=producer, first_sequence=sequence)
 
     def snapshot(self) -> list[dict[str, Any]]:
-        """What ``$topics`` and ``rsnet topics`` show."""
+        """What ``$topics`` and ``rsnet topics`` show: every topic, open or closed (a closed
+        topic as it was when its log was closed; closing one needs no producer nor subscriber)."""
         result = []
-        for name in sorted(self.topics):
-            topic = self.topics[name]
+        for name in self.topic_names():
+            topic = self.topics.get(name)
+            if topic is not None:
+                first, after, size = topic.log.first_offset, topic.log.next_offset, topic.log.size_bytes
+                counters = (topic.records_in, topic.records_out, topic.dropped)
+                policy = topic.policy.value
+                subscribers = [{"lag": reader.lag(topic), "delivered": reader.delivered} for reader in topic.readers]
+                producers = len(topic.sinks)
+                damaged = topic.log.damaged_ranges
+            else:
+                closed = self._closed.get(name)
+                if closed is not None:
+                    first, after, size = closed.first_offset, closed.next_offset, closed.size_bytes
+                    counters = closed.counters[:3]
+                else:  # a memory topic closed after a failure: its log is still here
+                    memory = self._memory_logs[name]
+                    first, after, size = memory.first_offset, memory.next_offset, memory.size_bytes
+                    counters = (0, 0, 0)
+                policy = self.settings_for(name).policy.value
+                subscribers, producers = [], 0
+                report = self.recovery.get(name)  # as its last opening found it
+                damaged = [d for d in report.damaged_ranges if d.end > first] if report is not None else []
             result.append(
                 {
                     "topic": name,
-                    "first_offset": topic.log.first_offset,
-                    "next_offset": topic.log.next_offset,
-                    "bytes": topic.log.size_bytes,
-                    "policy": topic.policy.value,
-                    "records_in": topic.records_in,
-                    "records_out": topic.records_out,
-                    "dropped": topic.dropped,
-                    "subscribers": [
-                        {"lag": reader.lag(topic), "delivered": reader.delivered} for reader in topic.readers
-                    ],
-                    "producers": len(topic.sinks),
+                    "first_offset": first,
+                    "next_offset": after,
+                    "bytes": size,
+                    "policy": policy,
+                    "records_in": counters[0],
+                    "records_out": counters[1],
+                    "dropped": counters[2],
+                    "subscribers": subscribers,
+                    "producers": producers,
+                    "damaged": [{"first": d.first, "end": d.end, "problem": d.problem} for d in damaged],
                 }
             )
         return result
+
+
+def _identifier(value: Any, what: str) -> str:
+    """A producer id or cursor name from the params, bounded (it is stored, and shown in errors)."""
+    if not isinstance(value, str) or not 1 <= len(value) <= MAX_ID_LENGTH:
+        raise StreamError(ErrorCode.REJECTED, f"{what} must be a string of 1 to {MAX_ID_LENGTH} characters")
+    return value
+
+
+def _check_start_before_creation(name: str, start: Any) -> None:
+    """A subscription waiting for a topic reads it from its first record, which is where every
+    start position but a later offset points while the topic does not exist."""
+    if isinstance(start, int) and not isinstance(start, bool) and start > 0:
+        raise StreamError(
+            BrokerCode.OFFSET_OUT_OF_RANGE,
+            f"offset {start} of {name!r} does not exist yet (the topic does not exist yet)",
+            {"topic": name, "requested": start, "next": 0},
+        )
+    if not (
+        start in ("earliest", "latest")
+        or (isinstance(start, int) and not isinstance(start, bool) and start == 0)
+        or (isinstance(start, dict) and isinstance(start.get("timestamp"), int))
+    ):
+        raise StreamError(
+            ErrorCode.REJECTED,
+            f"invalid start position {reprlib.repr(start)}: use 'earliest', 'latest', an offset or {{'timestamp': ms}}",
+        )
 
 
 def _params(params: Any) -> dict[str, Any]:
@@ -389,10 +721,22 @@ class _PatternPublisher(Publisher[Any]):
         broker = self._broker
         reader = TopicReader(subscriber, on_end=broker._reader_ended)
         subscriber.on_subscribe(reader)
-        broker._watchers.append((self._pattern, reader))
-        for name, topic in list(broker.topics.items()):
-            if topic_matches(self._pattern, name):
-                reader.add_topic(topic, resolve_start(topic, self._start))
+        broker._watchers[reader] = self._pattern
+        for name in broker.topic_names():
+            if topic_matches(self._pattern, name) and not reader.cancelled:
+                try:
+                    topic = broker.topic(name, create=False)
+                except StreamError as refused:  # e.g. too many open topics: this subscription ends
+                    reader.fail(refused)
+                    return
+                except Exception as failure:  # the topic's log cannot be opened
+                    broker._failure_log.exception("opening topic %s for a subscription failed", name)
+                    reader.fail(
+                        StreamError(ErrorCode.INTERNAL, f"opening topic {name!r} failed ({type(failure).__name__})")
+                    )
+                    return
+                if topic is not None:
+                    reader.add_topic(topic, resolve_start(topic, self._start))
 
 
 class _Snapshot(Publisher[Any]):
@@ -415,7 +759,12 @@ class _AckPublisher(Publisher[Any]):
         subscription = _AckSubscription(subscriber, self._producer, self._topic, lambda s: broker._acks[key].discard(s))
         broker._acks.setdefault(key, set()).add(subscription)
         subscriber.on_subscribe(subscription)
-        topic = broker.topics.get(self._topic)
+        try:
+            topic = broker.topic(self._topic, create=False)
+        except StreamError as refused:  # e.g. too many open topics: rule 1.9, an error after on_subscribe
+            subscription.cancel()
+            deliver_safely(subscriber.on_error, refused)
+            return
         if topic is not None:
             last = topic.log.last_sequence(self._producer)
             if last is not None:
@@ -449,6 +798,14 @@ class _AckSubscription(Subscription):
         if self.subscriber is not None:
             self.subscriber = None
             self._on_end(self)
+
+    def fail(self, error: StreamError) -> None:
+        """End with ``error`` (after the acknowledgements already due, if there is demand)."""
+        subscriber = self.subscriber
+        if subscriber is not None:
+            self._emit()
+            self.cancel()
+            deliver_safely(subscriber.on_error, error)
 
     def acknowledge(self, sequence: int) -> None:
         if self.latest is None or sequence > self.latest:

@@ -18,3 +18,16 @@ class BrokerCode(enum.IntEnum):
     """The requested offset is beyond the end of the topic."""
     SLOW_SUBSCRIBER = 4102
     """The subscriber fell more than ``max_lag`` records behind on a ``disconnect`` topic."""
+    TOO_MANY_TOPICS = 4103
+    """Publishing would create a topic beyond the broker's ``max_topics`` (``data.max_topics``),
+    or opening a stored topic would pass ``max_open_topics`` while every open one is in use
+    (``data.max_open_topics``; try again later)."""
+    OFFSET_DAMAGED = 4110
+    """The offset's record was found damaged on disk; ``data`` has the damaged range and the next
+    intact offset (subscribe from there to go on)."""
+    STORAGE_FULL = 4111
+    """The topic's records could not be stored: no space left on the broker's disk (or quota).
+    Nothing after the last acknowledged sequence was stored; retry from there later."""
+    STORAGE_ERROR = 4112
+    """The topic's records could not be stored: the disk failed the write or the sync (EIO, a
+    read-only file system...). Nothing after the last acknowledged sequence was stored."""

@@ -14,6 +14,12 @@ Schema (``server/rsnet.toml`` is a commented example of every key)::
     data_dir = "/var/lib/rsnet"     # omitted: every topic in memory; set: topics durable by default
     fsync = "always"                # always | interval | never (only for durable topics)
     fsync_interval_ms = 100         # for "interval"
+    max_topics = 10000              # topics at most; a publish creating one more gets TOO_MANY_TOPICS
+    max_open_topics = 128           # durable topics open at once (omitted: 1/8 of the fd limit);
+                                    # idle ones are closed to make room, else TOO_MANY_TOPICS
+    idle_topic_close_s = 60         # a durable topic with no producer nor subscriber for this long
+                                    # has its log (its open files) closed; reopened on demand
+    unclean_recovery = false        # true: start despite damage recovery cannot place (see server/README.md)
 
     [listen]
     tcp = "127.0.0.1:7600"          # "HOST:PORT" ("[::1]:7600" for IPv6); "" = off
@@ -22,7 +28,8 @@ Schema (``server/rsnet.toml`` is a commented example of every key)::
 
     [topic_defaults]                # for topics no [[topics]] entry matches; built-in values shown
     storage = "default"             # memory | durable | default (durable iff data_dir is set)
-    auto_create = true              # a publish to an unknown topic creates it
+    auto_create = "publish"         # publish: publishing to a missing topic creates it | never
+    subscribe_missing = "wait"      # wait: a subscription to a missing topic waits for it | fail
     retention = { max_bytes = 1073741824, max_age_s = 604800 }   # also max_records; omitted = no limit
     slow_subscriber = { policy = "backpressure", max_lag = 10000 }  # backpressure | drop | disconnect
 
@@ -114,6 +121,8 @@ ENV_PREFIX = "RSNET_BROKER__"
 FsyncPolicyName = Literal["always", "interval", "never"]
 StorageChoice = Literal["memory", "durable", "default"]
 SlowPolicyName = Literal["backpressure", "drop", "disconnect"]
+AutoCreate = Literal["publish", "never"]
+SubscribeMissing = Literal["wait", "fail"]
 
 
 class ConfigError(Exception):
@@ -244,7 +253,8 @@ DEFAULT_RETENTION = RetentionConfig(max_bytes=1 << 30, max_age_s=7 * 24 * 3600.0
 
 class TopicDefaults(_Model):
     storage: StorageChoice = "default"
-    auto_create: bool = True
+    auto_create: AutoCreate = "publish"
+    subscribe_missing: SubscribeMissing = "wait"
     retention: RetentionConfig = DEFAULT_RETENTION
     slow_subscriber: SlowSubscriberConfig = SlowSubscriberConfig()
 
@@ -254,7 +264,8 @@ class TopicRule(_Model):
 
     pattern: TopicPattern
     storage: StorageChoice | None = None
-    auto_create: bool | None = None
+    auto_create: AutoCreate | None = None
+    subscribe_missing: SubscribeMissing | None = None
     retention: RetentionConfig | None = None
     slow_subscriber: SlowSubscriberConfig | None = None
 
@@ -290,6 +301,11 @@ class BrokerConfig(_Model):
     data_dir: Annotated[Path | None, BeforeValidator(_empty_is_none)] = None
     fsync: FsyncPolicyName = "always"
     fsync_interval_ms: PositiveInt = 100
+    max_topics: PositiveInt = 10_000
+    max_open_topics: PositiveInt | None = None
+    """Durable topics open at once; None: an eighth of the file descriptor limit."""
+    idle_topic_close_s: Annotated[float, Field(ge=0)] = 60.0
+    unclean_recovery: bool = False
     topic_defaults: TopicDefaults = TopicDefaults()
     topics: tuple[TopicRule, ...] = ()
     auth: AuthConfig = AuthConfig()
@@ -345,6 +361,11 @@ def _cross_field_problems(config: BrokerConfig) -> list[str]:
                     f"{earlier.pattern!r} comes first and matches every topic this one does"
                 )
                 break
+    declared = sum(not is_wildcard(rule.pattern) for rule in config.topics)
+    if declared > config.max_topics:
+        problems.append(
+            f"max_topics: {config.max_topics} is fewer than the {declared} topics [[topics]] names outright"
+        )
     names: dict[str, int] = {}
     hashes: dict[str, int] = {}
     for index, token in enumerate(config.auth.tokens):
@@ -365,7 +386,8 @@ class TopicConfig:
     """The effective settings of one topic."""
 
     storage: Literal["memory", "durable"]
-    auto_create: bool
+    auto_create: AutoCreate
+    subscribe_missing: SubscribeMissing
     retention: RetentionConfig
     slow_subscriber: SlowSubscriberConfig
     rule: str | None
@@ -392,6 +414,7 @@ def topic_config(config: BrokerConfig, topic: str) -> TopicConfig:
     return TopicConfig(
         storage=storage,
         auto_create=pick("auto_create"),
+        subscribe_missing=pick("subscribe_missing"),
         retention=pick("retention"),
         slow_subscriber=pick("slow_subscriber"),
         rule=rule.pattern if rule is not None else None,
@@ -400,7 +423,7 @@ def topic_config(config: BrokerConfig, topic: str) -> TopicConfig:
 
 def declared_topics(config: BrokerConfig) -> list[str]:
     """The ``[[topics]]`` patterns without wildcards: topics the config names outright, which a
-    broker can create at startup (useful with ``auto_create = false``)."""
+    broker creates at startup (so they exist with ``auto_create = "never"``)."""
     return [rule.pattern for rule in config.topics if not is_wildcard(rule.pattern)]
 
 

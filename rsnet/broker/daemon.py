@@ -29,7 +29,7 @@ from .broker import Broker, TopicSettings
 from .config import BrokerConfig, ConfigError, declared_topics, load_config, topic_config
 from .logging import JsonFormatter, configure_logging
 from .metrics import BrokerMetrics, serve_http
-from .storage import FsyncPolicy, Retention
+from .storage import FsyncPolicy, Retention, StorageError
 from .topic import SlowPolicy
 
 log = logging.getLogger("rsnet.broker")
@@ -48,7 +48,8 @@ def build_broker(config: BrokerConfig, authorizer: Authorizer) -> Broker:
             ),
             policy=SlowPolicy(configured.slow_subscriber.policy),
             max_lag=configured.slow_subscriber.max_lag,
-            auto_create=configured.auto_create,
+            auto_create=configured.auto_create == "publish",
+            wait_if_missing=configured.subscribe_missing == "wait",
         )
 
     def authorize(principal: Principal | None, action: str, name: str) -> bool:
@@ -62,8 +63,12 @@ def build_broker(config: BrokerConfig, authorizer: Authorizer) -> Broker:
         data_dir=config.data_dir,
         fsync=FsyncPolicy[config.fsync.upper()],
         fsync_interval_ms=config.fsync_interval_ms,
+        unclean_recovery=config.unclean_recovery,
         settings_for=settings_for,
         authorize=authorize,
+        max_topics=config.max_topics,
+        max_open_topics=config.max_open_topics,
+        idle_close_s=config.idle_topic_close_s,
     )
 
 
@@ -79,6 +84,7 @@ def _ssl_context(config: BrokerConfig) -> ssl.SSLContext | None:
 def metrics_refresher(broker: Broker, server: Server) -> Any:
     """Bring the gauges and counters up to date from the broker's state at each scrape."""
     seen: dict[str, tuple[int, int, int, int]] = {}
+    failures_seen: dict[str, int] = {}  # topic -> storage failures already counted
     producers: set[tuple[str, str]] = set()
     denied = 0
     reader_ids: dict[int, str] = {}
@@ -130,11 +136,24 @@ def metrics_refresher(broker: Broker, server: Server) -> Any:
                     metrics.set_producer_demand(name, sink.producer, sink.in_flight)
                     live_producers.add((name, sink.producer))
             metrics.set_storage(name, topic.log.size_bytes, topic.log.next_offset - topic.log.first_offset)
+            counted = failures_seen.get(name, 0)
+            if topic.storage_failures < counted:  # a new Topic object: the topic was reopened
+                counted = 0
+            failures_seen[name] = topic.storage_failures
+            metrics.set_storage_faults(
+                name,
+                sum(d.end - d.first for d in topic.log.damaged_ranges),
+                topic.storage_failure is not None,
+                topic.storage_failures - counted,
+            )
             for reader in topic.readers:
                 label = reader_ids.setdefault(id(reader), f"s{next(numbers)}")
                 live.add(label)
                 metrics.set_lag(name, label, reader.lag(topic))
                 metrics.set_demand(label, reader.requested)
+        for name, report in broker.recovery.items():  # closed topics: as their last opening found them
+            if name not in broker.topics:
+                metrics.set_storage_faults(name, sum(d.end - d.first for d in report.damaged_ranges), False)
         for gone in producers - live_producers:
             metrics.remove_producer(*gone)
         producers.clear()
@@ -169,16 +188,23 @@ async def run_broker(args: argparse.Namespace) -> int:
 
     def health() -> dict[str, Any]:
         damaged = {name: report.damaged for name, report in broker.recovery.items() if report.damaged}
+        failing = {name: topic.storage_failure for name, topic in broker.topics.items() if topic.storage_failure}
         return {
-            "healthy": True,
-            "topics": len(broker.topics),
+            "healthy": not failing,  # a topic that cannot store refuses its producers
+            "topics": broker.topic_count,
+            "open_topics": len(broker.topics),
             "connections": len(server.sessions),
             "recovered_damage": damaged,
+            "storage_failing": failing,
         }
 
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with trio.open_nursery() as nursery:
-            await nursery.start(broker.run)
+            try:
+                await nursery.start(broker.run)
+            except StorageError as error:  # before saying anything is served or durable
+                _announce(f"cannot start: {error}")
+                return 1
             for name in declared_topics(config):  # named outright: exist even without auto_create
                 broker.topic(name, create=True)
             log.info("configuration: %s", json.dumps(config.describe()))

@@ -80,14 +80,17 @@ class TextFormatter(logging.Formatter):
         return f"{head} {suffix}{newline}{rest}"
 
 
+class _BrokerHandler(logging.StreamHandler):
+    """The handler :func:`configure_logging` installs (so that a second call replaces it)."""
+
+
 def configure_logging(json: bool, level: str | int = "info", stream: IO[str] | None = None) -> logging.Handler:
     """Send every log record at ``level`` or above to ``stream`` (default stderr), as JSON lines
     or text; replaces the handler a previous call installed, leaves others alone. Returns the handler."""
-    handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
+    handler = _BrokerHandler(stream if stream is not None else sys.stderr)
     handler.setFormatter(JsonFormatter() if json else TextFormatter())
-    handler._rsnet_broker = True  # type: ignore[attr-defined]
     root = logging.getLogger()
-    for old in [h for h in root.handlers if getattr(h, "_rsnet_broker", False)]:
+    for old in [h for h in root.handlers if isinstance(h, _BrokerHandler)]:
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level.upper() if isinstance(level, str) else level)

@@ -24,6 +24,9 @@ name                                        type     labels                meani
 ``producer_demand``                         gauge    topic, producer       requested from a producer, not yet received
 ``storage_bytes``                           gauge    topic                 bytes the topic's log holds
 ``storage_records``                         gauge    topic                 records the topic's log holds
+``storage_damaged_records``                 gauge    topic                 offsets found damaged on disk (never reused)
+``storage_failing``                         gauge    topic                 1 while the topic's last append or sync failed
+``storage_failures_total``                  counter  topic                 appends and syncs that failed (ENOSPC, EIO...)
 ``auth_denials_total``                      counter  reason                ``unauthenticated`` or ``forbidden``
 ==========================================  =======  ====================  =========================================
 
@@ -123,6 +126,24 @@ class BrokerMetrics:
         self._storage_records = Gauge(
             "rsnet_broker_storage_records", "Records held by a topic's log.", ["topic"], registry=r
         )
+        self._storage_damaged = Gauge(
+            "rsnet_broker_storage_damaged_records",
+            "Offsets of a topic whose records were found damaged on disk.",
+            ["topic"],
+            registry=r,
+        )
+        self._storage_failing = Gauge(
+            "rsnet_broker_storage_failing",
+            "1 while a topic cannot store records (its last append or sync failed).",
+            ["topic"],
+            registry=r,
+        )
+        self._storage_failures = Counter(
+            "rsnet_broker_storage_failures",
+            "Appends and syncs of a topic's log that failed (no space, I/O errors).",
+            ["topic"],
+            registry=r,
+        )
         self._auth_denials = Counter(
             "rsnet_broker_auth_denials", "Refused connections and requests, by reason.", ["reason"], registry=r
         )
@@ -171,6 +192,13 @@ class BrokerMetrics:
         if records is not None:
             self._storage_records.labels(topic).set(records)
 
+    def set_storage_faults(self, topic: str, damaged_records: int, failing: bool, new_failures: int = 0) -> None:
+        """What is wrong with a topic's storage: offsets found damaged, whether storing fails
+        now, and how many more appends or syncs failed since the last call."""
+        self._storage_damaged.labels(topic).set(damaged_records)
+        self._storage_failing.labels(topic).set(int(failing))
+        self._storage_failures.labels(topic).inc(new_failures)
+
     def remove_topic(self, topic: str) -> None:
         """Forget every series of a deleted topic, including its subscribers' lag and producers."""
         for metric in (
@@ -180,6 +208,9 @@ class BrokerMetrics:
             self._slow_disconnects,
             self._storage_bytes,
             self._storage_records,
+            self._storage_damaged,
+            self._storage_failing,
+            self._storage_failures,
         ):
             _remove(metric, topic)
         for subscriber, topics in list(self._lag_topics.items()):

@@ -20,7 +20,9 @@ which batches what producers sent into one ``append`` (one fsync) per turn of th
 from __future__ import annotations
 
 import enum
+import errno
 import logging
+import reprlib
 import time
 from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
@@ -28,12 +30,13 @@ from typing import Any, Protocol, runtime_checkable
 import trio
 
 from ..errors import StreamError
+from ..net.failures import TRACEBACKS_PER_MINUTE, RateLimitedLog
 from ..protocol import MAX_INT, ErrorCode
 from ..streams import Subscriber, Subscription
-from ..streams.rules import MAX_DEMAND, add_demand, check_signal_argument, invalid_request
+from ..streams.rules import MAX_DEMAND, add_demand, check_signal_argument, invalid_request, validate_subscription
 from ..streams.subscriptions import DrainLoop, deliver_safely
 from .codes import BrokerCode
-from .storage import TopicLog
+from .storage import OffsetDamaged, StorageError, TopicLog, WriteFailed
 
 log = logging.getLogger("rsnet.broker")
 
@@ -66,6 +69,8 @@ class Topic:
         policy: SlowPolicy = SlowPolicy.BACKPRESSURE,
         max_lag: int = 10_000,
         on_stored: Callable[[Topic, list[tuple[str, int]]], None] | None = None,
+        failure_log: RateLimitedLog | None = None,
+        on_storage_failed: Callable[[Topic, StreamError, list[str]], None] | None = None,
     ) -> None:
         self.name = name
         self.log = log
@@ -80,6 +85,15 @@ class Topic:
         self._pending: list[TopicSink] = []  # sinks holding records for the writer
         self._wakeup = trio.Event()
         self._on_stored = on_stored  # (producer, last sequence) pairs that became durable
+        self.failure_log = failure_log or RateLimitedLog(logging.getLogger("rsnet.broker"), TRACEBACKS_PER_MINUTE)
+        self._on_storage_failed = on_storage_failed  # the error and the producers refused
+        self.storage_failure: str | None = None  # why the last append or sync failed, until one succeeds
+        self.storage_failures = 0  # appends and syncs that failed
+
+    @property
+    def idle(self) -> bool:
+        """No producer, no subscriber, nothing waiting to be written: the log may be closed."""
+        return not self.readers and not self.sinks and not self._pending
 
     # -- producers ------------------------------------------------------------------------
 
@@ -112,25 +126,41 @@ class Topic:
             if self._pending:
                 self._append_pending()
             if sync_interval and trio.current_time() >= deadline:
-                self.log.sync()
                 deadline = trio.current_time() + sync_interval
-                for reader in list(self.readers):
-                    reader.appended(self)  # more is durable: readers may go on
+                try:
+                    self.log.sync()
+                except StorageError as failure:
+                    self._storage_failed(failure)
+                else:
+                    self.storage_failure = None
+                    for reader in list(self.readers):
+                        reader.appended(self)  # more is durable: readers may go on
             self._settle()
 
     def _append_pending(self) -> None:
+        if self.storage_failure is not None:
+            try:  # a log left failed by an earlier fault may work again (space freed): look
+                self.log.repair()
+            except StorageError as failure:
+                self._storage_failed(failure)
+                return
         pending, self._pending = self._pending, []
         timestamp = now_ms()
         for sink in pending:
             values, sink.buffer = sink.buffer, []
             if not values:
                 continue
-            offsets = self.log.append(
-                values,
-                timestamp_ms=timestamp,
-                producer=sink.producer,
-                first_sequence=sink.next_sequence if sink.producer is not None else None,
-            )
+            try:
+                offsets = self.log.append(
+                    values,
+                    timestamp_ms=timestamp,
+                    producer=sink.producer,
+                    first_sequence=sink.next_sequence if sink.producer is not None else None,
+                )
+            except StorageError as failure:
+                self._storage_failed(failure)
+                break
+            self.storage_failure = None
             # A duplicate's original is somewhere below the head: count it stored once
             # everything appended so far is durable (under INTERVAL that may be later).
             head = self.log.next_offset - 1
@@ -143,6 +173,38 @@ class Topic:
             self.records_in += sum(offset is not None for offset in offsets)
         for reader in list(self.readers):
             reader.appended(self)
+
+    def _storage_failed(self, failure: StorageError) -> None:
+        """The log could not store (or sync) records: every producer of the topic is refused
+        with STORAGE_FULL or STORAGE_ERROR and resends from its last acknowledged sequence.
+
+        What the log holds is unchanged by the failed call (see ``WriteFailed``), so nothing
+        acknowledged is lost and readers go on. What producers sent and were not told is
+        stored counts for nothing: their unacknowledged offsets may be given to other records
+        now, so no acknowledgement may come from them. The next offer tries again: appends
+        resume as soon as the disk takes them.
+        """
+        error = storage_refusal(
+            self.name,
+            failure,
+            f"topic {self.name!r} cannot store records now ({failure}); nothing after your last acknowledged "
+            "sequence was stored: offer them again later",
+        )
+        if self.storage_failure is None:  # one line per failing spell, not per refused offer
+            log.error("topic %s: storage failed, producers refused until it works again: %s", self.name, failure)
+        self.storage_failure = str(failure)
+        self.storage_failures += 1
+        refused = []
+        for sink in list(self.sinks) + self._pending:
+            sink.buffer.clear()
+            sink.sent_offsets.clear()
+            sink.in_flight = 0
+            if sink.producer is not None:
+                refused.append(sink.producer)
+            sink.fail(error)
+        self._pending.clear()
+        if self._on_storage_failed is not None:
+            self._on_storage_failed(self, error, refused)
 
     def _settle(self) -> None:
         """Records below the log's durable offset are stored: acknowledge and refill."""
@@ -206,10 +268,8 @@ class TopicSink(Subscriber[Any]):
         self.finished = trio.Event()
 
     def on_subscribe(self, subscription: Subscription) -> None:
-        check_signal_argument(subscription, "on_subscribe")
-        if self.subscription is not None:
-            subscription.cancel()  # rule 2.5
-            return
+        if not validate_subscription(self.subscription, subscription):
+            return  # rule 2.5
         self.subscription = subscription
         self.topic.sinks.add(self)
         self.refill()
@@ -377,7 +437,9 @@ class TopicReader(DrainLoop, Subscription):
         except Exception as failure:
             # Reading failed (a bug, a storage error): end this subscription, coded, and
             # nothing else; whoever called drain (a session, a topic's writer) carries on.
-            log.exception("a subscription to %s failed", ", ".join(sorted(t.name for t in self.positions)))
+            names = ", ".join(sorted(t.name for t in self.positions))
+            topic = next(iter(self.positions), None)
+            (topic.failure_log if topic is not None else log).exception("a subscription to %s failed", names)
             self._failure = StreamError(ErrorCode.INTERNAL, f"reading failed ({type(failure).__name__})")
             self._missed = True
             return False
@@ -405,7 +467,18 @@ class TopicReader(DrainLoop, Subscription):
             visible = log.durable_offset - position
             if visible <= 0:
                 continue
-            records = log.read(position, min(self.requested, READ_BATCH, visible))
+            try:
+                records = log.read(position, min(self.requested, READ_BATCH, visible))
+            except OffsetDamaged as damaged:  # everything before it was delivered; end here, coded
+                self._failure = offset_damaged(topic.name, damaged)
+                self._missed = True  # the drain loop goes round once more and delivers the error
+                break
+            except StorageError as failure:  # e.g. bytes damaged since start-up (CorruptData)
+                self._failure = storage_refusal(
+                    topic.name, failure, f"reading {topic.name!r} at offset {position} failed: {failure}"
+                )
+                self._missed = True
+                break
             if not records:
                 continue
             for record in records:
@@ -450,6 +523,23 @@ def offset_trimmed(topic: str, requested: int, first_available: int) -> StreamEr
     )
 
 
+def offset_damaged(topic: str, damaged: OffsetDamaged) -> StreamError:
+    damage = damaged.damage
+    return StreamError(
+        BrokerCode.OFFSET_DAMAGED,
+        f"offset {damaged.requested} of {topic!r} is damaged on disk (offsets {damage.first} to {damage.end - 1}); "
+        f"the next intact offset is {damage.end}",
+        {"topic": topic, "requested": damaged.requested, "first": damage.first, "next_intact": damage.end},
+    )
+
+
+def storage_refusal(topic: str, failure: StorageError, message: str) -> StreamError:
+    """STORAGE_FULL for a failure for lack of space (ENOSPC, EDQUOT), else STORAGE_ERROR."""
+    cause = failure if isinstance(failure, WriteFailed) else failure.__cause__
+    full = getattr(cause, "errno", None) in (errno.ENOSPC, errno.EDQUOT)
+    return StreamError(BrokerCode.STORAGE_FULL if full else BrokerCode.STORAGE_ERROR, message, {"topic": topic})
+
+
 def resolve_start(topic: Topic, start: Any) -> int:
     """The offset a subscription starts at: ``"earliest"``, ``"latest"``, an offset, or
     ``{"timestamp": ms}``. Raises StreamError for a trimmed or future offset."""
@@ -461,11 +551,6 @@ def resolve_start(topic: Topic, start: Any) -> int:
     if isinstance(start, dict) and isinstance(start.get("timestamp"), int):
         return log.offset_for_timestamp(start["timestamp"])
     if isinstance(start, int) and not isinstance(start, bool):
-        if start < 0:  # not "trimmed by retention": there never is such an offset
-            raise StreamError(
-                ErrorCode.REJECTED,
-                f"invalid start position {start}: offsets start at 0 (for the last N records, start at next_offset - N)",
-            )
         if start < log.first_offset:
             raise offset_trimmed(topic.name, start, log.first_offset)
         if start > log.next_offset:
@@ -474,8 +559,11 @@ def resolve_start(topic: Topic, start: Any) -> int:
                 f"offset {start} of {topic.name!r} does not exist yet (next is {log.next_offset})",
                 {"topic": topic.name, "requested": start, "next": log.next_offset},
             )
+        for damage in log.damaged_ranges:
+            if damage.first <= start < damage.end:
+                raise offset_damaged(topic.name, OffsetDamaged(start, damage))
         return start
     raise StreamError(
         ErrorCode.REJECTED,
-        f"invalid start position {start!r}: use 'earliest', 'latest', an offset or {{'timestamp': ms}}",
+        f"invalid start position {reprlib.repr(start)}: use 'earliest', 'latest', an offset or {{'timestamp': ms}}",
     )

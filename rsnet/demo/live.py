@@ -50,6 +50,7 @@ async def run_demo(seconds: float) -> None:
 
     async with trio.open_nursery() as nursery:
         await nursery.start(broker.run)
+        broker.topic(TOPIC, create=True)  # the subscribers come first; only publishing would create it
         tcp = await nursery.start(server.serve_tcp, "127.0.0.1", 0)
         ws = await nursery.start(server.serve_websocket, "127.0.0.1", 0)
         urls = {"fast": f"tcp://127.0.0.1:{tcp}", "medium": f"ws://127.0.0.1:{ws}/", "slow": f"tcp://127.0.0.1:{tcp}"}

@@ -35,6 +35,7 @@ from ..client_rules import (
     DEFAULT_PREFETCH,
     HANDSHAKE_TIMEOUT,
     NoPublicConstructor,
+    check_limit,
     check_prefetch,
     client_connection,
     close_connection,
@@ -43,11 +44,11 @@ from ..client_rules import (
 )
 from ..errors import ConnectionLost, HandshakeError, single_errors
 from ..protocol import DEFAULT_MAX_FRAME_SIZE, DEFAULT_MAX_STREAMS, ErrorCode, State, Welcome
-from ..streams import Publisher, Subscriber, iterate
+from ..streams import Publisher, Subscriber, iterate, ops
 from ..streams.iterate import PublisherIterator
 from ..streams.subscriptions import subscribe_failed
 from ..transport import Transport, connect_tcp, connect_websocket
-from .session import Host, RemotePublisher, Session, complete_handshake
+from .session import Host, RemotePublisher, Session, complete_handshake, conn_error_frame
 
 MAX_PARKED = 1024
 """Subscriptions that may wait for a reconnect; more are refused with ConnectionLost."""
@@ -92,12 +93,21 @@ class Client(metaclass=NoPublicConstructor):
         return RemotePublisher(self, name, stream_params(params))
 
     def subscribe(
-        self, name: str, params: Mapping[str, Any] | None = None, *, prefetch: int = DEFAULT_PREFETCH
+        self,
+        name: str,
+        params: Mapping[str, Any] | None = None,
+        *,
+        prefetch: int = DEFAULT_PREFETCH,
+        limit: int | None = None,
     ) -> PublisherIterator:
         """``async for item in conn.subscribe(name, params)``: items of the server's publisher,
         ``prefetch`` at most in flight. A remote error is raised from the loop; leaving the loop
-        early (or ``async with`` around it) cancels the stream."""
-        return iterate(self.publisher(name, params), prefetch=check_prefetch(prefetch))
+        early (or ``async with`` around it) cancels the stream. ``limit``: at most that many
+        items, and never more demand than that on the wire (as the blocking client)."""
+        publisher: Publisher[Any] = self.publisher(name, params)
+        if limit is not None:
+            publisher = publisher.pipe(ops.take(check_limit(limit)))
+        return iterate(publisher, prefetch=check_prefetch(prefetch))
 
     async def offer(self, name: str, publisher: Publisher[Any], params: Mapping[str, Any] | None = None) -> None:
         """Serve ``publisher`` to the server's sink ``name``; returns when it completed.
@@ -165,7 +175,9 @@ async def open_transport(url: str, *, ssl_context: ssl.SSLContext | None, max_fr
     """A transport to ``url`` (see :func:`rsnet.client_rules.parse_endpoint`)."""
     endpoint = parse_endpoint(url)
     if endpoint.websocket:
-        return await connect_websocket(url, max_message_size=max_frame_size, ssl_context=ssl_context)
+        return await connect_websocket(
+            url, max_message_size=max_frame_size, ssl_context=ssl_context, conn_error=conn_error_frame
+        )
     if endpoint.secure and ssl_context is None:
         ssl_context = ssl.create_default_context()
     return await connect_tcp(endpoint.host, endpoint.port, ssl_context if endpoint.secure else None)

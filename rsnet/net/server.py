@@ -45,7 +45,7 @@ from ..streams import Publisher, Subscriber
 from ..transport import TcpTransport, Transport, accept_websocket
 from ..transport.tcp import describe_peer
 from .failures import failure_log
-from .session import Host, Session, StreamContext, complete_handshake
+from .session import Host, Session, StreamContext, complete_handshake, conn_error_frame
 
 log = logging.getLogger("rsnet.net.server")
 
@@ -202,11 +202,16 @@ class Server:
                 stream = trio.SSLStream(stream, ssl_context, server_side=True)
             transport = None
             with trio.move_on_after(self._handshake_timeout):
-                transport = await accept_websocket(stream, max_message_size=max_message, path=path)
+                transport = await accept_websocket(
+                    stream, max_message_size=max_message, path=path, conn_error=conn_error_frame
+                )
             if transport is None:  # not a WebSocket handshake for us, or too slow
                 await trio.aclose_forcefully(stream)
                 return
-            await self.handle(transport)
+            try:
+                await self.handle(transport)
+            finally:
+                await transport.aclose()  # a closing handshake even when the rsnet handshake failed
 
         await self._serve(host, port, handle, task_status)
 

@@ -42,6 +42,7 @@ from ..protocol import (
     Complete,
     Connection,
     ConnectionClosed,
+    ConnError,
     Error,
     ErrorCode,
     GoAway,
@@ -51,9 +52,17 @@ from ..protocol import (
     Request,
     State,
     Subscribe,
+    encode_frame,
 )
 from ..streams import Publisher, Subscriber, Subscription
-from ..streams.rules import MAX_DEMAND, add_demand, check_signal_argument, check_subscriber, invalid_request
+from ..streams.rules import (
+    MAX_DEMAND,
+    add_demand,
+    check_signal_argument,
+    check_subscriber,
+    invalid_request,
+    validate_subscription,
+)
 from ..streams.subscriptions import deliver_safely, subscribe_failed
 from ..transport import Transport, TransportClosed
 from .failures import failure_log
@@ -150,10 +159,8 @@ class _Outbound(Subscriber[Any]):
         self.pending: list[Any] = []  # items taken, not yet encoded (at most one window)
 
     def on_subscribe(self, subscription: Subscription) -> None:
-        check_signal_argument(subscription, "on_subscribe")
-        if self.subscription is not None or self.done:
-            subscription.cancel()  # rule 2.5, or the stream already ended
-            return
+        if not validate_subscription(self.subscription, subscription, wanted=not self.done):
+            return  # rule 2.5, or the stream already ended
         self.subscription = subscription
         if self._accept:
             self._session.conn.send_accept(self.stream_id)  # the remote on_subscribe
@@ -854,6 +861,11 @@ class Session:
             subscribed.terminate(error)
         for served in outbound.values():
             served.remote_cancel(error)
+
+
+def conn_error_frame(code: int, message: str) -> bytes:
+    """A CONN_ERROR frame, for the WebSocket transport to answer what it detects itself (SPEC 2.2)."""
+    return encode_frame(ConnError(code, message, None))
 
 
 async def complete_handshake(

@@ -60,9 +60,13 @@ from .frames import (
     frame_fields,
     parse_frame,
 )
-from .lifecycle import Side, StreamEvent, StreamState, transition
+from .lifecycle import Side, StreamEvent, StreamState, allowed
 
 _NEXT = FrameType.NEXT.value
+# Module constants: looking a member up on its Enum class costs a Python-level call.
+_OPENING, _OPEN, _CLOSED = StreamState.OPENING, StreamState.OPEN, StreamState.CLOSED
+_ACCEPT, _REQUEST, _ITEMS = StreamEvent.ACCEPT, StreamEvent.REQUEST, StreamEvent.ITEMS
+_COMPLETE, _ERROR, _CANCEL = StreamEvent.COMPLETE, StreamEvent.ERROR, StreamEvent.CANCEL
 _MAX_NEXT_PREFIX = 11  # array header, type, and a stream id of up to 9 bytes
 _NO_RUN = object()  # compares equal to no decoded value: "no Items event is being filled"
 
@@ -90,17 +94,26 @@ class State(enum.Enum):
 class _Stream:
     """One open stream, from this side's point of view."""
 
-    __slots__ = ("demand", "next_prefix", "side", "state")
+    __slots__ = ("demand", "next_prefix", "publishes", "receives", "sends", "side", "state")
 
-    def __init__(self, stream_id: int, side: Side, demand: int, pack: Any) -> None:
-        self.side = side
+    def __init__(self, stream_id: int, publishes: bool, opened: bool, demand: int, pack: Any) -> None:
+        self.side = side = _SIDES[publishes, opened]
         """This side's end of the stream: publisher or subscriber, opener or acceptor."""
-        self.state = StreamState.OPENING
+        self.publishes = publishes
+        self.state = _OPENING
+        self.sends, self.receives = _ROWS[side, _OPENING]
+        """The lifecycle table's rows for this state: what this side may send and what the
+        peer may send, each with the state after it."""
         self.demand = demand
         """Publishing: items we may still send. Subscribing: items the peer may still send.
         MAX_INT is unbounded and stays so (rule 3.17)."""
         # The first bytes of every NEXT on this stream, encoded once: [NEXT, stream_id, ...
-        self.next_prefix = b"\x93" + pack(_NEXT) + pack(stream_id) if side.publishes else b""
+        self.next_prefix = b"\x93" + pack(_NEXT) + pack(stream_id) if publishes else b""
+
+
+_SIDES = {(side.publishes, side.opened): side for side in Side}
+_ROWS = {(side, state): (allowed(side, state), allowed(side.peer, state)) for side in Side for state in StreamState}
+"""Per stream end and state, the lifecycle rows a _Stream holds, computed once."""
 
 
 _Run = tuple[int, list[Any], _Stream]
@@ -305,7 +318,14 @@ class Connection:
     # ------------------------------------------------------------------ connection frames
 
     def send_welcome(self, metadata: dict[str, Any] | None = None) -> None:
-        """Server: accept the client's HELLO; the connection is open."""
+        """Server: accept the client's HELLO; the connection is open.
+
+        A no-op if the connection has closed meanwhile: bytes that arrived with the HELLO broke
+        the protocol (SPEC 6.1), so the CONN_ERROR answering them is already written and must
+        be the first and last frame this side sends.
+        """
+        if self._state is State.CLOSED:
+            return
         if self._state is not State.AWAIT_ACCEPT:
             raise LocalProtocolError(ErrorCode.PROTOCOL_ERROR, f"WELCOME in state {self._state.name}")
         settings = {key: self._settings[key] for key in ("max_frame_size", "max_streams", "keepalive_interval")}
@@ -373,7 +393,7 @@ class Connection:
 
         To reject it instead, use :meth:`send_error`.
         """
-        step = self._send_step(stream_id, StreamEvent.ACCEPT)
+        step = self._send_step(stream_id, _ACCEPT)
         if step is None:
             return
         self._write_frame(Accept(stream_id, _metadata(metadata)))
@@ -387,7 +407,7 @@ class Connection:
         Raises ``INVALID_REQUEST`` for ``n <= 0``: rule 3.9 is the local subscription's to
         signal, so such a REQUEST never goes on the wire. A no-op on a closed stream (3.6).
         """
-        step = self._send_step(stream_id, StreamEvent.REQUEST)
+        step = self._send_step(stream_id, _REQUEST)
         if step is None:
             return
         stream = step[0]
@@ -402,7 +422,7 @@ class Connection:
 
         Items, COMPLETE or ERROR already in flight are dropped when they arrive.
         """
-        step = self._send_step(stream_id, StreamEvent.CANCEL)
+        step = self._send_step(stream_id, _CANCEL)
         if step is None:
             return
         self._write_frame(Cancel(stream_id))
@@ -458,7 +478,7 @@ class Connection:
 
     def send_complete(self, stream_id: int) -> None:
         """Complete a stream we publish (rule 1.5). A no-op once the stream is closed."""
-        step = self._send_step(stream_id, StreamEvent.COMPLETE)
+        step = self._send_step(stream_id, _COMPLETE)
         if step is None:
             return
         self._write_frame(Complete(stream_id))
@@ -473,7 +493,7 @@ class Connection:
         OFFER, before ACCEPT, it rejects the stream; from the subscriber side it cancels and
         says why. ``code`` is an :class:`ErrorCode` or an application code (>= 4096).
         """
-        step = self._send_step(stream_id, StreamEvent.ERROR)
+        step = self._send_step(stream_id, _ERROR)
         if step is None:
             return
         self._write_frame(Error(stream_id, _code(code), _bounded_message(message), self._bounded_data(data)))
@@ -533,7 +553,7 @@ class Connection:
 
     def _refuse_items(self, stream_id: int, items: list[Any] | tuple[Any, ...]) -> None:
         """Why items cannot be sent: raise the reason, or return if the stream is closed."""
-        step = self._send_step(stream_id, StreamEvent.ITEMS)
+        step = self._send_step(stream_id, _ITEMS)
         if step is None:
             return
         stream = step[0]
@@ -564,7 +584,7 @@ class Connection:
             if type(stream_id) is int and self._was_opened(stream_id):
                 return None
             raise LocalProtocolError(ErrorCode.PROTOCOL_ERROR, f"stream {stream_id!r} was never opened")
-        after = transition(stream.side, stream.state, event)
+        after = stream.sends.get(event)
         if after is None:
             raise LocalProtocolError(ErrorCode.PROTOCOL_ERROR, _forbidden(stream_id, stream.side, stream.state, event))
         return stream, after
@@ -582,9 +602,9 @@ class Connection:
         return self._next_id
 
     def _open(self, stream_id: int, *, publishing: bool, demand: int) -> None:
-        side = Side.of(publishes=publishing, opened=self._ours(stream_id))
-        self._streams[stream_id] = _Stream(stream_id, side, demand, self._pack)
-        if side.opened:
+        ours = self._ours(stream_id)
+        self._streams[stream_id] = _Stream(stream_id, publishing, ours, demand, self._pack)
+        if ours:
             self._next_id += 2
             self._local_open += 1
         else:
@@ -594,15 +614,16 @@ class Connection:
         """Move the stream to ``state`` (a transition the lifecycle table allowed)."""
         if state is stream.state:
             return
-        if state is StreamState.CLOSED:
+        if state is _CLOSED:
             self._close_stream(stream_id)
             return
         stream.state = state
-        if state is StreamState.OPEN and stream.side.publishes:
+        stream.sends, stream.receives = _ROWS[stream.side, state]
+        if state is _OPEN and stream.publishes:
             self._sendable[stream_id] = stream
 
     def _close_stream(self, stream_id: int) -> None:
-        self._streams.pop(stream_id).state = StreamState.CLOSED
+        self._streams.pop(stream_id).state = _CLOSED
         self._sendable.pop(stream_id, None)
         if self._ours(stream_id):
             self._local_open -= 1
@@ -733,20 +754,19 @@ class Connection:
             if self._was_opened(stream_id):
                 return None
             raise _violation(f"{event.value} for stream {stream_id}, which was never opened")
-        sender = stream.side.peer
-        after = transition(sender, stream.state, event)
+        after = stream.receives.get(event)
         if after is None:
-            raise _violation(_forbidden(stream_id, sender, stream.state, event))
+            raise _violation(_forbidden(stream_id, stream.side.peer, stream.state, event))
         return stream, after
 
     def _on_accept(self, accept: Accept) -> None:
-        step = self._receive_step(accept.stream_id, StreamEvent.ACCEPT)
+        step = self._receive_step(accept.stream_id, _ACCEPT)
         if step is not None:
             self._enter(accept.stream_id, *step)
             self._events.append(accept)
 
     def _on_request(self, request: Request) -> None:
-        step = self._receive_step(request.stream_id, StreamEvent.REQUEST)
+        step = self._receive_step(request.stream_id, _REQUEST)
         if step is None:
             return
         stream = step[0]
@@ -761,7 +781,7 @@ class Connection:
         self._events.append(request)
 
     def _on_cancel(self, cancel: Cancel) -> None:
-        step = self._receive_step(cancel.stream_id, StreamEvent.CANCEL)
+        step = self._receive_step(cancel.stream_id, _CANCEL)
         if step is not None:
             self._enter(cancel.stream_id, *step)
             self._events.append(cancel)
@@ -773,7 +793,7 @@ class Connection:
         return self._on_items(batch.stream_id, batch.items)
 
     def _on_items(self, stream_id: int, items: list[Any]) -> _Run | None:
-        step = self._receive_step(stream_id, StreamEvent.ITEMS)
+        step = self._receive_step(stream_id, _ITEMS)
         if step is None:
             return None
         stream = step[0]
@@ -799,13 +819,13 @@ class Connection:
         return stream_id, last.items, stream
 
     def _on_complete(self, complete: Complete) -> None:
-        step = self._receive_step(complete.stream_id, StreamEvent.COMPLETE)
+        step = self._receive_step(complete.stream_id, _COMPLETE)
         if step is not None:
             self._enter(complete.stream_id, *step)
             self._events.append(complete)
 
     def _on_error(self, error: Error) -> None:
-        step = self._receive_step(error.stream_id, StreamEvent.ERROR)
+        step = self._receive_step(error.stream_id, _ERROR)
         if step is not None:
             self._enter(error.stream_id, *step)
             self._events.append(error)

@@ -24,6 +24,10 @@ import enum
 class StreamState(enum.Enum):
     """Where a stream is in its life."""
 
+    # The members key the tables below, looked up for every stream frame: object's C hash
+    # instead of Enum's Python-level one (members compare by identity either way).
+    __hash__ = object.__hash__
+
     OPENING = "opening"
     """SUBSCRIBE or OFFER was sent; the accepting end has not answered yet."""
     OPEN = "open"
@@ -35,6 +39,8 @@ class StreamState(enum.Enum):
 class StreamEvent(enum.Enum):
     """A stream frame, by what it does to the lifecycle (NEXT and BATCH are both ITEMS)."""
 
+    __hash__ = object.__hash__  # as StreamState's
+
     ACCEPT = "ACCEPT"
     REQUEST = "REQUEST"
     ITEMS = "NEXT/BATCH"
@@ -45,6 +51,8 @@ class StreamEvent(enum.Enum):
 
 class Side(enum.Enum):
     """One end of a stream: whether it publishes, and whether it opened the stream."""
+
+    __hash__ = object.__hash__  # as StreamState's
 
     SUBSCRIBER_OPENER = "sent SUBSCRIBE"
     PUBLISHER_ACCEPTOR = "received SUBSCRIBE"
@@ -63,12 +71,6 @@ class Side(enum.Enum):
     def peer(self) -> Side:
         """The other end of the same stream."""
         return _PEER[self]
-
-    @staticmethod
-    def of(*, publishes: bool, opened: bool) -> Side:
-        if opened:
-            return Side.PUBLISHER_OPENER if publishes else Side.SUBSCRIBER_OPENER
-        return Side.PUBLISHER_ACCEPTOR if publishes else Side.SUBSCRIBER_ACCEPTOR
 
 
 _PEER = {
@@ -102,7 +104,18 @@ TRANSITIONS: dict[tuple[Side, StreamState], dict[StreamEvent, StreamState]] = {
 """Every allowed transition; a CLOSED stream allows none."""
 
 
+_NONE: dict[StreamEvent, StreamState] = {}
+
+
+def allowed(sender: Side, state: StreamState) -> dict[StreamEvent, StreamState]:
+    """What ``sender`` may send in ``state``: each frame it may send, and the state after it.
+
+    The connection keeps this row per stream end and looks each frame up in it. Do not
+    modify the returned mapping: it is the table's own.
+    """
+    return TRANSITIONS.get((sender, state), _NONE)
+
+
 def transition(sender: Side, state: StreamState, event: StreamEvent) -> StreamState | None:
     """The state after ``sender`` sends ``event`` in ``state``, or ``None`` if it may not."""
-    allowed = TRANSITIONS.get((sender, state))
-    return None if allowed is None else allowed.get(event)
+    return allowed(sender, state).get(event)

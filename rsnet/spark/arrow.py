@@ -85,10 +85,39 @@ def _column(values: list[Any], arrow_type: pa.DataType) -> pa.Array:
     if pa.types.is_timestamp(arrow_type):
         values = [value * 1000 if type(value) is int else None for value in values]  # ms -> µs
         return pa.array(values, pa.int64()).cast(arrow_type)
+    if arrow_type.num_fields:  # nested: Arrow would take a str as a list of characters
+        return pa.array([_nested(value, arrow_type) for value in values], arrow_type)
+    if pa.types.is_integer(arrow_type):  # Arrow would truncate a float
+        values = [value if type(value) is int else None for value in values]
+    elif pa.types.is_floating(arrow_type):
+        values = [value if type(value) is float or type(value) is int else None for value in values]
     try:
         return pa.array(values, arrow_type)
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
         return pa.array([_fitting(value, arrow_type) for value in values], arrow_type)
+
+
+def _nested(value: Any, arrow_type: pa.DataType) -> Any:
+    """``value`` with every part that does not fit ``arrow_type`` replaced by null."""
+    if value is None:
+        return None
+    if pa.types.is_struct(arrow_type):
+        if type(value) is not dict:
+            return None
+        return {field.name: _nested(value.get(field.name), field.type) for field in arrow_type}
+    if pa.types.is_map(arrow_type):
+        if type(value) is not dict:
+            return None
+        return {key: _nested(item, arrow_type.item_type) for key, item in value.items() if type(key) is str}
+    if pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type):
+        if type(value) is not list:
+            return None
+        return [_nested(item, arrow_type.value_type) for item in value]
+    if pa.types.is_timestamp(arrow_type):
+        return datetime.datetime.fromtimestamp(value / 1000, datetime.UTC) if type(value) is int else None
+    if pa.types.is_integer(arrow_type) and type(value) is not int:
+        return None
+    return _fitting(value, arrow_type)
 
 
 def _fitting(value: Any, arrow_type: pa.DataType) -> Any:

@@ -1,8 +1,8 @@
 """The ``rsnet`` sink: each row becomes one record, stored exactly once under replay.
 
 A row's record value is its ``value`` column if it has one, else the whole row as a map
-(without the ``topic`` column); a ``topic`` column names the row's topic, else option
-``topic`` does. A task publishes as an idempotent producer and returns only when the broker
+(without the ``topic`` column); a ``topic`` column names the row's topic (where it is null,
+option ``topic`` does). A task publishes as an idempotent producer and returns only when the broker
 has acknowledged every record (``$acks``), so Spark commits a task only after its records are
 stored.
 
@@ -17,6 +17,7 @@ a retried task stores nothing twice.
 from __future__ import annotations
 
 import collections
+import itertools
 from collections.abc import Iterator
 from typing import Any
 
@@ -45,15 +46,19 @@ def write_task(opts: _options.Options, batches: Iterator[pa.RecordBatch], produc
     """Publish the rows of ``batches`` as ``producer`` with sequences from ``base``; return
     once every record is acknowledged."""
     counts: dict[str, int] = collections.defaultdict(int)
+    default_topic = opts.topics[0] if opts.topics else None
     with connected(opts) as client:
-        if opts.topics:  # one topic: one offer streams every row
-            topic = opts.topics[0]
-            counts[topic] = blocking.publish(
-                client, topic, _values(batches), producer=producer, first_sequence=base, wait=False
+        first = next(batches, None)
+        if first is not None and "topic" not in first.schema.names:
+            assert default_topic is not None  # checked when the writer was made
+            # One topic: one offer streams every row.
+            rows = _values(itertools.chain([first], batches))
+            counts[default_topic] = blocking.publish(
+                client, default_topic, rows, producer=producer, first_sequence=base, wait=False
             )
-        else:
-            for batch in batches:
-                for topic, values in _by_topic(batch).items():
+        elif first is not None:
+            for batch in itertools.chain([first], batches):
+                for topic, values in _by_topic(batch, default_topic).items():
                     counts[topic] += blocking.publish(
                         client, topic, values, producer=producer, first_sequence=base + counts[topic], wait=False
                     )
@@ -89,10 +94,13 @@ def _record_values(batch: pa.RecordBatch) -> list[Any]:
     return rows
 
 
-def _by_topic(batch: pa.RecordBatch) -> dict[str, list[Any]]:
+def _by_topic(batch: pa.RecordBatch, default_topic: str | None) -> dict[str, list[Any]]:
+    """The batch's record values per topic: the row's ``topic``, or option topic where it is null."""
     topics = batch.column(batch.schema.names.index("topic")).to_pylist()
     if None in topics:
-        raise ValueError(f"rsnet: row {topics.index(None)} of a batch has a null topic")
+        if default_topic is None:
+            raise ValueError(f"rsnet: row {topics.index(None)} of a batch has a null topic and option topic is not set")
+        topics = [default_topic if topic is None else topic for topic in topics]
     groups: dict[str, list[Any]] = collections.defaultdict(list)
     for topic, value in zip(topics, _record_values(batch), strict=True):
         groups[topic].append(value)

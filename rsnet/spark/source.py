@@ -96,7 +96,10 @@ def _check_writable(opts: _options.Options, schema: StructType, overwrite: bool)
         raise ValueError("rsnet: topics are append-only; write with mode 'append'")
     if len(opts.topics) > 1 or any("*" in name or ">" in name for name in opts.topics):
         raise ValueError(f"rsnet: a writer's option topic must be one topic name, got {','.join(opts.topics)!r}")
-    if not opts.topics and "topic" not in schema.fieldNames():
+    if "topic" in schema.fieldNames():
+        if schema["topic"].dataType.simpleString() != "string":
+            raise ValueError(f"rsnet: column topic must be a string, not {schema['topic'].dataType.simpleString()}")
+    elif not opts.topics:
         raise ValueError("rsnet: a writer needs option topic or a string column named topic")
 
 
@@ -299,17 +302,24 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadMaxRows(self.opts.max_records_per_batch)
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        ends = self._ends()
+        begin = start["topics"]
+        for topic, (first, last) in ends.items():
+            if begin.get(topic, first) > last:
+                self._moved_back(topic, begin[topic], first, last)
         # Spark plans the next micro-batch only once the one ending at ``start`` is done (and
         # a restart re-runs an unfinished batch before planning): ``start`` is processed.
         # Committing it here too keeps the cursor current after the last batch of an
         # availableNow run, which is never followed by a commit() call.
         self.commit(start)
-        ends = self._ends()
-        begin = start["topics"]
         # A topic seen for the first time (a pattern matched a new one) enters at its earliest
         # retained record: it is read from the next micro-batch on.
         end = {topic: begin.get(topic, first) for topic, (first, _) in ends.items()}
         available = {topic: max(0, ends[topic][1] - end[topic]) for topic in end}
+        for topic, (first, last) in ends.items():
+            if end[topic] > last:  # skipped (failOnDataLoss=false): this batch moves to the
+                end[topic] = first  # topic's start, the next reads from there
+                available[topic] = 0
         if isinstance(limit, ReadMaxRows):
             available = share(available, limit.max_rows)
         for topic, count in available.items():
@@ -317,6 +327,15 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for topic, offset in begin.items():  # a topic no longer listed keeps its position
             end.setdefault(topic, offset)
         return {"topics": end, "query": start["query"]}
+
+    def _moved_back(self, topic: str, position: int, first: int, last: int) -> None:
+        message = (
+            f"rsnet: topic {topic!r} at {self.opts.url} ends at offset {last}, before the query's position "
+            f"{position} (was it deleted and created again, or did an in-memory broker restart?)"
+        )
+        if self.opts.fail_on_data_loss:
+            raise DataLossError(f"{message}; set option failOnDataLoss to false to go on from offset {first}")
+        log.warning("%s; going on from offset %d (failOnDataLoss=false)", message, first)
 
     def prepareForTriggerAvailableNow(self) -> None:
         self._target = None
@@ -335,13 +354,16 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         not the cursor, is what a restart resumes from."""
         cursor = self.opts.cursor or f"spark-{end['query']}"
         self._ends()  # (re)connects if needed
-        try:
-            for topic, offset in end["topics"].items():
-                if self._committed.get(topic) != offset:
-                    blocking.commit(self._client, topic, cursor, offset)
-                    self._committed[topic] = offset
-        except StreamError as error:
-            raise _explained(self.opts, error) from None
+        for topic, offset in end["topics"].items():
+            if self._committed.get(topic) == offset:
+                continue
+            try:
+                blocking.commit(self._client, topic, cursor, offset)
+            except StreamError as error:
+                # The cursor only informs operators: a topic that moved back (reported by
+                # latestOffset) or vanished must not stop the query here.
+                log.warning("rsnet: cannot commit cursor %r of %r at %d: %s", cursor, topic, offset, error)
+            self._committed[topic] = offset
 
     def stop(self) -> None:
         if self._client is not None:

@@ -52,6 +52,7 @@ from ..client_rules import (
 from ..errors import ConnectionLost, StreamError, TransportClosed, error_frame_fields
 from ..protocol import (
     DEFAULT_MAX_FRAME_SIZE,
+    MAX_INT,
     Cancel,
     Complete,
     Connection,
@@ -119,7 +120,12 @@ class BlockingClient(metaclass=NoPublicConstructor):
     # -- the public operations -------------------------------------------------------------------
 
     def subscribe(
-        self, name: str, params: Mapping[str, Any] | None = None, *, prefetch: int = DEFAULT_PREFETCH
+        self,
+        name: str,
+        params: Mapping[str, Any] | None = None,
+        *,
+        prefetch: int = DEFAULT_PREFETCH,
+        limit: int | None = None,
     ) -> Iterator[Any]:
         """The items of the server's publisher ``name``, as a generator.
 
@@ -128,8 +134,13 @@ class BlockingClient(metaclass=NoPublicConstructor):
         raised from it as :class:`StreamError` (after the items that came before it), the end
         of the connection as :class:`ConnectionLost`. Closing the generator before its end
         (``close()``, or dropping it) cancels the stream. Several may be open at once.
+
+        ``limit``: at most that many items. The demand sent never adds up to more, so the
+        server sends nothing beyond them (exact demand for a known count); the stream is
+        cancelled once they were taken, unless it ended first.
         """
-        return self._items(name, stream_params(params), Refill(prefetch))
+        refill = Refill(prefetch, limit)
+        return self._items(name, stream_params(params), refill, limit)
 
     def offer(self, name: str, iterable: Iterable[Any], params: Mapping[str, Any] | None = None) -> None:
         """Push the items of ``iterable`` to the server's sink ``name``, then complete.
@@ -200,10 +211,13 @@ class BlockingClient(metaclass=NoPublicConstructor):
             self._flush()
         return stream_id, stream
 
-    def _items(self, name: str, params: Any, refill: Refill) -> Iterator[Any]:
+    def _items(self, name: str, params: Any, refill: Refill, limit: int | None) -> Iterator[Any]:
+        if limit == 0:
+            return
         conn = self._conn
-        stream_id, stream = self._open(lambda: conn.send_subscribe(name, params, initial_demand=refill.prefetch))
+        stream_id, stream = self._open(lambda: conn.send_subscribe(name, params, initial_demand=refill.initial))
         buffered = stream.items
+        left = MAX_INT if limit is None else limit
         try:
             while True:
                 if not buffered:
@@ -215,7 +229,10 @@ class BlockingClient(metaclass=NoPublicConstructor):
                 wanted = refill.consumed()
                 if wanted and not stream.ended:
                     self._request(stream_id, wanted)
+                left -= 1
                 yield buffered.popleft()
+                if not left:
+                    return  # the stream is cancelled below, unless it has ended
         finally:
             self._abandon(stream_id, stream)
 

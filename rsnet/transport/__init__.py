@@ -9,12 +9,14 @@ Layering: imports trio and websockets' sans-I/O core; never rsnet.net, rsnet.bro
 
 from .base import Transport, TransportClosed
 from .tcp import TcpTransport, connect_tcp
-from .websocket import WebSocketTransport, accept_websocket, connect_websocket
+from .websocket import ConnErrorEncoder, WebSocketProtocolError, WebSocketTransport, accept_websocket, connect_websocket
 
 __all__ = [
+    "ConnErrorEncoder",
     "TcpTransport",
     "Transport",
     "TransportClosed",
+    "WebSocketProtocolError",
     "WebSocketTransport",
     "accept_websocket",
     "connect_tcp",

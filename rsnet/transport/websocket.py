@@ -4,11 +4,21 @@ websockets' own trio API costs a task switch and an await per message; driving i
 core directly lets one ``send_all`` carry many messages, as the protocol's batching wants
 (field notes: ~640k frames/s sans-I/O against ~190k/s through the high-level API).
 Only binary messages carry protocol bytes (SPEC.md section 2.2); the subprotocol is ``rsnet``.
+
+Violations of the WebSocket rules are connection-level protocol violations (SPEC 2.2), and the
+transport answers them itself, because websockets sends no data once it has failed a
+connection: a CONN_ERROR frame in a binary message first, then the closing handshake. A text
+message gets ``PROTOCOL_ERROR`` and close code 1003 (unsupported data); a message over the size
+limit, which websockets refuses with 1009 (message too big), gets ``FRAME_TOO_LARGE``; broken
+WebSocket framing (1002, 1007) gets ``PROTOCOL_ERROR``. This layer does not know the protocol's
+frames: the driver passes the CONN_ERROR encoder (``conn_error``); without one, the closing
+handshake goes out alone. Then ``receive`` raises :class:`WebSocketProtocolError`.
 """
 
 from __future__ import annotations
 
 import ssl
+from collections.abc import Callable
 from typing import TypeVar
 
 import trio
@@ -16,11 +26,12 @@ from websockets.client import ClientProtocol
 from websockets.exceptions import InvalidURI
 from websockets.frames import Frame, Opcode
 from websockets.http11 import Request, Response
-from websockets.protocol import State
+from websockets.protocol import Side, State
 from websockets.server import ServerProtocol
 from websockets.typing import Subprotocol
 from websockets.uri import parse_uri
 
+from ..errors import ErrorCode
 from .base import Transport, TransportClosed
 from .tcp import RECEIVE_SIZE, describe_peer, open_stream
 
@@ -29,8 +40,20 @@ SUBPROTOCOL = Subprotocol("rsnet")
 _Event = TypeVar("_Event", Request, Response)
 
 
+ConnErrorEncoder = Callable[[int, str], bytes]
+"""``(code, message) -> bytes``: a CONN_ERROR frame, as the protocol layer encodes it."""
+
+
 class WebSocketProtocolError(TransportClosed):
-    """The peer broke the WebSocket rules the protocol relies on (e.g. sent a text message)."""
+    """The peer broke the WebSocket rules the protocol relies on (e.g. sent a text message).
+
+    ``conn_error_code`` is the protocol's code for it (``PROTOCOL_ERROR``, ``FRAME_TOO_LARGE``),
+    already answered with CONN_ERROR if the transport was given an encoder.
+    """
+
+    def __init__(self, message: str, conn_error_code: int) -> None:
+        super().__init__(message)
+        self.conn_error_code = conn_error_code
 
 
 class WebSocketTransport(Transport):
@@ -38,13 +61,24 @@ class WebSocketTransport(Transport):
 
     message_based = True
 
-    def __init__(self, stream: trio.abc.Stream, protocol: ServerProtocol | ClientProtocol, peer: str) -> None:
+    def __init__(
+        self,
+        stream: trio.abc.Stream,
+        protocol: ServerProtocol | ClientProtocol,
+        peer: str,
+        *,
+        conn_error: ConnErrorEncoder | None = None,
+    ) -> None:
         self._stream = stream
+        self._conn_error = conn_error
         self._protocol = protocol
         self._peer = peer
         self._messages: list[bytes] = []
         self._fragments: list[bytes | bytearray | memoryview] = []
         self._eof = False
+        self._closing = False  # this side started the closing handshake (send_eof, aclose)
+        self._violation: WebSocketProtocolError | None = None
+        self._control: list[bytes] = []  # written before what websockets queued: a CONN_ERROR
         # Control frames (pong, close) are written by the receiving task, data by the sender.
         self._send_lock = trio.Lock()
 
@@ -67,15 +101,24 @@ class WebSocketTransport(Transport):
                 self._eof = True
             self._take_events()
             await self._flush_control()
+            if self._violation is not None:
+                raise self._violation
         return self._messages.pop(0)
 
     def _take_events(self) -> None:
-        for event in self._protocol.events_received():
+        protocol = self._protocol
+        for event in protocol.events_received():
             if not isinstance(event, Frame):
                 continue
             if event.opcode is Opcode.TEXT:
-                self._protocol.fail(1003, "rsnet uses binary messages only")
-                raise WebSocketProtocolError(f"{self._peer} sent a text message")
+                # SPEC 2.2: the CONN_ERROR goes out while the WebSocket is still open for data.
+                reason = "a text message: rsnet uses binary messages only (SPEC 2.2)"
+                if self._conn_error is not None:
+                    protocol.send_binary(self._conn_error(ErrorCode.PROTOCOL_ERROR, reason))
+                protocol.fail(1003, "rsnet uses binary messages only")
+                self._violation = WebSocketProtocolError(f"{self._peer} sent {reason}", ErrorCode.PROTOCOL_ERROR)
+                self._eof = True
+                return
             if event.opcode in (Opcode.BINARY, Opcode.CONT):
                 self._fragments.append(event.data)
                 if event.fin:
@@ -84,11 +127,25 @@ class WebSocketTransport(Transport):
                     self._messages.append(message)
             elif event.opcode is Opcode.CLOSE:
                 self._eof = True  # websockets has queued the closing handshake's reply
-        if self._protocol.state is State.CLOSED:
+        failed = protocol.close_sent
+        if failed is not None and protocol.close_rcvd is None and not self._closing and not self._eof:
+            # websockets failed the connection itself (it discards all further input): put a
+            # CONN_ERROR ahead of the close frame it queued, and end the stream of messages.
+            code = ErrorCode.FRAME_TOO_LARGE if failed.code == 1009 else ErrorCode.PROTOCOL_ERROR
+            reason = f"WebSocket: {failed.reason or 'protocol violation'} (close code {failed.code})"
+            if self._conn_error is not None:
+                frame = Frame(Opcode.BINARY, self._conn_error(code, reason))
+                self._control.append(frame.serialize(mask=protocol.side is Side.CLIENT))
+            self._violation = WebSocketProtocolError(f"{self._peer}: {reason}", code)
+            self._eof = True
+        if protocol.state is State.CLOSED:
             self._eof = True
 
     async def _flush_control(self) -> None:
         pending = self._protocol.data_to_send()
+        if self._control:
+            pending = [*self._control, *pending]
+            self._control = []
         if pending:
             await self._write(pending)
 
@@ -118,6 +175,7 @@ class WebSocketTransport(Transport):
 
     async def send_eof(self) -> None:
         if self._protocol.state is State.OPEN:
+            self._closing = True
             self._protocol.send_close(1000)
             try:
                 await self._flush_control()
@@ -126,6 +184,7 @@ class WebSocketTransport(Transport):
 
     async def aclose(self) -> None:
         if self._protocol.state is State.OPEN:
+            self._closing = True
             self._protocol.send_close(1000)
             with trio.move_on_after(1) as scope:
                 scope.shield = True
@@ -158,12 +217,17 @@ async def _handshake_events(
 
 
 async def accept_websocket(
-    stream: trio.abc.Stream, *, max_message_size: int, path: str | None = None
+    stream: trio.abc.Stream,
+    *,
+    max_message_size: int,
+    path: str | None = None,
+    conn_error: ConnErrorEncoder | None = None,
 ) -> WebSocketTransport | None:
     """Run the server side of the WebSocket handshake on ``stream``.
 
     Returns the open transport, or ``None`` after answering an HTTP error (a plain HTTP
-    request, a wrong ``path``): the caller then closes the stream.
+    request, a wrong ``path``): the caller then closes the stream. ``conn_error`` encodes the
+    CONN_ERROR the transport answers WebSocket violations with (see the module docs).
     """
     protocol = ServerProtocol(subprotocols=[SUBPROTOCOL], max_size=max_message_size)
     try:
@@ -180,13 +244,19 @@ async def accept_websocket(
         return None
     if protocol.state is not State.OPEN:
         return None
-    return WebSocketTransport(stream, protocol, describe_peer(stream))
+    return WebSocketTransport(stream, protocol, describe_peer(stream), conn_error=conn_error)
 
 
 async def connect_websocket(
-    url: str, *, max_message_size: int, ssl_context: ssl.SSLContext | None = None
+    url: str,
+    *,
+    max_message_size: int,
+    ssl_context: ssl.SSLContext | None = None,
+    conn_error: ConnErrorEncoder | None = None,
 ) -> WebSocketTransport:
-    """Connect to a ``ws://`` or ``wss://`` URL and complete the WebSocket handshake."""
+    """Connect to a ``ws://`` or ``wss://`` URL and complete the WebSocket handshake.
+
+    ``conn_error``: as for :func:`accept_websocket`."""
     try:
         uri = parse_uri(url)
     except InvalidURI as error:
@@ -207,4 +277,4 @@ async def connect_websocket(
     if protocol.state is not State.OPEN:
         await trio.aclose_forcefully(stream)
         raise TransportClosed(f"WebSocket handshake with {url} failed: {protocol.handshake_exc}")
-    return WebSocketTransport(stream, protocol, f"{uri.host}:{uri.port}")
+    return WebSocketTransport(stream, protocol, f"{uri.host}:{uri.port}", conn_error=conn_error)

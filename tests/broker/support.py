@@ -46,11 +46,11 @@ async def take(conn, name: str, count: int, /, **params: Any) -> list[dict]:
     return records
 
 
-async def start_daemon(*args: str, announces: bytes) -> tuple[trio.Process, str]:
-    """Start ``rsnet broker *args`` in a child process; return it and what it printed on
-    stderr up to the line containing ``announces``."""
+async def start_daemon(*args: str, announces: bytes, **options: Any) -> tuple[trio.Process, str]:
+    """Start ``rsnet broker *args`` in a child process (``options`` go to ``subprocess.Popen``);
+    return it and what it printed on stderr up to the line containing ``announces``."""
     process = await trio.lowlevel.open_process(
-        [sys.executable, "-m", "rsnet.cli", "broker", *args], stderr=subprocess.PIPE
+        [sys.executable, "-m", "rsnet.cli", "broker", *args], stderr=subprocess.PIPE, **options
     )
     printed = b""
     with trio.fail_after(20):

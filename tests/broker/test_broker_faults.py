@@ -16,8 +16,9 @@ import trio
 import rsnet
 from rsnet.broker.broker import Broker, TopicSettings
 from rsnet.broker.client import publish
-from rsnet.broker.storage import TopicLog
-from rsnet.broker.topic import MAX_SEQUENCE
+from rsnet.broker.storage import Retention, TopicLog
+from rsnet.broker.topic import MAX_SEQUENCE, now_ms
+from rsnet.net.failures import TRACEBACKS_PER_MINUTE
 from rsnet.protocol import MAX_INT, Accept, Complete, Error, ErrorCode, Next, Offer, Request
 
 from .support import RawClient, broker_running, take
@@ -100,6 +101,8 @@ class FaultyBroker(Broker):
         self.faults = faults
 
     def _open_log(self, name: str, settings: TopicSettings) -> TopicLog:
+        if name == "doomed" and "open" in self.faults:
+            raise OSError(5, "injected fault in open")
         topic_log = super()._open_log(name, settings)
         if name != "doomed":
             return topic_log
@@ -152,10 +155,12 @@ async def test_a_failing_read_ends_only_that_subscription_with_internal(caplog):
         assert await publish(conn, "doomed", [1, 2]) == 2
         broker.faults.add("read")
         with caplog.at_level(logging.ERROR, logger="rsnet.broker"):
-            with pytest.raises(rsnet.StreamError) as caught:
-                await take(conn, "doomed", 2, **{"from": "earliest"})
-        assert caught.value.code == ErrorCode.INTERNAL
-        assert len([r for r in caplog.records if "subscription to doomed failed" in r.getMessage()]) == 1
+            for _ in range(TRACEBACKS_PER_MINUTE + 5):  # a client can repeat this at will: the log is bounded
+                with pytest.raises(rsnet.StreamError) as caught:
+                    await take(conn, "doomed", 2, **{"from": "earliest"})
+                assert caught.value.code == ErrorCode.INTERNAL
+        logged = [r for r in caplog.records if "subscription to doomed failed" in r.getMessage()]
+        assert len(logged) == TRACEBACKS_PER_MINUTE and all(r.exc_info for r in logged)
         # The topic itself, and the connection, are fine.
         broker.faults.clear()
         assert await publish(conn, "doomed", [3]) == 1
@@ -174,3 +179,28 @@ async def test_a_failing_retention_sweep_stops_only_its_topic():
         broker.faults.clear()
         await still_serving(url, "healthy")
         assert [r["value"] for r in await take(conn, "doomed", 1, **{"from": "earliest"})] == [1]
+
+
+async def test_a_closed_topic_that_fails_to_open_stays_known_and_the_broker_carries_on(tmp_path):
+    settings = TopicSettings(durable=True, retention=Retention(max_age_ms=1000))
+    broker = FaultyBroker(
+        set(), data_dir=tmp_path, settings_for=lambda name: settings, idle_close_s=0, retention_sweep_s=3600
+    )
+    async with broker_running(broker) as url, rsnet.connect(url) as conn:
+        assert await publish(conn, "doomed", [1]) == 1
+        assert broker.close_idle_topics() == 1
+        broker.faults.add("open")
+        later = now_ms() + 3_600_000
+        assert broker.expire_closed_topics(later) == 1  # tried, failed, contained
+        assert broker.expire_closed_topics(later) == 0  # retried a minute later, not at once
+        with pytest.raises(rsnet.StreamError) as caught:
+            await take(conn, "doomed", 1, **{"from": "earliest"})
+        assert caught.value.code == ErrorCode.INTERNAL
+        with pytest.raises(rsnet.StreamError) as caught:  # a pattern reaching it, too
+            await take(conn, "*", 1, **{"from": "earliest"})
+        assert caught.value.code == ErrorCode.INTERNAL
+        assert "doomed" in [entry["topic"] async for entry in conn.subscribe("$topics")]
+        await still_serving(url, "healthy")
+        broker.faults.clear()
+        assert broker.expire_closed_topics(later + 60_000) == 1
+        assert next(e for e in broker.snapshot() if e["topic"] == "doomed")["first_offset"] == 1

@@ -287,7 +287,8 @@ def test_fsync_interval():
 RULES = """
 data_dir = "/data"
 [topic_defaults]
-auto_create = false
+auto_create = "never"
+subscribe_missing = "fail"
 retention = { max_records = 1000, max_age_s = 60 }
 slow_subscriber = { policy = "disconnect", max_lag = 10 }
 
@@ -302,7 +303,8 @@ retention = { max_bytes = 4096 }
 
 [[topics]]
 pattern = "sensors.>"
-auto_create = true
+auto_create = "publish"
+subscribe_missing = "wait"
 """
 
 
@@ -311,7 +313,7 @@ def test_the_first_matching_rule_wins_and_fills_in_from_the_defaults(tmp_path):
 
     kitchen = topic_config(config, "sensors.kitchen")
     assert kitchen.rule == "sensors.kitchen"
-    assert (kitchen.storage, kitchen.auto_create) == ("durable", False)
+    assert (kitchen.storage, kitchen.auto_create, kitchen.subscribe_missing) == ("durable", "never", "fail")
     assert (kitchen.slow_subscriber.policy, kitchen.slow_subscriber.max_lag) == (
         "backpressure",
         10_000,
@@ -319,11 +321,16 @@ def test_the_first_matching_rule_wins_and_fills_in_from_the_defaults(tmp_path):
     assert kitchen.retention.max_records == 1000
 
     hall = topic_config(config, "sensors.hall")
-    assert (hall.rule, hall.storage, hall.auto_create) == ("sensors.*", "memory", False)
+    assert (hall.rule, hall.storage, hall.auto_create) == ("sensors.*", "memory", "never")
     assert (hall.retention.max_bytes, hall.retention.max_records, hall.retention.max_age_s) == (4096, None, None)
 
     deep = topic_config(config, "sensors.hall.temp")
-    assert (deep.rule, deep.storage, deep.auto_create) == ("sensors.>", "durable", True)
+    assert (deep.rule, deep.storage, deep.auto_create, deep.subscribe_missing) == (
+        "sensors.>",
+        "durable",
+        "publish",
+        "wait",
+    )
 
     other = topic_config(config, "orders")
     assert other.rule is None
@@ -333,7 +340,7 @@ def test_the_first_matching_rule_wins_and_fills_in_from_the_defaults(tmp_path):
 
 def test_built_in_topic_defaults():
     settings = topic_config(load_config(None, {}, {}), "x")
-    assert settings.auto_create is True
+    assert (settings.auto_create, settings.subscribe_missing) == ("publish", "wait")
     assert (settings.retention.max_records, settings.retention.max_bytes, settings.retention.max_age_s) == (
         None,
         1 << 30,
@@ -472,14 +479,14 @@ def test_environment_creates_tables_and_indexes_arrays(tmp_path):
         {
             "RSNET_BROKER__METRICS__LISTEN": "0.0.0.0:9100",
             "RSNET_BROKER__TOPICS__1__RETENTION__MAX_RECORDS": "5",
-            "RSNET_BROKER__TOPIC_DEFAULTS__AUTO_CREATE": "true",
+            "RSNET_BROKER__TOPIC_DEFAULTS__AUTO_CREATE": "never",
         },
         {},
     )
     assert str(config.metrics.listen) == "0.0.0.0:9100"
     assert config.topics[1].retention.max_records == 5
     assert config.topics[1].retention.max_bytes == 4096  # tables merge key by key
-    assert config.topic_defaults.auto_create is True
+    assert config.topic_defaults.auto_create == "never"
 
 
 def test_environment_values_in_brackets_are_toml(tmp_path):
@@ -580,3 +587,29 @@ def test_retention_age_in_milliseconds_for_the_storage_engine():
         load_config(None, {"RSNET_BROKER__TOPIC_DEFAULTS__RETENTION": "{}"}, {}).topic_defaults.retention.max_age_ms
         is None
     )
+
+
+def test_topic_bounds_and_creation_settings(tmp_path):
+    config = load_config(None, {}, {})
+    assert (config.max_topics, config.idle_topic_close_s) == (10_000, 60.0)
+    assert problems(
+        tmp_path,
+        """
+        max_topics = 1
+        idle_topic_close_s = -1
+        [topic_defaults]
+        auto_create = true
+        subscribe_missing = "create"
+        [[topics]]
+        pattern = "a"
+        [[topics]]
+        pattern = "b"
+        """,
+    ) == [
+        "idle_topic_close_s: Input should be greater than or equal to 0",
+        "topic_defaults.auto_create: Input should be 'publish' or 'never'",
+        "topic_defaults.subscribe_missing: Input should be 'wait' or 'fail'",
+    ]
+    assert problems(
+        tmp_path, '[[topics]]\npattern = "a"\n[[topics]]\npattern = "b"\n', overrides={"max_topics": 1}
+    ) == ["max_topics: 1 is fewer than the 2 topics [[topics]] names outright"]

@@ -45,6 +45,8 @@ async def fan_out(policy: SlowPolicy, *, records: int, max_lag: int, slow_delay:
                     await trio.sleep(0.005)
 
             background.start_soon(watch_lag)
+            async with rsnet.connect(url) as creator:
+                await publish(creator, "fan", [])  # only publishing creates a topic
             with trio.fail_after(60):
                 async with trio.open_nursery() as subscribers:
                     for index in range(SUBSCRIBERS):

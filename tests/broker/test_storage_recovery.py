@@ -1,8 +1,11 @@
-"""SegmentLog recovery: damaged tails and segments are cut, reported, and the log goes on.
+"""SegmentLog recovery: a torn tail is cut; damage anywhere else costs only the damaged records.
 
 Each test writes a log, closes it, damages the files the way a crash or a disk would, then
-reopens it: the open succeeds, the RecoveryReport names the segment, the byte and the problem,
-every record before the damage is intact, and appending continues at the right offset.
+reopens it. A torn last write is cut (a copy kept in ``quarantine/``). Damage in the middle of
+the log becomes a damaged range: the records on both sides keep their offsets, reading the
+range raises OffsetDamaged, a copy of the bytes is kept, and new records get offsets after the
+old end. Damage recovery cannot place stops the open, changing nothing, unless the operator
+asks for an unclean recovery.
 """
 
 from __future__ import annotations
@@ -13,7 +16,14 @@ import pathlib
 import msgpack
 import pytest
 
-from rsnet.broker.storage import FsyncPolicy, RecoveryReport, Retention, SegmentLog
+from rsnet.broker.storage import (
+    FsyncPolicy,
+    OffsetDamaged,
+    RecoveryReport,
+    Retention,
+    SegmentLog,
+    UncleanRecoveryNeeded,
+)
 from rsnet.broker.storage.records import encode_record
 
 SEGMENT_BYTES = 1024
@@ -59,8 +69,11 @@ class Written:
         data[position] ^= 0x40
         self.path(name).write_bytes(data)
 
-    def reopen(self) -> tuple[SegmentLog, RecoveryReport]:
-        return SegmentLog.open(self.directory, Retention(), FsyncPolicy.ALWAYS, SEGMENT_BYTES)
+    def reopen(self, unclean: bool = False) -> tuple[SegmentLog, RecoveryReport]:
+        return SegmentLog.open(self.directory, Retention(), FsyncPolicy.ALWAYS, SEGMENT_BYTES, unclean_recovery=unclean)
+
+    def snapshot(self) -> dict[str, bytes]:
+        return {name: (self.directory / name).read_bytes() for name in sorted(os.listdir(self.directory))}
 
 
 def check_kept(log: SegmentLog, kept: int) -> None:
@@ -70,6 +83,26 @@ def check_kept(log: SegmentLog, kept: int) -> None:
     assert [r.offset for r in log.read(0, 10**6)] == list(range(kept))
     assert log.append(["after recovery"], timestamp_ms=0) == [kept]
     assert log.read(kept, 1)[0].value == "after recovery"
+
+
+def check_damaged(log: SegmentLog, first: int, end: int, total: int) -> None:
+    """Offsets first..end-1 damaged, every other record of 0..total-1 intact at its offset;
+    the next append gets offset ``total``."""
+    assert (log.first_offset, log.next_offset, log.durable_offset) == (0, total, total)
+    assert [(r.offset, r.value["n"]) for r in log.read(0, 10**6)] == [(n, n) for n in range(first)]
+    for offset in (first, end - 1):
+        with pytest.raises(OffsetDamaged) as raised:
+            log.read(offset, 1)
+        assert (raised.value.damage.first, raised.value.damage.end) == (first, end)
+    assert [(r.offset, r.value["n"]) for r in log.read(end, 10**6)] == [(n, n) for n in range(end, total)]
+    assert [(d.first, d.end) for d in log.damaged_ranges] == [(first, end)]
+    assert log.append(["after recovery"], timestamp_ms=0) == [total]
+    assert log.read(total, 1)[0].value == "after recovery"
+
+
+def quarantined(written: Written) -> dict[str, bytes]:
+    directory = written.directory / "quarantine"
+    return {name: (directory / name).read_bytes() for name in sorted(os.listdir(directory))}
 
 
 def check_repaired(written: Written, kept: int) -> None:
@@ -88,15 +121,20 @@ def written(tmp_path: pathlib.Path) -> Written:
 def test_a_record_cut_in_half_at_the_end_is_removed(written: Written) -> None:
     last = written.segments()[-1]
     start, end = written.start_of(59), written.ends[59][1]
-    os.truncate(written.path(last), start + (end - start) // 2)
+    cut = start + (end - start) // 2
+    torn = written.path(last).read_bytes()[start:cut]
+    os.truncate(written.path(last), cut)
     log, report = written.reopen()
     with log:
+        copy = f"{last}.bytes-{start}-{cut - 1}"
         assert report.truncated_bytes == (end - start) // 2
         assert report.damaged == [
             f"{last}: at byte {start} (offset 59): frame cut off: its length says {end - start - 8} body bytes, "
-            f"{(end - start) // 2 - 8} present; removed {(end - start) // 2} bytes from there to the end of the segment"
+            f"{(end - start) // 2 - 8} present; removed {(end - start) // 2} bytes from there to the end of the "
+            f"segment (a torn last write); a copy of the bytes is in quarantine/{copy}"
         ]
-        assert report.records == 59
+        assert quarantined(written) == {copy: torn}
+        assert report.records == 59 and report.damaged_ranges == []
         assert log.last_sequence("p") == 58  # the cut record's sequence is forgotten: a retry is stored
         check_kept(log, 59)
     check_repaired(written, 59)
@@ -111,22 +149,35 @@ def test_a_record_cut_inside_its_length_field_is_removed(written: Written) -> No
         check_kept(log, 59)
 
 
-def test_a_byte_flipped_in_the_middle_of_the_last_segment_cuts_the_segment_there(written: Written) -> None:
+def test_a_byte_flipped_in_the_middle_of_the_last_segment_costs_only_that_record(written: Written) -> None:
     last = written.segments()[-1]
     in_last = written.records_in(last)
     assert len(in_last) >= 5
     damaged = in_last[len(in_last) // 2]
-    position = written.start_of(damaged) + 20  # inside the body
-    written.flip(last, position)
+    start, stop = written.start_of(damaged), written.ends[damaged][1]
+    written.flip(last, start + 20)  # inside the body
+    original = written.path(last).read_bytes()
     log, report = written.reopen()
     with log:
-        start = written.start_of(damaged)
+        copy = f"{last}.bytes-{start}-{stop - 1}"
         assert len(report.damaged) == 1
-        assert report.damaged[0].startswith(f"{last}: at byte {start} (offset {damaged}): CRC mismatch")
-        assert report.truncated_bytes == written.ends[59][1] - start
-        assert os.path.getsize(written.path(last)) == start
-        check_kept(log, damaged)
-    check_repaired(written, damaged)
+        assert report.damaged[0].startswith(
+            f"{last}: offsets {damaged} to {damaged} are damaged (bytes {start} to {stop - 1}: CRC mismatch"
+        )
+        assert report.damaged[0].endswith(
+            f"the records before and after are kept and those offsets are never reused; "
+            f"a copy of the bytes is in quarantine/{copy}"
+        )
+        assert report.truncated_bytes == 0 and report.records == 59
+        assert written.path(last).read_bytes() == original  # nothing cut, nothing rewritten
+        assert quarantined(written) == {copy: original[start:stop]}
+        assert log.last_sequence("p") == 59
+        check_damaged(log, damaged, damaged + 1, 60)
+    log, report = written.reopen()  # found again, the same, at every open; the copy is not made twice
+    with log:
+        assert [(d.first, d.end) for d in report.damaged_ranges] == [(damaged, damaged + 1)]
+        assert log.next_offset == 61 and log.read(60, 1)[0].value == "after recovery"
+        assert list(quarantined(written)) == [copy]
 
 
 def test_a_flipped_length_field_is_caught_by_the_crc(written: Written) -> None:
@@ -135,8 +186,18 @@ def test_a_flipped_length_field_is_caught_by_the_crc(written: Written) -> None:
     written.flip(last, written.start_of(damaged) + 3)  # low byte of the length: still plausible
     log, report = written.reopen()
     with log:
-        assert f"(offset {damaged}):" in report.damaged[0]
-        check_kept(log, damaged)
+        assert f"offsets {damaged} to {damaged} are damaged" in report.damaged[0]
+        check_damaged(log, damaged, damaged + 1, 60)
+
+
+def test_two_damaged_records_in_a_row_make_one_range(written: Written) -> None:
+    last = written.segments()[-1]
+    damaged = written.records_in(last)[1]
+    written.flip(last, written.start_of(damaged) + 12)
+    written.flip(last, written.start_of(damaged + 1) + 12)
+    log, _ = written.reopen()
+    with log:
+        check_damaged(log, damaged, damaged + 2, 60)
 
 
 def test_garbage_after_the_last_record_is_removed(written: Written) -> None:
@@ -149,7 +210,8 @@ def test_garbage_after_the_last_record_is_removed(written: Written) -> None:
     with log:
         assert report.damaged == [
             f"{last}: at byte {end} (offset 60): CRC mismatch (stored 0x67617262) over a frame of 16 body bytes; "
-            f"removed {len(garbage)} bytes from there to the end of the segment"
+            f"removed {len(garbage)} bytes from there to the end of the segment (a torn last write); "
+            f"a copy of the bytes is in quarantine/{last}.bytes-{end}-{end + len(garbage) - 1}"
         ]
         assert report.truncated_bytes == len(garbage)
         check_kept(log, 60)
@@ -166,7 +228,8 @@ def test_zeros_after_the_last_record_are_removed(written: Written) -> None:
     with log:
         assert report.damaged == [
             f"{last}: at byte {end} (offset 60): impossible frame length 0; "
-            "removed 4096 bytes from there to the end of the segment"
+            "removed 4096 bytes from there to the end of the segment (a torn last write); "
+            f"a copy of the bytes is in quarantine/{last}.bytes-{end}-{end + 4095}"
         ]
         check_kept(log, 60)
 
@@ -184,41 +247,46 @@ def test_a_well_formed_record_with_the_wrong_offset_ends_the_log(written: Writte
         check_kept(log, 60)
 
 
-def test_damage_in_an_earlier_segment_removes_every_later_one(written: Written) -> None:
+def test_damage_in_an_earlier_segment_costs_only_the_damaged_record(written: Written) -> None:
     names = written.segments()
     assert len(names) >= 4
     second = names[1]
     damaged = written.records_in(second)[2]
     written.flip(second, written.start_of(damaged) + 12)
-    later_bytes = sum(os.path.getsize(written.path(name)) for name in names[2:])
-    cut_bytes = os.path.getsize(written.path(second)) - written.start_of(damaged)
+    log, report = written.reopen()
+    with log:
+        assert report.damaged[0].startswith(f"{second}: offsets {damaged} to {damaged} are damaged")
+        assert report.truncated_bytes == 0
+        assert written.segments() == names
+        check_damaged(log, damaged, damaged + 1, 60)
+
+
+def test_damage_running_to_the_end_of_a_sealed_segment_ends_at_the_next_segment(written: Written) -> None:
+    names = written.segments()
+    second = names[1]
+    last_in_second = written.records_in(second)[-1]
+    written.flip(second, written.start_of(last_in_second) + 12)
+    log, report = written.reopen()
+    with log:
+        assert report.sidecars_ignored[0].startswith(f"{second[:-4]}.idx: the segment's bytes do not match")
+        check_damaged(log, last_in_second, int(names[2][:-4]), 60)
+
+
+def test_a_sealed_segment_with_a_damaged_header_becomes_one_damaged_range(written: Written) -> None:
+    names = written.segments()
+    written.flip(names[-2], 12 + 8 + 3)  # inside the header frame's body
+    base, end = int(names[-2][:-4]), int(names[-1][:-4])
     log, report = written.reopen()
     with log:
         assert report.damaged[0].startswith(
-            f"{second}: at byte {written.start_of(damaged)} (offset {damaged}): CRC mismatch"
+            f"{names[-2]}: offsets {base} to {end - 1} are damaged (bytes 0 to "
+            f"{os.path.getsize(written.path(names[-2])) - 1}: header at byte 12: CRC mismatch"
         )
-        assert report.damaged[1] == (
-            f"removed {len(names) - 2} segment file(s), {later_bytes} bytes, from the damage on: "
-            + ", ".join(names[2:])
-        )
-        assert report.truncated_bytes == cut_bytes + later_bytes
-        assert written.segments() == names[:2]
-        check_kept(log, damaged)
-    check_repaired(written, damaged)
+        assert log.last_sequence("p") == 59  # the next segment's header and records still know it
+        check_damaged(log, base, end, 60)
 
 
-def test_a_segment_with_a_damaged_header_is_removed_with_everything_after_it(written: Written) -> None:
-    names = written.segments()
-    written.flip(names[-2], 12 + 8 + 3)  # inside the header frame's body
-    base = int(names[-2][:-4])
-    log, report = written.reopen()
-    with log:
-        assert report.damaged[0].startswith(f"{names[-2]}: header at byte 12: CRC mismatch")
-        assert report.damaged[1].endswith(f"from the damage on: {names[-2]}, {names[-1]}")
-        check_kept(log, base)
-
-
-def test_when_the_only_segment_is_unreadable_the_log_restarts_empty_at_its_offset(tmp_path: pathlib.Path) -> None:
+def test_when_the_only_segment_is_unreadable_the_open_stops_until_unclean_recovery(tmp_path: pathlib.Path) -> None:
     with SegmentLog.open(tmp_path, Retention(max_records=5), FsyncPolicy.ALWAYS, 256)[0] as log:
         log.append([f"{i:040d}" for i in range(40)], timestamp_ms=0)
         log.enforce_retention(now_ms=0)
@@ -228,7 +296,11 @@ def test_when_the_only_segment_is_unreadable_the_log_restarts_empty_at_its_offse
             os.unlink(tmp_path / name)
     only = tmp_path / f"{first:020d}.log"
     only.write_bytes(b"rsnet")  # cut inside the magic
-    log, report = SegmentLog.open(tmp_path, Retention(), FsyncPolicy.ALWAYS, 256)
+    before = sorted(os.listdir(tmp_path))
+    with pytest.raises(UncleanRecoveryNeeded, match=r"header cut off at byte 5.*unclean_recovery = true"):
+        SegmentLog.open(tmp_path, Retention(), FsyncPolicy.ALWAYS, 256)
+    assert sorted(os.listdir(tmp_path)) == before and only.read_bytes() == b"rsnet"
+    log, report = SegmentLog.open(tmp_path, Retention(), FsyncPolicy.ALWAYS, 256, unclean_recovery=True)
     with log:
         assert report.damaged[0] == f"{first:020d}.log: header cut off at byte 5"
         assert (
@@ -237,43 +309,56 @@ def test_when_the_only_segment_is_unreadable_the_log_restarts_empty_at_its_offse
         )
         assert (log.first_offset, log.next_offset) == (first, first)
         assert log.append(["again"], timestamp_ms=0) == [first]
+    assert (tmp_path / "quarantine" / f"{first:020d}.log").read_bytes() == b"rsnet"
 
 
-def test_a_file_that_is_not_a_segment_is_reported_as_such(written: Written) -> None:
+def test_an_active_segment_that_is_not_a_segment_stops_the_open_until_unclean_recovery(written: Written) -> None:
     last = written.segments()[-1]
     written.path(last).write_bytes(b"PK\x03\x04 something else entirely")
-    log, report = written.reopen()
+    before = written.snapshot()
+    with pytest.raises(UncleanRecoveryNeeded, match="not a segment file"):
+        written.reopen()
+    assert written.snapshot() == before
+    log, report = written.reopen(unclean=True)
     with log:
         assert report.damaged[0] == f"{last}: not a segment file (wrong magic bytes at byte 0)"
         check_kept(log, int(last[:-4]))
 
 
-def test_segments_before_missing_offsets_are_removed_as_an_interrupted_retention(written: Written) -> None:
+def test_offsets_no_segment_holds_become_a_damaged_range_and_both_sides_stay(written: Written) -> None:
     names = written.segments()
     os.unlink(written.path(names[1]))
-    first_kept = int(names[2][:-4])
+    first, end = int(names[1][:-4]), int(names[2][:-4])
     log, report = written.reopen()
     with log:
-        assert report.damaged == [
-            f"{names[0]}: removed (offsets 0 to {int(names[1][:-4]) - 1}) because offsets {int(names[1][:-4])} "
-            f"to {first_kept - 1} are missing before {names[2]}: an interrupted retention, or a segment deleted by hand"
+        assert report.damaged == []  # nothing found damaged in a file; the range says what is missing
+        assert [(d.first, d.end, d.problem) for d in report.damaged_ranges] == [
+            (
+                first,
+                end,
+                f"no segment file holds offsets {first} to {end - 1} (before {names[2]}): deleted by hand, or lost",
+            )
         ]
-        assert (log.first_offset, log.next_offset) == (first_kept, 60)
-        assert [r.value["n"] for r in log.read(first_kept, 100)] == list(range(first_kept, 60))
         assert log.last_sequence("p") == 59
+        check_damaged(log, first, end, 60)
 
 
-def test_a_segment_starting_inside_the_previous_one_is_removed(written: Written) -> None:
+def test_a_segment_starting_inside_the_previous_one_stops_the_open_until_unclean_recovery(written: Written) -> None:
     names = written.segments()
     last_base = int(names[-1][:-4])
     os.rename(written.path(names[-1]), written.path(f"{last_base - 1:020d}.log"))
-    log, report = written.reopen()
+    before = written.snapshot()
+    with pytest.raises(UncleanRecoveryNeeded, match="inside the previous segment"):
+        written.reopen()
+    assert written.snapshot() == before
+    log, report = written.reopen(unclean=True)
     with log:
         assert report.damaged[0] == (
             f"{last_base - 1:020d}.log: starts at offset {last_base - 1}, inside the previous segment "
             f"(which ends before {last_base})"
         )
         check_kept(log, last_base)
+    assert os.listdir(written.directory / "quarantine") == [f"{last_base - 1:020d}.log"]
 
 
 def test_a_segment_left_half_created_by_a_crash_is_removed_silently(written: Written) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import errno
 import os
 import pathlib
 
@@ -11,7 +10,6 @@ import pytest
 from rsnet.broker.storage import (
     CorruptData,
     FsyncPolicy,
-    LogFailed,
     Retention,
     SegmentLog,
     StorageError,
@@ -280,51 +278,7 @@ def test_never_counts_written_as_durable_and_never_syncs(tmp_path: pathlib.Path,
 # -- I/O failures ----------------------------------------------------------------------------------------
 
 
-def test_a_failed_write_is_cut_off_and_the_log_goes_on(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    log = open_log(tmp_path, segment_bytes=1 << 20)
-    log.append(["a"], timestamp_ms=0, producer="p", first_sequence=0)
-    path = tmp_path / segment_files(tmp_path)[0]
-    size = os.path.getsize(path)
-
-    def disk_full(fd: int, data: bytes) -> None:
-        os.write(fd, data[: len(data) // 2])
-        raise OSError(errno.ENOSPC, "No space left on device")
-
-    monkeypatch.setattr(storage_files, "write_all", disk_full)
-    with pytest.raises(OSError, match="No space"):
-        log.append(["b", "c"], timestamp_ms=0, producer="p", first_sequence=1)
-    assert os.path.getsize(path) == size
-    assert (log.next_offset, log.last_sequence("p")) == (1, 0)
-    monkeypatch.undo()
-    assert log.append(["b", "c"], timestamp_ms=0, producer="p", first_sequence=1) == [1, 2]
-    log.close()
-    log = open_log(tmp_path)
-    assert [r.value for r in log.read(0, 10)] == ["a", "b", "c"]
-    log.close()
-
-
-def test_after_a_failed_fsync_the_log_refuses_to_go_on_until_reopened(
-    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    log = open_log(tmp_path)
-    log.append(["a"], timestamp_ms=0)
-
-    def failing(fd: int) -> None:
-        raise OSError(errno.EIO, "Input/output error")
-
-    monkeypatch.setattr(storage_files, "datasync", failing)
-    with pytest.raises(OSError, match="Input/output"):
-        log.append(["b"], timestamp_ms=0)
-    assert log.durable_offset == 1  # "b" was never durable, so never acknowledged
-    monkeypatch.undo()
-    with pytest.raises(LogFailed, match="reopen"):
-        log.append(["c"], timestamp_ms=0)
-    with pytest.raises(LogFailed):
-        log.sync()
-    log.close()
-    log = open_log(tmp_path)  # whatever reached the file is kept, and is durable now
-    assert [r.value for r in log.read(0, 10)] == ["a", "b"] and log.durable_offset == 2
-    log.close()
+# Failed writes and fsyncs: test_storage_faults.py.
 
 
 def test_a_record_damaged_after_opening_is_reported_when_read(tmp_path: pathlib.Path) -> None:
@@ -336,10 +290,13 @@ def test_a_record_damaged_after_opening_is_reported_when_read(tmp_path: pathlib.
         byte = file.read(1)
         file.seek(-1, os.SEEK_CUR)
         file.write(bytes([byte[0] ^ 0xFF]))
+    last_in_first = int(segment_files(tmp_path)[1][:-4]) - 1
+    before = log.read(0, 100)  # the records before the damaged one, then the read stops
+    assert [r.offset for r in before] == list(range(last_in_first))
     with pytest.raises(
         CorruptData, match=r"00000000000000000000\.log: corrupt data at byte \d+: .*CRC mismatch"
     ) as error:
-        log.read(0, 100)
+        log.read(last_in_first, 100)
     assert error.value.path == str(first)
     assert log.read(int(segment_files(tmp_path)[1][:-4]), 1)  # other segments still read
     log.close()

@@ -203,12 +203,15 @@ def test_a_sidecar_for_a_segment_of_another_size_is_ignored(tmp_path: pathlib.Pa
         assert report.sidecars_ignored == [
             f"{segments[1][:-4]}.idx: says the segment is {size} bytes, but it is {size + 16}; scanned {segments[1]} instead"
         ]
-        # Scanned exactly as without sidecars: the zeros end the log there.
-        assert report.damaged[0].startswith(
-            f"{segments[1]}: at byte {size} (offset {int(segments[2][:-4])}): impossible frame length 0"
-        )
-        assert log.next_offset == int(segments[2][:-4])
-        assert files(tmp_path, ".idx") == [segments[0][:-4] + ".idx"]  # none for the now active segment
+        # Scanned exactly as without sidecars: the zeros follow its last record, no offset is
+        # missing, so nothing is lost and the bytes are left in place.
+        assert report.damaged == [
+            f"{segments[1]}: bytes {size} to {size + 15} after its last record are not a record "
+            "(impossible frame length 0); no offset is missing, the bytes are left in place"
+        ]
+        assert log.next_offset == 120 and [r.value["n"] for r in log.read(0, 200)] == list(range(120))
+        # no sidecar for the changed segment: it is scanned (and reported) at every open
+        assert segments[1][:-4] + ".idx" not in files(tmp_path, ".idx")
 
 
 def test_a_sealed_segment_changed_in_place_is_scanned_despite_its_sidecar(tmp_path: pathlib.Path) -> None:
@@ -223,8 +226,9 @@ def test_a_sealed_segment_changed_in_place_is_scanned_despite_its_sidecar(tmp_pa
             f"scanned {segments[1]} instead"
         ]
         assert "CRC mismatch" in report.damaged[0]
-        assert files(tmp_path, ".log") == segments[:2]
-        assert log.next_offset < int(segments[2][:-4])
+        assert files(tmp_path, ".log") == segments  # only its last record is lost, as a damaged range
+        assert [(d.first, d.end) for d in log.damaged_ranges] == [(int(segments[2][:-4]) - 1, int(segments[2][:-4]))]
+        assert log.next_offset == 120
 
 
 def test_an_unknown_segment_version_stops_the_open_even_with_a_sidecar(tmp_path: pathlib.Path) -> None:

@@ -109,6 +109,21 @@ def test_each_side_sends_no_frame_larger_than_the_peer_accepts() -> None:
     assert not client.data_to_send() and client.outstanding_demand(stream_id) == 2
 
 
+def test_a_violation_in_the_same_bytes_as_hello_leaves_conn_error_as_the_only_answer() -> None:
+    """SPEC 6.1: the server's first frame is WELCOME or CONN_ERROR. Bytes that break the protocol
+    right behind the HELLO close the connection before the application answers it; its
+    WELCOME is then a no-op, so the CONN_ERROR stays the first and last frame (issue 10 finding 6)."""
+    client, server = Connection(Role.CLIENT), Connection(Role.SERVER)
+    server.receive_data(bytes(client.data_to_send()) + b"\xc1")
+    hello, closed = server.events_received()
+    assert isinstance(hello, Hello) and isinstance(closed, ConnectionClosed)
+    assert closed.code == ErrorCode.PROTOCOL_ERROR and not closed.by_peer
+    server.send_welcome()
+    server.send_conn_error(ErrorCode.UNAUTHORIZED, "too late")
+    (conn_error,) = decode(bytes(server.data_to_send()))
+    assert conn_error.code == ErrorCode.PROTOCOL_ERROR and server.state is State.CLOSED
+
+
 # ------------------------------------------------------------------ demand (rules 1.1, 3.8, 3.9, 3.17)
 
 

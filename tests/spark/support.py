@@ -25,7 +25,8 @@ retention = {{ max_records = 100 }}
 
 [[topics]]
 pattern = "strict.>"
-auto_create = false
+auto_create = "never"
+subscribe_missing = "fail"
 
 [auth]
 [[auth.tokens]]

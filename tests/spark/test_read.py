@@ -106,6 +106,7 @@ def test_batch_read_of_an_offset_range_split_by_min_partitions(spark, broker_url
 def test_batch_read_of_a_pattern_with_a_user_schema(spark, broker_url):
     publish(broker_url, "sensors.kitchen", [{"room": "kitchen", "temp": 21.5, "on": True, "count": 3}])
     publish(broker_url, "sensors.hall", [{"room": "hall", "temp": "warm", "count": 2**40}, "not a map"])
+    publish(broker_url, "sensors.attic", [{"room": "attic", "temp": 3, "on": 1, "count": 1.5}])
     df = (
         spark.read.format("rsnet")
         .schema("room string, temp double, on boolean, count long, missing string")
@@ -116,6 +117,7 @@ def test_batch_read_of_a_pattern_with_a_user_schema(spark, broker_url):
     )
     rows = sorted(df.collect(), key=lambda row: (row["room"] is None, row["room"] or ""))
     assert [row.asDict() for row in rows] == [
+        {"room": "attic", "temp": 3.0, "on": None, "count": None, "missing": None},  # 1 is no bool, 1.5 no long
         {"room": "hall", "temp": None, "on": None, "count": 2**40, "missing": None},  # "warm" is no double
         {"room": "kitchen", "temp": 21.5, "on": True, "count": 3, "missing": None},
         {"room": None, "temp": None, "on": None, "count": None, "missing": None},  # the value is not a map
@@ -157,3 +159,57 @@ def test_retention_trimmed_offsets_fail_the_read_or_are_skipped(spark, broker_ur
         batch(spark, broker_url, "trim.me", startingOffsets='{"trim.me": 0}').collect()
     rows = batch(spark, broker_url, "trim.me", startingOffsets='{"trim.me": 0}', failOnDataLoss="false").collect()
     assert sorted(row["offset"] for row in rows) == list(range(200, 300))
+
+
+def test_user_schema_nested_types_and_timestamps(spark, broker_url):
+    publish(
+        broker_url,
+        "nested.t",
+        [
+            {
+                "tags": ["a", "b"],
+                "attrs": {"x": 1},
+                "at": 1_700_000_000_123,
+                "pos": {"x": 1.5, "y": -2.0},
+                "raw": b"\x00\xff",
+            },
+            {"tags": "not a list", "attrs": None, "at": "not a time", "pos": {"x": 0.0}},
+        ],
+    )
+    df = (
+        spark.read.format("rsnet")
+        .schema("tags array<string>, attrs map<string,long>, at timestamp, pos struct<x:double,y:double>, raw binary")
+        .option("url", broker_url)
+        .option("token", TOKEN)
+        .option("topic", "nested.t")
+        .load()
+    )
+    first, second = df.select("tags", "attrs", F.unix_millis("at").alias("at"), "pos", "raw").collect()
+    assert first.asDict(recursive=True) == {
+        "tags": ["a", "b"],
+        "attrs": {"x": 1},
+        "at": 1_700_000_000_123,
+        "pos": {"x": 1.5, "y": -2.0},
+        "raw": bytearray(b"\x00\xff"),
+    }
+    assert second.asDict(recursive=True) == {
+        "tags": None,
+        "attrs": None,
+        "at": None,
+        "pos": {"x": 0.0, "y": None},
+        "raw": None,
+    }
+
+
+def test_a_missing_java_is_named_before_spark_fails_obscurely(monkeypatch, tmp_path):
+    import rsnet.spark
+
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path))
+    with pytest.raises(
+        RuntimeError, match=r"Spark needs Java 17 \(JAVA_HOME=.* has no bin/java\).*openjdk-17-jre-headless"
+    ):
+        rsnet.spark.check_java()
+    monkeypatch.delenv("JAVA_HOME")
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(RuntimeError, match=r"no java on PATH and JAVA_HOME is not set"):
+        rsnet.spark.check_java()

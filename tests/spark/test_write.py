@@ -36,10 +36,14 @@ def test_a_topic_column_routes_each_row_and_temporal_values_become_plain(spark, 
         "SELECT * FROM VALUES "
         "('routed.a', 1, TIMESTAMP '2024-01-02 03:04:05.678 UTC', DATE '2024-01-02', 1.50BD), "
         "('routed.b', 2, TIMESTAMP '1970-01-01 00:00:01 UTC', DATE '1970-01-01', 2.25BD), "
-        "('routed.a', 3, TIMESTAMP '1970-01-01 00:00:00 UTC', DATE '1999-12-31', 0.00BD) "
+        "('routed.a', 3, TIMESTAMP '1970-01-01 00:00:00 UTC', DATE '1999-12-31', 0.00BD), "
+        "(NULL, 4, NULL, NULL, NULL) "
         "AS t(topic, n, at, day, price)"
-    )
-    writer(df, broker_url).save()
+    ).coalesce(1)
+    writer(df, broker_url, "routed.default").save()  # the column wins; where it is null, the option
+    assert [record["value"] for record in records(broker_url, "routed.default")] == [
+        {"n": 4, "at": None, "day": None, "price": None}
+    ]
     assert [record["value"] for record in records(broker_url, "routed.a")] == [
         {"n": 1, "at": 1704164645678, "day": "2024-01-02", "price": "1.50"},
         {"n": 3, "at": 0, "day": "1999-12-31", "price": "0.00"},
@@ -55,6 +59,8 @@ def test_writer_errors_are_clear(spark, broker_url):
         writer(df, broker_url).save()
     with pytest.raises(Exception, match="topics are append-only"):
         writer(df, broker_url, "written.x").mode("overwrite").save()
+    with pytest.raises(Exception, match="column topic must be a string, not int"):
+        writer(spark.createDataFrame([(1, 1)], "topic int, n int"), broker_url, "written.x").save()
     with pytest.raises(PySparkException, match="has a null value"):
         writer(spark.createDataFrame([(None,)], "value string"), broker_url, "written.null").save()
 
@@ -167,3 +173,35 @@ def test_json_value_column_round_trip(spark, broker_url):
         '{"k": "a", "v": 1}',
         '{"k": "b", "v": 2}',
     ]
+
+
+def test_a_topic_that_ends_before_the_query_position_fails_or_restarts_from_its_beginning(spark, broker_url, tmp_path):
+    """An in-memory broker restarted empty: the checkpoint's position is beyond the topic's end."""
+    from .support import broker_process
+
+    publish(broker_url, "reset.t", list(range(5)))
+
+    def run(url, **options):
+        seen = []
+        stream = spark.readStream.format("rsnet").option("url", url).option("token", TOKEN)
+        for key, value in {"topic": "reset.t", "startingOffsets": "earliest", **options}.items():
+            stream = stream.option(key, value)
+        query = (
+            stream.load()
+            .writeStream.foreachBatch(lambda frame, _: seen.extend(json.loads(r["value"]) for r in frame.collect()))
+            .option("checkpointLocation", str(tmp_path / "checkpoint"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination(120)
+        return seen
+
+    assert run(broker_url) == [0, 1, 2, 3, 4]
+    (tmp_path / "fresh").mkdir()
+    with broker_process(tmp_path / "fresh") as fresh:
+        publish(fresh, "reset.t", ["a", "b"])
+        with pytest.raises(
+            PySparkException, match=r"topic 'reset.t' .* ends at offset 2, before the query's position 5"
+        ):
+            run(fresh)
+        assert sorted(run(fresh, failOnDataLoss="false")) == ["a", "b"]

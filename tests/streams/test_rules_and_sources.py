@@ -8,7 +8,7 @@ import weakref
 import pytest
 
 import rsnet
-from rsnet.streams.rules import MAX_DEMAND, add_demand, set_undeliverable_handler
+from rsnet.streams.rules import MAX_DEMAND, add_demand, set_undeliverable_handler, validate_subscription
 
 from .support import Recorder
 
@@ -226,3 +226,57 @@ def test_defer_builds_a_publisher_per_subscriber_and_rejects_a_failing_factory()
 def test_range_rejects_negative_count():
     with pytest.raises(ValueError):
         rsnet.range_(0, -1)
+
+
+class _Counted(rsnet.Subscription):
+    def __init__(self) -> None:
+        self.cancels = 0
+        self.requests: list[int] = []
+
+    def request(self, n: int) -> None:
+        self.requests.append(n)
+
+    def cancel(self) -> None:
+        self.cancels += 1
+
+
+def test_rule_2_5_validate_subscription_keeps_the_first_and_cancels_any_other():
+    first, second = _Counted(), _Counted()
+    assert validate_subscription(None, first)
+    assert not validate_subscription(first, second)
+    assert (first.cancels, second.cancels) == (0, 1) and not second.requests
+
+
+def test_rule_2_5_validate_subscription_cancels_one_nobody_wants_any_more():
+    late = _Counted()
+    assert not validate_subscription(None, late, wanted=False)
+    assert late.cancels == 1
+
+
+def test_rule_2_13_validate_subscription_rejects_none():
+    with pytest.raises(TypeError, match=r"2\.13"):
+        validate_subscription(None, None)  # type: ignore[arg-type]  # None on purpose
+
+
+@pytest.mark.parametrize(
+    "stage",
+    [
+        lambda s: s.pipe(rsnet.ops.map(str)),
+        lambda s: s.pipe(rsnet.ops.flat_map(rsnet.just)),
+        lambda s: s.pipe(rsnet.ops.on_backpressure_buffer(4)),
+        lambda s: rsnet.ops.concat(s),
+    ],
+    ids=["map", "flat_map", "on_backpressure_buffer", "concat"],
+)
+def test_rule_2_5_every_stage_cancels_a_second_subscription(stage):
+    """Each stage's on_subscribe goes through validate_subscription: a second one is cancelled."""
+    from .support import ManualPublisher
+
+    source = ManualPublisher()
+    recorder = Recorder(initial=1)
+    stage(source).subscribe(recorder)
+    inner = source.last.subscriber
+    second = _Counted()
+    inner.on_subscribe(second)
+    assert second.cancels == 1 and not second.requests
+    assert not source.last.cancelled

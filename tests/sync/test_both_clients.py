@@ -40,10 +40,11 @@ def trio_items(
     an error are visible); after ``take`` items, call ``before_leaving`` (a blocking check, run
     in a worker thread while the connection stays live) and leave the loop."""
     prefetch = options.pop("prefetch", rsnet.client_rules.DEFAULT_PREFETCH)
+    limit = options.pop("limit", None)
 
     async def main() -> None:
         async with rsnet.connect(url, **options) as conn:
-            async with conn.subscribe(name, params, prefetch=prefetch) as items:
+            async with conn.subscribe(name, params, prefetch=prefetch, limit=limit) as items:
                 async for item in items:
                     into.append(item)
                     if len(into) == take:
@@ -65,8 +66,9 @@ def sync_items(
 ):
     """The same with the blocking client."""
     prefetch = options.pop("prefetch", rsnet.client_rules.DEFAULT_PREFETCH)
+    limit = options.pop("limit", None)
     with rsnet.sync.connect(url, **options) as client:
-        items = client.subscribe(name, params, prefetch=prefetch)
+        items = client.subscribe(name, params, prefetch=prefetch, limit=limit)
         for item in items:
             into.append(item)
             if len(into) == take:
@@ -196,3 +198,18 @@ def test_demand_follows_the_same_refill_rule(items_of, urls, probes, scheme, req
     assert granted_before_leaving == [8 + 3 * 6]
     assert probe.cancelled.wait(5), "leaving the loop must cancel the stream at the server"
     assert probe.requested == 8 + 3 * 6  # nothing more after the cancel
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+@pytest.mark.parametrize(("limit", "prefetch"), [(20, 8), (5, 64), (0, 8)])
+def test_a_limit_is_exact_demand_on_the_wire(items_of, urls, probes, scheme, limit, prefetch, request):
+    """``limit=n`` takes n items and never asks the server for more, then cancels."""
+    tag = request.node.name
+    got: list[Any] = []
+    items_of(urls["plain", scheme], "endless", {"tag": tag}, into=got, limit=limit, prefetch=prefetch)
+    assert got == list(range(limit))
+    probe = probes[tag]
+    if limit:
+        assert probe.cancelled.wait(5), "taking the last item cancels the stream"
+    assert probe.requested == limit
+    assert probe.emitted == limit

@@ -15,7 +15,7 @@ async def main(url: str, count: int, prefetch: int) -> None:
             try:  # the params mapping of issue 14, else the keyword form it replaces
                 return conn.subscribe("items", {"count": n, "size": 16}, prefetch=prefetch)
             except TypeError:
-                return conn.subscribe("items", prefetch=prefetch, count=n, size=16)
+                return conn.subscribe("items", {"count": n, "size": 16}, prefetch=prefetch)
 
         async for _ in stream(count // 5):  # warm-up
             pass

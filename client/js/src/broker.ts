@@ -65,13 +65,19 @@ export async function publish(
       settle(error as Error);
     }
   })();
+  const stop = new AbortController();
+  const offering = conn.offer(topic, records, { producer, sequence: first }, { signal: stop.signal });
+  offering.catch(() => {}); // observed through the race below
   try {
     const sent = await Promise.race([
-      conn.offer(topic, records, { producer, sequence: first }),
+      offering,
       done.then(() => {
         throw new StreamError(ErrorCode.INTERNAL, "$acks ended before the offer did");
       }),
-    ]);
+    ]).catch((error: Error) => {
+      stop.abort(error); // $acks refused (e.g. UNAUTHORIZED): publishing cannot succeed
+      throw error;
+    });
     wanted = first + BigInt(sent) - 1n;
     if (sent === 0 || acked >= wanted) settle();
     await done;

@@ -55,6 +55,13 @@ export interface ConnectOptions {
   versions?: number[];
 }
 
+export interface OfferOptions {
+  /** OFFER metadata (for example `content_type`). */
+  metadata?: Record<string, unknown>;
+  /** Aborting ends the stream with an ERROR (APPLICATION_ERROR) and rejects the offer. */
+  signal?: AbortSignal;
+}
+
 export interface SubscribeOptions {
   /** Items in flight at most (default 256). */
   prefetch?: number;
@@ -326,6 +333,10 @@ export class Client {
   private resolveClosed!: () => void;
   /** Resolves when the transport has closed, for whatever reason. */
   readonly closed: Promise<void> = new Promise((resolve) => (this.resolveClosed = resolve));
+  private resolveGoAway!: (message: string) => void;
+  /** Resolves with its message when the server sends GO_AWAY (it is shutting down: open
+   *  streams go on, new ones fail with `ConnectionLost` code GOING_AWAY). */
+  readonly goAway: Promise<string> = new Promise((resolve) => (this.resolveGoAway = resolve));
 
   /** Use `connect()`. */
   constructor(
@@ -382,13 +393,29 @@ export class Client {
    * demand; returns how many items were sent once the stream completed. Rejects with
    * `StreamError` if the server refuses or cancels with an error, `ConnectionLost` if the
    * connection ends first. A source that throws ends the stream with APPLICATION_ERROR and
-   * the promise rejects with that error.
+   * the promise rejects with that error; so does aborting `options.signal`.
    */
-  async offer(name: string, source: Iterable<unknown> | AsyncIterable<unknown>, params: unknown = null, metadata?: Record<string, unknown>): Promise<number> {
+  async offer(
+    name: string,
+    source: Iterable<unknown> | AsyncIterable<unknown>,
+    params: unknown = null,
+    options: OfferOptions = {},
+  ): Promise<number> {
     const out = new Outbound();
-    out.streamId = this.open(() => this.conn.sendOffer(name, params, metadata));
+    out.streamId = this.open(() => this.conn.sendOffer(name, params, options.metadata));
     this.outbound.set(out.streamId, out);
     this.scheduleFlush();
+    const signal = options.signal;
+    const abort = (): void => {
+      if (out.ended !== undefined) return;
+      const reason = signal?.reason instanceof Error ? signal.reason : new Error("the offer was aborted");
+      this.flushItems(out);
+      this.conn.sendError(out.streamId, ErrorCode.APPLICATION_ERROR, `the producer stopped: ${reason.message}`);
+      this.endOutbound(out, reason);
+      this.scheduleFlush();
+    };
+    if (signal?.aborted) abort();
+    signal?.addEventListener("abort", abort, { once: true });
     const iterator: Iterator<unknown> | AsyncIterator<unknown> =
       Symbol.asyncIterator in Object(source)
         ? (source as AsyncIterable<unknown>)[Symbol.asyncIterator]()
@@ -425,6 +452,7 @@ export class Client {
       }
       throw error;
     } finally {
+      signal?.removeEventListener("abort", abort);
       if (out.ended !== undefined) await (iterator as AsyncIterator<unknown>).return?.();
     }
     if (out.ended) throw out.ended;
@@ -582,13 +610,12 @@ export class Client {
           this.inbound.get(event.stream_id)?.deliver(event.items);
           break;
         case "COMPLETE": {
+          // Only for streams we subscribe to: the connection refuses a COMPLETE on an offer.
           const inbound = this.inbound.get(event.stream_id);
           if (inbound) {
             this.inbound.delete(event.stream_id);
             inbound.complete();
           }
-          const out = this.outbound.get(event.stream_id);
-          if (out) this.endOutbound(out, new StreamError(ErrorCode.PROTOCOL_ERROR, "unexpected COMPLETE"));
           break;
         }
         case "ERROR": {
@@ -635,7 +662,10 @@ export class Client {
             ),
           );
           break;
-        default: // GO_AWAY (handled in flush), PONG, HELLO/WELCOME (handshake)
+        case "GO_AWAY": // the transport is closed in flush once no stream is left
+          this.resolveGoAway(event.message);
+          break;
+        default: // PONG, HELLO/WELCOME (handshake)
           break;
       }
     }

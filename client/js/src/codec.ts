@@ -8,7 +8,8 @@
  * - Values are decoded by msgpackr (measured about 5x faster than @msgpack/msgpack on BATCH
  *   items, see README), with integers beyond 2^53 as `bigint` (`int64AsType: "auto"`). The rare
  *   values msgpackr would get wrong (ext values, which it refuses unless registered globally,
- *   and maps with binary keys) are decoded by `decodeSlow` below.
+ *   maps with binary keys, and the key "__proto__", which it renames) are decoded by
+ *   `SlowDecoder` below.
  * - Encoding is our own `Encoder`: both libraries encode integral numbers >= 2^32 as float64
  *   in their BigInt modes, and the server rightly rejects a float where an integer is
  *   required. Ours writes the shortest encoding of every value, as the golden vectors expect.
@@ -52,6 +53,9 @@ function violation(message: string): ProtocolError {
 /** Flags `scanValue` reports: what the fast decoder must not be given. */
 export const HAS_EXT = 1;
 export const HAS_BIN_KEY = 2;
+/** A map key "__proto__", which msgpackr renames to "__proto_" (a guard of its own). */
+export const HAS_PROTO_KEY = 4;
+const PROTO = [0xa9, ...Array.from("__proto__", (c) => c.charCodeAt(0))];
 
 /**
  * Structural scanner over `buf[pos..end)`, for one value that must end before `limit`.
@@ -213,6 +217,8 @@ export class Scanner {
       if (!isStr) {
         if (k >= 0xc4 && k <= 0xc6) this.flags |= HAS_BIN_KEY;
         else throw violation("map keys must be strings or binary");
+      } else if (k === 0xa9 && pos + 10 <= this.end && PROTO.every((b, i) => this.buf[pos + i] === b)) {
+        this.flags |= HAS_PROTO_KEY;
       }
       pos = this.scan(pos, depth + 1);
       if (pos < 0) return -1;

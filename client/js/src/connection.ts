@@ -49,7 +49,7 @@ type FrameEvent<F> = F extends { type: infer T } ? Omit<F, "type"> & { event: T 
 /** What `eventsReceived` reports: the peer's frames, items grouped per stream, and CLOSED. */
 export type Event =
   | Exclude<FrameEvent<Frame>, { event: "NEXT" | "BATCH" | "PING" | "CONN_ERROR" }>
-  | { event: "ITEMS"; stream_id: number; items: unknown[] }
+  | { event: "ITEMS"; stream_id: number; items: unknown[] } // one per NEXT or BATCH frame
   | { event: "CLOSED"; code: Code | null; message: string; data: unknown; by_peer: boolean };
 
 export interface ConnectionOptions {
@@ -675,10 +675,7 @@ export class Connection {
       return this.streamError(streamId, ErrorCode.FLOW_CONTROL, `rule 1.1: ${items.length} items with ${stream.demand} outstanding demand`);
     }
     if (stream.demand < UNBOUNDED) stream.demand -= items.length;
-    const last = this.events[this.events.length - 1];
-    if (last !== undefined && last.event === "ITEMS" && last.stream_id === streamId) {
-      for (const item of items) last.items.push(item);
-    } else this.events.push({ event: "ITEMS", stream_id: streamId, items: kind === "BATCH" ? items : [items[0]] });
+    this.events.push({ event: "ITEMS", stream_id: streamId, items });
   }
 }
 

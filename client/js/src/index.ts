@@ -9,6 +9,7 @@ export {
   connect,
   MAX_DEMAND,
   type ConnectOptions,
+  type OfferOptions,
   type Publisher,
   type Subscriber,
   type Subscription,

@@ -1,13 +1,14 @@
 // End to end against a real `rsnet broker` (Python): publish with acknowledgements,
 // subscribe, resume, cursors, topics, and `follow` across a broker restart.
 import assert from "node:assert/strict";
-import { mkdtempSync, rmSync } from "node:fs";
+import { execFileSync } from "node:child_process";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
 
-import { ErrorCode, Float64, StreamError, commit, connect, follow, publish, topics } from "../dist/index.js";
-import { freePort, startRsnet } from "./support.js";
+import { ErrorCode, Float64, HandshakeError, StreamError, commit, connect, follow, publish, topics } from "../dist/index.js";
+import { RSNET, freePort, startRsnet } from "./support.js";
 
 const dataDir = mkdtempSync(join(tmpdir(), "rsnet-js-broker-"));
 let broker;
@@ -129,4 +130,39 @@ test("follow resumes across a broker restart with no gap and no duplicate", asyn
   await resumed.return();
   assert.deepEqual(seen.map((r) => r.offset), Array.from({ length: 70 }, (_, i) => i));
   assert.deepEqual(seen.map((r) => r.value), Array.from({ length: 70 }, (_, i) => i));
+});
+
+test("tokens: a reader may subscribe but not publish; publish fails with UNAUTHORIZED, nothing left running", async () => {
+  const reader = "reader-token-0123456789abcdef";
+  const writer = "writer-token-0123456789abcdef";
+  const hash = (token) => execFileSync(RSNET, ["broker", "hash-token"], { input: `${token}\n` }).toString().trim();
+  const config = join(dataDir, "auth.toml");
+  writeFileSync(
+    config,
+    `[[auth.tokens]]\nname = "reader"\nhash = "${hash(reader)}"\npublish = []\nsubscribe = ["js.>"]\n\n` +
+      `[[auth.tokens]]\nname = "writer"\nhash = "${hash(writer)}"\npublish = ["js.>"]\nsubscribe = ["js.>"]\n`,
+  );
+  const secured = await startRsnet(["broker", "--config", config, "--tcp", "127.0.0.1:0", "--ws", "127.0.0.1:0"]);
+  try {
+    await assert.rejects(connect(secured.tcp), (e) => e instanceof HandshakeError && e.code === ErrorCode.UNAUTHORIZED);
+    const readerConn = await connect(secured.ws, { token: reader });
+    let pulled = 0;
+    async function* source() {
+      for (let i = 0; i < 1000; i++) {
+        pulled += 1;
+        yield i;
+      }
+    }
+    await assert.rejects(publish(readerConn, "js.secure", source()), (e) => e instanceof StreamError && e.code === ErrorCode.UNAUTHORIZED);
+    assert.equal(pulled, 0, "no record was taken from the source");
+    assert.equal(readerConn.streamCount, 0, "no stream left open");
+    const writerConn = await connect(secured.tcp, { token: writer });
+    assert.equal(await publish(writerConn, "js.secure", [1, 2]), 2);
+    const records = await take(readerConn.subscribe("js.secure", { from: "earliest" }), 2);
+    assert.deepEqual(records.map((r) => r.value), [1, 2]);
+    await writerConn.close();
+    await readerConn.close();
+  } finally {
+    await secured.stop();
+  }
 });

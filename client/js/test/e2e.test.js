@@ -184,3 +184,30 @@ test("a server that dies mid-stream ends the stream with ConnectionLost", async 
   }, ConnectionLost);
   await conn.closed;
 });
+
+test("a server shutting down (GO_AWAY) lets open streams run; new ones fail at once", async () => {
+  const leaving = await startRsnet(["serve", "--demo", "--tcp", "127.0.0.1:0", "--grace", "2"], { listeners: 1 });
+  const conn = await connect(leaving.tcp);
+  const stream = conn.subscribe("ticks", { interval: 0.05 });
+  assert.equal((await stream.next()).value, 0);
+  leaving.proc.kill("SIGTERM"); // rsnet serve: GO_AWAY, drain for --grace seconds, then close
+  const outcome = (async () => {
+    const items = [];
+    try {
+      for await (const item of stream) items.push(item);
+      return { items, error: null };
+    } catch (error) {
+      return { items, error };
+    }
+  })();
+  // The GO_AWAY arrives while the stream keeps delivering; a new subscription then fails locally.
+  assert.equal(typeof (await conn.goAway), "string");
+  await assert.rejects(async () => {
+    for await (const _ of conn.subscribe("range", { count: 1 }));
+  }, (e) => e instanceof ConnectionLost && e.code === ErrorCode.GOING_AWAY);
+  const { items, error } = await outcome;
+  assert.ok(items.length >= 3, `the open stream went on during the drain (${items.length} more ticks)`);
+  assert.ok(error instanceof ConnectionLost, "ended when the drain deadline expired");
+  assert.equal(error.code, ErrorCode.GOING_AWAY);
+  await leaving.stop();
+});

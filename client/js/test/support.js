@@ -9,12 +9,15 @@ const ROOT = fileURLToPath(new URL("../../../", import.meta.url));
 export const RSNET = process.env.RSNET_BIN ?? `${ROOT}.venv/bin/rsnet`;
 if (!existsSync(RSNET)) throw new Error(`rsnet not found at ${RSNET}: run "make .venv/.installed" or set RSNET_BIN`);
 
+/** The Python of the same environment, for fixture servers. */
+export const PYTHON = RSNET.replace(/rsnet$/, "python");
+
 /**
- * Run `rsnet <args>` and resolve once it announced every listener: `{tcp, ws, stop()}`.
+ * Run `rsnet <args>` (or `command <args>`) and resolve once it announced every listener: `{tcp, ws, stop()}`.
  * `stop(signal)` ends it and resolves when it exited.
  */
-export function startRsnet(args, { listeners = 2, env = process.env } = {}) {
-  const proc = spawn(RSNET, args, { stdio: ["ignore", "ignore", "pipe"], env });
+export function startRsnet(args, { listeners = 2, env = process.env, command = RSNET } = {}) {
+  const proc = spawn(command, args, { stdio: ["ignore", "ignore", "pipe"], env });
   let stderr = "";
   const urls = {};
   const exited = new Promise((resolve) => proc.once("exit", resolve));

@@ -50,28 +50,55 @@ record at the same offset; a broker that must never show that serves readers onl
 Recovery (``SegmentLog.open``)
 ------------------------------
 Every segment is scanned (a sealed segment with a sidecar that matches it byte for byte is
-read from the sidecar instead, with the same result; see ``sidecars.py``): each frame's length and CRC, each body's fields, and each record's
-offset against the one expected next. The log kept is the longest contiguous run of intact
-records from the start of the first segment:
+read from the sidecar instead, with the same result; see ``sidecars.py``): each frame's length
+and CRC, each body's fields, and each record's offset against the one expected next. A crash
+can damage only the tail of the active segment (the last, unsynced write); damage anywhere
+else is bit rot, a bad disk or a hand edit, and must cost no more than the damaged records:
 
-- A record that is cut off, fails its CRC, is not a record, or has an unexpected offset ends
-  the log. Its segment is truncated there and every later segment is deleted, as Kafka does:
-  records after a damaged one cannot be shown to follow it, and offsets must stay contiguous.
-  A crash can only damage the tail (unsynced writes), so this never removes an acknowledged
-  record under ALWAYS or INTERVAL; bit rot in an old segment costs everything after it, and
-  the report says exactly what went.
-- A segment whose header is unreadable is deleted with everything after it (it starts no
-  valid run); if it was the first, the log restarts empty at its base offset.
-- A segment that starts after the previous one ends (missing offsets) means the earlier ones
-  were being deleted by retention when the process stopped: they are deleted.
+- **Torn tail.** Damage in the active segment with no intact record after it is the last
+  write, cut short: the segment is cut there (a copy of the cut bytes is kept in
+  ``quarantine/``). Under ALWAYS and INTERVAL nothing cut was acknowledged.
+- **Damage in the middle.** After a damaged record the scan searches, byte by byte, for the
+  next intact one (its frame checks, its offset is plausible and the frame after it follows
+  on). The offsets in between become a :class:`DamagedRange`: never reused, reported, and
+  ``read`` raises :class:`OffsetDamaged` there while the records on both sides keep being
+  served. Damage that runs to the end of a sealed segment ends at the next segment's first
+  offset; a sealed segment whose header is unreadable is one damaged range as a whole;
+  offsets no segment file holds (a file deleted by hand) are a damaged range too. The files
+  are left as they are (a copy of the damaged bytes goes to ``quarantine/``), so the damage
+  is found again, the same, at every open, until retention removes its segment. Sealed
+  segments with damage get no sidecar.
+- **Damage recovery cannot place** stops the open with :class:`UncleanRecoveryNeeded`,
+  changing nothing: an unreadable header on the active segment (how many records it held is
+  unknown) and a segment that starts inside the previous one. With ``unclean_recovery`` the
+  log is cut there as before damaged ranges existed: the segments from the damage on are
+  moved to ``quarantine/``, and their offsets may be given to new records.
 - A segment in a format version this code does not know stops the open with a
   :class:`StorageError` and nothing is changed.
 
-Files are changed only after the scan, later segments deleted before a damaged one is
-truncated, and everything kept is fsynced (unless NEVER), so ``durable_offset`` starts at
-``next_offset``. The :class:`RecoveryReport` names every segment touched, the byte and offset
-of the damage, what was wrong and how many bytes went. Producers' highest sequences are
-rebuilt from the first segment's header and the records, so idempotency survives restarts.
+Compared with Kafka: its log recovery truncates at the first invalid batch, and only scans
+the segments written since the last flush checkpoint (damage older than that is found when a
+consumer reads it, as a CorruptRecordException); its ``unclean`` settings are the operator's
+explicit acceptance of loss, which ``unclean_recovery`` mirrors. JetStream's file store drops
+a bad message when it rebuilds a block, keeps the rest and lists the lost sequences in the
+stream's state (``lost``), as damaged ranges do here.
+
+Files are changed only after the scan, and everything kept is fsynced (unless NEVER), so
+``durable_offset`` starts at ``next_offset``. The :class:`RecoveryReport` names every segment
+touched, the byte and offset of the damage, what was wrong and where the copy is; its
+``damaged_ranges`` are the log's ``damaged_ranges``. Producers' highest sequences are rebuilt
+from the segments' headers and records, so idempotency survives restarts (and damage).
+
+Storage failures
+----------------
+Every change to a file goes through ``files.FileOps`` (tests inject ENOSPC and EIO there). A
+write the file system refuses is cut off and ``append`` raises :class:`WriteFailed`
+(``full`` for ENOSPC/EDQUOT) with the log as it was before the call. A failed fsync rolls the
+log back to its last sync point (cut and synced again, state rewound), since the kernel may
+have dropped the pages it could not write; none of it was acknowledged. Either way the log
+goes on: the next ``append`` works once the disk does. Only if that cut fails too does the
+log refuse writes (:class:`LogFailed`) until ``repair()`` has scanned its files again; reads
+are served throughout.
 
 Retention
 ---------
@@ -90,13 +117,17 @@ each new segment's header.
 from .cursors import CursorStore
 from .log import (
     CorruptData,
+    DamagedRange,
     FsyncPolicy,
     LogFailed,
     OffsetBeyondEnd,
+    OffsetDamaged,
     OffsetTrimmed,
     Retention,
     StorageError,
     TopicLog,
+    UncleanRecoveryNeeded,
+    WriteFailed,
 )
 from .memory import MemoryLog
 from .records import Record
@@ -106,10 +137,12 @@ __all__ = [
     "DEFAULT_SEGMENT_BYTES",
     "CorruptData",
     "CursorStore",
+    "DamagedRange",
     "FsyncPolicy",
     "LogFailed",
     "MemoryLog",
     "OffsetBeyondEnd",
+    "OffsetDamaged",
     "OffsetTrimmed",
     "Record",
     "RecoveryReport",
@@ -117,4 +150,6 @@ __all__ = [
     "SegmentLog",
     "StorageError",
     "TopicLog",
+    "UncleanRecoveryNeeded",
+    "WriteFailed",
 ]

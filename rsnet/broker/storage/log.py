@@ -12,6 +12,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 import enum
+import errno as _errno
 from collections.abc import Sequence
 from typing import Any
 
@@ -36,6 +37,32 @@ class OffsetBeyondEnd(LookupError):
         self.next_offset = next_offset
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class DamagedRange:
+    """Offsets ``first`` .. ``end - 1`` of a log are damaged: stored once, unreadable now.
+
+    Their offsets are never given to other records; the records on both sides stay readable.
+    """
+
+    first: int
+    end: int
+    """The first offset after the damage (the next intact record's, if one follows)."""
+    problem: str
+    """Where and what: the segment, the byte, what was wrong, where a copy of the bytes is."""
+
+
+class OffsetDamaged(LookupError):
+    """The requested offset is in a :class:`DamagedRange`: its record cannot be read back."""
+
+    def __init__(self, requested: int, damage: DamagedRange) -> None:
+        super().__init__(
+            f"offset {requested} is in a damaged range ({damage.first} to {damage.end - 1}): {damage.problem}; "
+            f"the next intact offset is {damage.end}"
+        )
+        self.requested = requested
+        self.damage = damage
+
+
 class StorageError(Exception):
     """The storage cannot do what was asked; the message says which file and why."""
 
@@ -48,6 +75,30 @@ class CorruptData(StorageError):
         self.path = path
         self.position = position
         self.problem = problem
+
+
+class UncleanRecoveryNeeded(StorageError):
+    """Recovery found damage it cannot place: whether acknowledged records were lost after it
+    is unknown. Nothing was changed; the message names the file, the damage and the flag
+    (``unclean_recovery``) that lets an operator accept cutting the log there."""
+
+
+class WriteFailed(StorageError):
+    """Records could not be stored: the file system refused a write or an fsync (``errno``).
+
+    Nothing of the failed call counts as stored: the log still holds exactly what it held
+    before it (after a failed fsync: what the last successful sync made durable, the rest cut
+    off), and it stays usable, so appending again once the cause is gone (space freed) works.
+    ``full`` is true for ENOSPC and EDQUOT: no space left, or over quota.
+    """
+
+    def __init__(self, message: str, errno: int | None) -> None:
+        super().__init__(message)
+        self.errno = errno
+
+    @property
+    def full(self) -> bool:
+        return self.errno in (_errno.ENOSPC, _errno.EDQUOT)
 
 
 class LogFailed(StorageError):
@@ -114,6 +165,7 @@ class TopicLog(abc.ABC):
         self._producers: dict[str, int] = {}  # producer id -> highest sequence stored
         self._packer = new_packer()
         self._closed = False
+        self._damaged: list[DamagedRange] = []  # in offset order; see damaged_ranges
 
     # -- state --------------------------------------------------------------------------------
 
@@ -136,6 +188,11 @@ class TopicLog(abc.ABC):
     def size_bytes(self) -> int:
         """Bytes the retained records take (on disk: the segment files, headers included)."""
         return self._size_bytes
+
+    @property
+    def damaged_ranges(self) -> list[DamagedRange]:
+        """Retained offsets whose records were found damaged (a log on disk, at open), in order."""
+        return [damage for damage in self._damaged if damage.end > self._first_offset]
 
     def last_sequence(self, producer: str) -> int | None:
         """The highest sequence stored for ``producer``, or None if it has stored none."""
@@ -198,9 +255,11 @@ class TopicLog(abc.ABC):
     def read(self, offset: int, max_count: int) -> list[Record]:
         """Up to ``max_count`` records from ``offset`` on, in order.
 
-        Raises :class:`OffsetTrimmed` below ``first_offset`` and :class:`OffsetBeyondEnd`
-        above ``next_offset``; returns [] at ``next_offset``. Records not yet durable are
-        included: cap reads at ``durable_offset`` to show only acknowledged records.
+        Raises :class:`OffsetTrimmed` below ``first_offset``, :class:`OffsetBeyondEnd`
+        above ``next_offset`` and :class:`OffsetDamaged` inside a damaged range; returns [] at
+        ``next_offset``, and stops before a damaged range (fewer than ``max_count``). Records
+        not yet durable are included: cap reads at ``durable_offset`` to show only
+        acknowledged records.
         """
         self._check_open()
         if type(offset) is not int or offset < 0:
@@ -212,6 +271,12 @@ class TopicLog(abc.ABC):
         if offset > self._next_offset:
             raise OffsetBeyondEnd(offset, self._next_offset)
         count = min(max_count, self._next_offset - offset)
+        for damage in self._damaged:
+            if damage.first <= offset < damage.end:
+                raise OffsetDamaged(offset, damage)
+            if offset < damage.first:
+                count = min(count, damage.first - offset)
+                break
         return self._read(offset, count) if count else []
 
     def offset_for_timestamp(self, timestamp_ms: int) -> int:
@@ -238,6 +303,12 @@ class TopicLog(abc.ABC):
     @abc.abstractmethod
     def close(self) -> None:
         """Release the log (a durable log syncs first unless its policy is NEVER). Idempotent."""
+
+    @abc.abstractmethod
+    def repair(self) -> None:
+        """If an earlier failure left the log refusing writes (:class:`LogFailed`), look at its
+        storage again and go on with what is really there; raises StorageError if that fails
+        too (the log then stays as it was). Does nothing to a log that works."""
 
     def __enter__(self) -> TopicLog:
         return self

@@ -34,6 +34,9 @@ class MemoryLog(TopicLog):
     def sync(self) -> None:
         self._check_open()
 
+    def repair(self) -> None:
+        """Nothing to repair: memory does not fail the way files do."""
+
     def close(self) -> None:
         self._closed = True
 

@@ -21,11 +21,14 @@ import os
 import re
 
 from . import segment_file, sidecars
-from .files import FileOps
-from .segment_file import SEGMENT_NAME, Scan, Segment, file_crc
+from .files import FileOps, unlink_if_present
+from .log import DamagedRange, UncleanRecoveryNeeded
+from .segment_file import SCAN_CHUNK, SEGMENT_NAME, Damage, Scan, Segment, file_crc
 from .sidecars import SIDECAR_NAME, sidecar_name
 
 TEMPORARY_NAME = re.compile(r"\d{20}\.(log|idx)\.tmp")
+QUARANTINE = "quarantine"
+"""Where recovery keeps a copy of damaged bytes, and the segments an unclean recovery cut."""
 
 
 @dataclasses.dataclass
@@ -35,11 +38,13 @@ class RecoveryReport:
     segments: int
     """Segment files the log has after recovery."""
     records: int
-    """Records kept."""
+    """Records kept (readable)."""
     truncated_bytes: int
     """Bytes removed because they were damaged or followed damage (0 after a clean shutdown)."""
     damaged: list[str] = dataclasses.field(default_factory=list)
     """One line per problem: which segment, at which byte and offset, what was wrong, what was removed."""
+    damaged_ranges: list[DamagedRange] = dataclasses.field(default_factory=list)
+    """Offsets whose records are unreadable, kept as gaps between intact records (never reused)."""
     sidecars_used: int = 0
     """Sealed segments taken from their sidecar (``.idx``) after checking, instead of scanned."""
     sidecars_ignored: list[str] = dataclasses.field(default_factory=list)
@@ -63,6 +68,7 @@ class Recovered:
     """Open for appending to the last segment."""
     directory_synced: bool
     """False if a segment was created and its directory entry not yet synced (NEVER)."""
+    damaged: list[DamagedRange]
     report: RecoveryReport
 
 
@@ -78,30 +84,27 @@ class _Plan:
     """What :func:`_plan` decided; nothing is changed yet."""
 
     kept: list[Scan] = dataclasses.field(default_factory=list)
-    before_gap: list[Scan] = dataclasses.field(default_factory=list)  # dropped: offsets are missing after them
-    after_damage: list[str] = dataclasses.field(default_factory=list)  # dropped: they follow (or are) the damage
+    missing: list[DamagedRange] = dataclasses.field(default_factory=list)  # offsets no segment file holds
+    after_damage: list[str] = dataclasses.field(default_factory=list)  # unclean only: moved to quarantine
     after_damage_bytes: int = 0
-    restart_at: int = 0  # where the log starts if nothing is kept
+    restart_at: int = 0  # where the log starts if nothing is kept (unclean only)
     damaged: list[str] = dataclasses.field(default_factory=list)
     ignored: list[str] = dataclasses.field(default_factory=list)  # sealed segments scanned despite a sidecar
     trusted: int = 0
 
     @property
     def removed_bytes(self) -> int:
-        return (
-            sum(found.file_bytes for found in self.before_gap)
-            + sum(found.file_bytes - found.valid_bytes for found in self.kept)
-            + self.after_damage_bytes
-        )
+        return sum(found.file_bytes - found.valid_bytes for found in self.kept[-1:]) + self.after_damage_bytes
 
 
-def recover(ops: FileOps, directory: str, durable: bool) -> Recovered:
+def recover(ops: FileOps, directory: str, durable: bool, unclean: bool = False) -> Recovered:
     """Scan every segment in ``directory``, decide what to keep, then (and only then) change
     the files; everything kept is synced if ``durable``. Raises StorageError, changing
-    nothing, for a segment format version this code does not know."""
+    nothing, for a segment format version this code does not know, and
+    :class:`UncleanRecoveryNeeded` for damage it cannot place unless ``unclean``."""
     listing = _list(directory)
-    plan = _plan(directory, listing.segments)
-    _repair(ops, directory, listing, plan)
+    plan = _plan(directory, listing.segments, unclean)
+    _repair(ops, directory, listing, plan, durable)
     return _rebuild(ops, directory, plan, durable)
 
 
@@ -114,53 +117,102 @@ def _list(directory: str) -> _Listing:
     )
 
 
-def _plan(directory: str, names: list[str]) -> _Plan:
-    """Read the segments in order: the log kept is the longest contiguous run of intact
-    records from the start of the first segment (see the package docstring)."""
+def _plan(directory: str, names: list[str], unclean: bool) -> _Plan:
+    """Read the segments in order and place every damage (see the package docstring): inside
+    a segment or a whole sealed segment, it becomes a damaged range between intact records;
+    at the end of the active segment it is a torn write, cut. What cannot be placed stops the
+    open unless ``unclean``; then the log ends there, as it did before damaged ranges."""
     plan = _Plan(restart_at=int(names[0][:20]) if names else 0)
-    damaged, kept = plan.damaged, plan.kept
+    kept = plan.kept
     for index, name in enumerate(names):
         base = int(name[:20])
-        if kept and base != kept[-1].segment.next_offset:
-            end = kept[-1].segment.next_offset
-            if base < end:
-                damaged.append(
-                    f"{name}: starts at offset {base}, inside the previous segment (which ends before {end})"
-                )
-                plan.after_damage = names[index:]
-                break
-            damaged.append(
-                f"{_names(kept)}: removed (offsets {kept[0].base_offset} to {end - 1}) because offsets {end} "
-                f"to {base - 1} are missing before {name}: an interrupted retention, or a segment deleted by hand"
-            )
-            plan.before_gap.extend(kept)
-            kept.clear()
-        found = _read_segment(plan, os.path.join(directory, name), base, sealed=index < len(names) - 1)
-        if found.header_problem is not None:
-            damaged.append(f"{name}: {found.header_problem}")
+        if kept and not _follows(plan, directory, name, base, unclean):
             plan.after_damage = names[index:]
-            if not kept:
-                plan.restart_at = base
             break
+        path = os.path.join(directory, name)
+        found = _read_segment(plan, path, base, sealed=index < len(names) - 1)
+        if found.header_problem is not None:
+            if index == len(names) - 1:
+                _cannot_place(
+                    directory,
+                    unclean,
+                    f"{name}: {found.header_problem}: the active segment's header is unreadable, so how many "
+                    "records it held is unknown",
+                )
+                plan.damaged.append(f"{name}: {found.header_problem}")
+                plan.after_damage = names[index:]
+                if not kept:
+                    plan.restart_at = base
+                break
+            found = _whole_segment_damaged(found, int(names[index + 1][:20]))
         kept.append(found)
-        if found.problem is not None:
-            damaged.append(
-                f"{name}: at byte {found.valid_bytes} (offset {found.segment.next_offset}): {found.problem}; "
-                f"removed {found.file_bytes - found.valid_bytes} bytes from there to the end of the segment"
-            )
-            plan.after_damage = names[index + 1 :]
-            break
     plan.after_damage_bytes = sum(os.stat(os.path.join(directory, name)).st_size for name in plan.after_damage)
     if plan.after_damage:
-        damaged.append(
-            f"removed {len(plan.after_damage)} segment file(s), {plan.after_damage_bytes} bytes, from the damage on: "
-            + ", ".join(plan.after_damage)
+        plan.damaged.append(
+            f"removed {len(plan.after_damage)} segment file(s), {plan.after_damage_bytes} bytes, from the damage on "
+            f"(moved to {QUARANTINE}/): " + ", ".join(plan.after_damage)
         )
     if not kept and names:
-        damaged.append(
+        plan.damaged.append(
             f"the log restarts empty at offset {plan.restart_at}; the producers' sequences stored before it are lost"
         )
     return plan
+
+
+def _follows(plan: _Plan, directory: str, name: str, base: int, unclean: bool) -> bool:
+    """Whether the segment starting at ``base`` can follow the last one kept. Damage that ran
+    to the end of the previous (sealed) segment, and offsets no file holds, become damaged
+    ranges. False (unclean only) if the segments overlap: the log then ends before ``name``."""
+    previous = plan.kept[-1]
+    end = previous.segment.next_offset
+    if base < end:
+        _cannot_place(
+            directory,
+            unclean,
+            f"{name}: starts at offset {base}, inside the previous segment (which ends before {end})",
+        )
+        plan.damaged.append(f"{name}: starts at offset {base}, inside the previous segment (which ends before {end})")
+        return False
+    if previous.problem is not None:  # damage ran to the end of a sealed segment: a later one exists
+        if base > end:
+            previous.segment.skip_damage(Damage(end, base, previous.valid_bytes, previous.file_bytes, previous.problem))
+        else:  # no offset is missing: bytes after its last record that are not one
+            plan.damaged.append(
+                f"{previous.name}: bytes {previous.valid_bytes} to {previous.file_bytes - 1} after its last record "
+                f"are not a record ({previous.problem}); no offset is missing, the bytes are left in place"
+            )
+        previous.problem = None
+    elif base > end:
+        plan.missing.append(
+            DamagedRange(
+                end,
+                base,
+                f"no segment file holds offsets {end} to {base - 1} (before {name}): deleted by hand, or lost",
+            )
+        )
+    return True
+
+
+def _whole_segment_damaged(found: Scan, next_base: int) -> Scan:
+    """A sealed segment whose header is unreadable: all of it is a damaged range up to the
+    next segment's first offset (its records cannot be located without the header)."""
+    segment = Segment(found.path, found.base_offset, found.file_bytes)
+    assert found.header_problem is not None
+    segment.skip_damage(Damage(found.base_offset, next_base, 0, found.file_bytes, found.header_problem))
+    found.segment = segment
+    found.valid_bytes = found.file_bytes
+    found.header_problem = None
+    return found
+
+
+def _cannot_place(directory: str, unclean: bool, problem: str) -> None:
+    if not unclean:
+        raise UncleanRecoveryNeeded(
+            f"{directory}: {problem}. Recovery cannot tell whether acknowledged records are lost with it, so "
+            "nothing was changed. To start anyway, keeping the records before the damage and moving the rest "
+            f"to {QUARANTINE}/ (their offsets may then be given to new records), set unclean_recovery = true "
+            "in the broker's configuration for one start."
+        )
 
 
 def _read_segment(plan: _Plan, path: str, base: int, *, sealed: bool) -> Scan:
@@ -175,24 +227,42 @@ def _read_segment(plan: _Plan, path: str, base: int, *, sealed: bool) -> Scan:
     return segment_file.scan(path, base)
 
 
-def _repair(ops: FileOps, directory: str, listing: _Listing, plan: _Plan) -> None:
-    """Change the files as planned: drop what follows damage (newest first) before cutting the
-    damaged segment, so that a crash in between cannot leave a cut segment followed by stale ones."""
-    for name in reversed(plan.after_damage):
-        ops.unlink(os.path.join(directory, name))
-    for found in plan.before_gap:
-        ops.unlink(found.path)
+def _repair(ops: FileOps, directory: str, listing: _Listing, plan: _Plan, durable: bool) -> None:
+    """Change the files as planned. Keep a copy of every damaged byte range in ``quarantine/``
+    (best effort), move segments cut by an unclean recovery there (newest first, before the
+    damaged segment is cut, so a crash in between cannot leave a cut segment followed by stale
+    ones), cut a torn tail, remove temporaries and sidecars that belong to no clean sealed segment."""
+    for found in plan.kept:
+        for damage in found.segment.damage:
+            if damage.stop > damage.start:
+                plan.damaged.append(
+                    _describe(found, damage, _keep_copy(ops, directory, found.path, damage.start, damage.stop, durable))
+                )
+    last = plan.kept[-1] if plan.kept else None
+    if last is not None and last.problem is not None:
+        copy = _keep_copy(ops, directory, last.path, last.valid_bytes, last.file_bytes, durable)
+        plan.damaged.append(
+            f"{last.name}: at byte {last.valid_bytes} (offset {last.segment.next_offset}): {last.problem}; "
+            f"removed {last.file_bytes - last.valid_bytes} bytes from there to the end of the segment "
+            f"(a torn last write){copy}"
+        )
+    if plan.after_damage:
+        quarantine = _quarantine_directory(ops, directory)
+        for name in reversed(plan.after_damage):
+            target = os.path.join(quarantine, name)
+            while os.path.exists(target):  # an earlier unclean recovery's: keep both
+                target += "~"
+            ops.replace(os.path.join(directory, name), target)
     for name in listing.temporaries:
         ops.unlink(os.path.join(directory, name))
-    # Only sealed segments that are kept may have a sidecar: not the active one (its sidecar
-    # is from a roll cut short, or stale), nor removed segments, nor ones already gone.
-    sealed = {found.base_offset for found in plan.kept[:-1]}
+    # Only clean sealed segments that are kept may have a sidecar: not the active one (its
+    # sidecar is from a roll cut short, or stale), nor damaged or removed segments.
+    sealed = {found.base_offset for found in plan.kept[:-1] if _clean(found)}
     stale = [name for name in listing.sidecars if int(name[:20]) not in sealed]
     for name in stale:
         ops.unlink(os.path.join(directory, name))
-    if plan.after_damage or plan.before_gap or listing.temporaries or stale:
+    if plan.after_damage or listing.temporaries or stale:
         ops.sync_directory(directory)
-    last = plan.kept[-1] if plan.kept else None
     if last is not None and last.valid_bytes < last.file_bytes:
         fd = ops.open(last.path, os.O_WRONLY)
         try:
@@ -202,15 +272,69 @@ def _repair(ops: FileOps, directory: str, listing: _Listing, plan: _Plan) -> Non
             os.close(fd)
 
 
+def _describe(found: Scan, damage: Damage, copy: str) -> str:
+    return (
+        f"{found.name}: offsets {damage.first} to {damage.end - 1} are damaged (bytes {damage.start} to "
+        f"{damage.stop - 1}: {damage.problem}); the records before and after are kept and those offsets are "
+        f"never reused{copy}"
+    )
+
+
+def _quarantine_directory(ops: FileOps, directory: str) -> str:
+    path = os.path.join(directory, QUARANTINE)
+    if not os.path.isdir(path):
+        ops.makedirs(path)
+        ops.sync_directory(directory)
+    return path
+
+
+def _keep_copy(ops: FileOps, directory: str, path: str, start: int, stop: int, durable: bool) -> str:
+    """Copy bytes ``start`` .. ``stop - 1`` of ``path`` to ``quarantine/`` (once: damage in the
+    middle is found again at every open); the words for the report saying where, or why not."""
+    name = f"{os.path.basename(path)}.bytes-{start}-{stop - 1}"
+    target = os.path.join(directory, QUARANTINE, name)
+    if os.path.exists(target) and os.path.getsize(target) == stop - start:
+        return f"; a copy of the bytes is in {QUARANTINE}/{name}"
+    try:
+        quarantine = _quarantine_directory(ops, directory)
+        source = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            fd = ops.open(target + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+            try:
+                position = start
+                while position < stop:
+                    chunk = os.pread(source, min(SCAN_CHUNK, stop - position), position)
+                    if not chunk:
+                        break
+                    ops.write_all(fd, chunk)
+                    position += len(chunk)
+                if durable:
+                    ops.datasync(fd)
+            finally:
+                os.close(fd)
+        finally:
+            os.close(source)
+        ops.replace(target + ".tmp", target)
+        if durable:
+            ops.sync_directory(quarantine)
+    except OSError as exc:
+        unlink_if_present(ops, target + ".tmp", quiet=True)
+        return f"; no copy of the bytes could be kept ({exc})"
+    return f"; a copy of the bytes is in {QUARANTINE}/{name}"
+
+
 def _rebuild(ops: FileOps, directory: str, plan: _Plan, durable: bool) -> Recovered:
     """The log's state from what is kept; a log with nothing kept restarts with one empty segment."""
     kept = plan.kept
     directory_synced = True
     if kept:
         segments = [found.segment for found in kept]
-        producers = dict(kept[0].header_producers)
-        for found in kept:
-            producers.update(found.sequences)
+        producers: dict[str, int] = {}
+        for found in kept:  # a producer's sequences only grow along the log: keep the highest
+            for sequences in (found.header_producers, found.sequences):
+                for producer, sequence in sequences.items():
+                    if sequence > producers.get(producer, -1):
+                        producers[producer] = sequence
         first_offset, next_offset = kept[0].base_offset, kept[-1].segment.next_offset
         if durable:
             for segment in segments:  # what a killed process left in the page cache
@@ -222,13 +346,17 @@ def _rebuild(ops: FileOps, directory: str, plan: _Plan, durable: bool) -> Recove
         active_fd = ops.open(kept[-1].path, os.O_RDWR | os.O_APPEND)
         try:
             for found in kept:
-                if not found.from_sidecar:  # its CRC, for the sidecar written when it is sealed
-                    found.segment.crc = file_crc(
-                        active_fd if found is kept[-1] else None, found.path, found.valid_bytes
-                    )
+                segment = found.segment
+                if found.from_sidecar:
+                    continue
+                if not _clean(found):
+                    segment.crc = None  # never given a sidecar: its damage must be found again at every open
+                    continue
+                # its CRC, for the sidecar written when it is sealed
+                segment.crc = file_crc(active_fd if found is kept[-1] else None, found.path, found.valid_bytes)
             segments[-1].sequences = dict(kept[-1].sequences)
             for found in kept[:-1]:
-                if not found.from_sidecar:  # sealed but scanned: give it a sidecar for next time
+                if not found.from_sidecar and found.segment.crc is not None:  # scanned: a sidecar for next time
                     found.segment.sequences = found.sequences
                     sidecars.write(ops, found.segment, durable)
                     found.segment.sequences = {}
@@ -244,16 +372,28 @@ def _rebuild(ops: FileOps, directory: str, plan: _Plan, durable: bool) -> Recove
         directory_synced = durable
         segments = [segment]
         active_fd = ops.open(segment.path, os.O_RDWR | os.O_APPEND)
+    damaged = sorted(
+        plan.missing
+        + [
+            DamagedRange(damage.first, damage.end, _describe(found, damage, ""))
+            for found in kept
+            for damage in found.segment.damage
+        ],
+        key=lambda damage: damage.first,
+    )
     report = RecoveryReport(
         segments=len(segments),
-        records=next_offset - first_offset,
+        records=next_offset - first_offset - sum(damage.end - damage.first for damage in damaged),
         truncated_bytes=plan.removed_bytes,
         damaged=plan.damaged,
+        damaged_ranges=damaged,
         sidecars_used=plan.trusted,
         sidecars_ignored=plan.ignored,
     )
-    return Recovered(segments, producers, first_offset, next_offset, active_fd, directory_synced, report)
+    return Recovered(segments, producers, first_offset, next_offset, active_fd, directory_synced, damaged, report)
 
 
-def _names(scans: list[Scan]) -> str:
-    return ", ".join(found.name for found in scans)
+def _clean(found: Scan) -> bool:
+    """Whether the segment holds nothing but its header and intact records (after a torn
+    tail is cut, for the active one)."""
+    return not found.segment.damage and (found.problem is not None or found.valid_bytes == found.file_bytes)

@@ -33,7 +33,7 @@ from collections.abc import Iterator
 
 import msgpack
 
-from .files import FileOps
+from .files import FileOps, unlink_if_present
 from .log import StorageError
 from .records import FRAME_HEAD, BadRecord, check_frame, decode_fields, frame, unpack
 
@@ -48,6 +48,20 @@ SCAN_CHUNK = 1 << 20
 
 SEGMENT_NAME = re.compile(r"(\d{20})\.log")
 NO_TIMESTAMP = -(2**63) - 1  # below every timestamp: the highest timestamp of an empty segment
+MIN_FRAME_BYTES = FRAME_HEAD.size + 6
+"""The smallest framed record: a 5-element array of one-byte fields."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Damage:
+    """Offsets ``first`` .. ``end - 1`` of a segment are unreadable: bytes ``start`` .. ``stop - 1``
+    of its file hold them, damaged as ``problem`` says. The record at ``end`` (if any) is intact."""
+
+    first: int
+    end: int
+    start: int
+    stop: int
+    problem: str
 
 
 def segment_name(base_offset: int) -> str:
@@ -64,6 +78,7 @@ class Segment:
         "_positions",
         "base_offset",
         "crc",
+        "damage",
         "max_timestamp",
         "next_offset",
         "path",
@@ -79,6 +94,7 @@ class Segment:
         self.max_timestamp = NO_TIMESTAMP
         self.crc: int | None = None  # CRC-32 of the file's first ``size`` bytes, None if unknown
         self.sequences: dict[str, int] = {}  # highest per producer in its records (active segment only)
+        self.damage: list[Damage] = []  # unreadable offsets inside it, in order (found by recovery)
         self._offsets = array("q")
         self._positions = array("q")
         self._maxima = array("q")  # highest timestamp up to and including the entry's record
@@ -99,6 +115,32 @@ class Segment:
             self._indexed_at = position
         self.next_offset += 1
         self.size = position + length
+
+    def skip_damage(self, damage: Damage) -> None:
+        """Offsets ``next_offset`` .. ``damage.end - 1`` are damaged; the next record added (if
+        any) is the one with offset ``damage.end``, and gets an index entry of its own so a
+        read of it or after it never scans through the damage."""
+        self.damage.append(damage)
+        self.next_offset = damage.end
+        self._indexed_at = -INDEX_INTERVAL_BYTES
+
+    def checkpoint(self) -> tuple[int, int, int | None, int, int, int, dict[str, int]]:
+        """What appending changes, to :meth:`rewind` to after a failed fsync."""
+        return (
+            self.next_offset,
+            self.size,
+            self.crc,
+            self.max_timestamp,
+            len(self._offsets),
+            self._indexed_at,
+            dict(self.sequences),
+        )
+
+    def rewind(self, checkpoint: tuple[int, int, int | None, int, int, int, dict[str, int]]) -> None:
+        """Forget every record added since ``checkpoint`` was taken."""
+        self.next_offset, self.size, self.crc, self.max_timestamp, entries, self._indexed_at, sequences = checkpoint
+        self.sequences = dict(sequences)
+        del self._offsets[entries:], self._positions[entries:], self._maxima[entries:]
 
     def locate(self, offset: int) -> tuple[int, int]:
         """(offset, position) of the indexed record at or before ``offset``."""
@@ -128,14 +170,18 @@ def create(ops: FileOps, directory: str, base_offset: int, producers: dict[str, 
         msgpack.packb({"base_offset": base_offset, "producers": producers}, use_bin_type=True)
     )
     temporary = path + ".tmp"
-    fd = ops.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
     try:
-        ops.write_all(fd, header)
-        if durable:
-            ops.datasync(fd)
-    finally:
-        os.close(fd)
-    ops.replace(temporary, path)
+        fd = ops.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        try:
+            ops.write_all(fd, header)
+            if durable:
+                ops.datasync(fd)
+        finally:
+            os.close(fd)
+        ops.replace(temporary, path)
+    except OSError:
+        unlink_if_present(ops, temporary, quiet=True)  # a full disk must not keep its bytes
+        raise
     segment = Segment(path, base_offset, len(header))
     segment.crc = zlib.crc32(header)
     return segment
@@ -174,20 +220,66 @@ def scan(path: str, base_offset: int) -> Scan:
             return found
         segment = found.segment
         sequences = found.sequences
-        try:
-            for position, body in records:
-                offset, timestamp_ms, _, producer, sequence = decode_fields(body)
-                if offset != segment.next_offset:
-                    raise BadRecord(f"record holds offset {offset} where {segment.next_offset} was expected")
-                segment.add(position, timestamp_ms, FRAME_HEAD.size + len(body))
-                if sequence is not None:
-                    sequences[producer] = sequence
-        except BadRecord as exc:
-            found.problem = str(exc)
+        while True:
+            try:
+                for position, body in records:
+                    offset, timestamp_ms, _, producer, sequence = decode_fields(body)
+                    if offset != segment.next_offset:
+                        raise BadRecord(f"record holds offset {offset} where {segment.next_offset} was expected")
+                    segment.add(position, timestamp_ms, FRAME_HEAD.size + len(body))
+                    if sequence is not None:
+                        sequences[producer] = sequence
+                break
+            except BadRecord as exc:
+                intact = resync(fd, segment.size, found.file_bytes, segment.next_offset)
+                if intact is None:  # nothing intact follows: the damage runs to the end of the file
+                    found.problem = str(exc)
+                    break
+                position, offset = intact
+                segment.skip_damage(Damage(segment.next_offset, offset, segment.size, position, str(exc)))
+                records = frames(fd, position, found.file_bytes, SCAN_CHUNK)
         found.valid_bytes = segment.size
         return found
     finally:
         os.close(fd)
+
+
+def resync(fd: int, start: int, end: int, expected: int) -> tuple[int, int] | None:
+    """(position, offset) of the first intact record after a damaged one at byte ``start``
+    that should have had offset ``expected``; None if none follows before byte ``end``.
+
+    Searches byte by byte. A candidate counts only if its frame checks (length, CRC-32), its
+    body is a record, its offset is after ``expected`` by no more records than the skipped
+    bytes could have held, and the frame after it is the next record or the end of the
+    file: bytes inside a stored value that merely look like a frame are not taken for one.
+
+    Limit: a value that embeds whole framed records with the right offsets (written to fool
+    this search) could still be taken for records, but only if damage strikes just before
+    it; the CRC-32 alone would not stop that, a stronger check would cost records in logs
+    with two damages close together.
+    """
+    data = os.pread(fd, end - start, start)
+    view = memoryview(data)
+    size = len(data)
+    for here in range(1, size - MIN_FRAME_BYTES + 1):
+        if data[here] > 0x04:  # a length's first byte: MAX_BODY_BYTES is 0x04000000
+            continue
+        offset = _record_offset(view, here)
+        if offset is None or not expected < offset <= expected + here // MIN_FRAME_BYTES:
+            continue
+        after = here + FRAME_HEAD.size + int.from_bytes(data[here : here + 4], "big")
+        if after == size or _record_offset(view, after) == offset + 1:
+            return start + here, offset
+    return None
+
+
+def _record_offset(view: memoryview, position: int) -> int | None:
+    """The offset of the record framed at ``position``, or None if there is none there."""
+    try:
+        offset: int = decode_fields(check_frame(view, position))[0]
+    except BadRecord:
+        return None
+    return offset
 
 
 def read_header(fd: int, found: Scan) -> Iterator[tuple[int, memoryview]] | None:

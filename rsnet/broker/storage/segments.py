@@ -41,10 +41,11 @@ import fcntl
 import os
 import zlib
 from collections.abc import Iterator
+from typing import Any
 
 from . import recovery, segment_file, sidecars
 from .files import REAL, FileOps, unlink_if_present
-from .log import CorruptData, FsyncPolicy, LogFailed, Retention, StorageError, TopicLog
+from .log import CorruptData, FsyncPolicy, LogFailed, Retention, StorageError, TopicLog, WriteFailed
 from .records import BadRecord, Record, decode_record
 from .recovery import RecoveryReport
 from .segment_file import INDEX_INTERVAL_BYTES, Segment
@@ -79,6 +80,7 @@ class SegmentLog(TopicLog):
         self._synced_offset = 0  # every record below this has been fsynced
         self._directory_synced = True
         self._failure: BaseException | None = None
+        self._sync_point: tuple[Any, ...] = ()  # see _mark_synced
 
     @classmethod
     def open(
@@ -89,6 +91,7 @@ class SegmentLog(TopicLog):
         segment_bytes: int = DEFAULT_SEGMENT_BYTES,
         *,
         file_ops: FileOps = REAL,
+        unclean_recovery: bool = False,
     ) -> tuple[SegmentLog, RecoveryReport]:
         """Open (creating if needed) the log in ``directory``; recover it; report what was found.
 
@@ -96,6 +99,8 @@ class SegmentLog(TopicLog):
         open, or if a segment has a format version this code does not know: such a segment is
         left untouched. Recovery makes everything it keeps durable unless ``fsync`` is NEVER.
         ``file_ops``: how the log changes its files (tests pass one that injects faults).
+        Damage recovery cannot place raises :class:`UncleanRecoveryNeeded`, changing nothing,
+        unless ``unclean_recovery`` (see the package docstring).
         """
         if not isinstance(fsync, FsyncPolicy):
             raise TypeError(f"fsync must be a FsyncPolicy, not {fsync!r}")
@@ -109,7 +114,10 @@ class SegmentLog(TopicLog):
                 if fsync is not FsyncPolicy.NEVER:
                     file_ops.sync_directory(os.path.dirname(directory))
             log._lock()
-            report = log._recover()
+            report = log._recover(unclean_recovery)
+        except OSError as exc:
+            log._release()
+            raise StorageError(f"{directory}: the log cannot be opened: {exc}") from exc
         except BaseException:
             log._release()
             raise
@@ -118,12 +126,20 @@ class SegmentLog(TopicLog):
     # -- TopicLog -----------------------------------------------------------------------------
 
     def sync(self) -> None:
+        """See :meth:`TopicLog.sync`; raises :class:`WriteFailed` if the fsync fails (the log is
+        then rolled back to its last sync point, see ``_fsync_active``)."""
+        try:
+            self._sync()
+        except OSError as exc:
+            raise WriteFailed(f"{self.directory}: records could not be made durable: {exc}", exc.errno) from exc
+
+    def _sync(self) -> None:
         self._check_usable()
         if self._synced_offset < self._next_offset:
             for segment in self._segments:
                 if segment.next_offset > self._synced_offset:
                     if segment is self._active:
-                        self._fsync(self._active_fd)
+                        self._fsync_active()
                     else:
                         fd = os.open(segment.path, os.O_RDONLY | os.O_CLOEXEC)
                         try:
@@ -134,13 +150,21 @@ class SegmentLog(TopicLog):
         if not self._directory_synced:
             self._sync_directory()
         self._durable_offset = self._next_offset
+        self._mark_synced()
 
     def enforce_retention(self, now_ms: int) -> int:
         """Delete every segment whose records have all expired; return how many records went.
 
         Segments go oldest first. When every record has expired (only age can do that), the
         active segment is rolled first, so the log is left empty at the same ``next_offset``.
+        Raises :class:`WriteFailed` if a file cannot be deleted (what was deleted stays so).
         """
+        try:
+            return self._enforce_retention(now_ms)
+        except OSError as exc:
+            raise WriteFailed(f"{self.directory}: retention could not delete a segment: {exc}", exc.errno) from exc
+
+    def _enforce_retention(self, now_ms: int) -> int:
         self._check_usable()
         retention = self.retention
         expired = 0
@@ -173,6 +197,7 @@ class SegmentLog(TopicLog):
             self._size_bytes -= segment.size
             self._first_offset = self._segments[0].base_offset
             dropped += segment.records
+        self._damaged = [damage for damage in self._damaged if damage.end > self._first_offset]
         return dropped
 
     def close(self) -> None:
@@ -192,6 +217,14 @@ class SegmentLog(TopicLog):
         return self._segments[-1]
 
     def _store(self, frames: list[bytes], timestamp_ms: int, producer: str | None, first_sequence: int | None) -> None:
+        try:
+            self._store_frames(frames, timestamp_ms, producer, first_sequence)
+        except OSError as exc:
+            raise WriteFailed(f"{self.directory}: records could not be stored: {exc}", exc.errno) from exc
+
+    def _store_frames(
+        self, frames: list[bytes], timestamp_ms: int, producer: str | None, first_sequence: int | None
+    ) -> None:
         start = 0
         while start < len(frames):
             segment = self._active
@@ -210,7 +243,7 @@ class SegmentLog(TopicLog):
             self._stored(end - start, producer, None if first_sequence is None else first_sequence + end - 1)
             start = end
         if self.fsync is FsyncPolicy.ALWAYS:
-            self.sync()
+            self._sync()
         elif self.fsync is FsyncPolicy.NEVER:
             self._durable_offset = self._next_offset
 
@@ -237,9 +270,10 @@ class SegmentLog(TopicLog):
         """Seal the active segment (synced unless NEVER), write its sidecar, and start a new
         one at ``next_offset``: a segment with a later one after it is sealed."""
         if self.fsync is not FsyncPolicy.NEVER and self._synced_offset < self._next_offset:
-            self._fsync(self._active_fd)
+            self._fsync_active()
             self._synced_offset = self._next_offset
             self._durable_offset = self._next_offset
+            self._mark_synced()
         old = self._active
         self._write_sidecar(old)
         segment, fd = self._create_segment(self._next_offset)
@@ -250,6 +284,8 @@ class SegmentLog(TopicLog):
         self._bases.append(segment.base_offset)
         self._size_bytes += segment.size
         self._active_fd = fd
+        if self.fsync is not FsyncPolicy.NEVER:
+            self._mark_synced()  # the new segment's header is synced: a rollback keeps it
 
     def _create_segment(self, base_offset: int) -> tuple[Segment, int]:
         """Write a new segment file (header only), sync its directory entry, open it for appending."""
@@ -274,6 +310,46 @@ class SegmentLog(TopicLog):
             self._failure = exc
             raise
 
+    def _fsync_active(self) -> None:
+        """fsync the active segment; if that fails, roll the log back to its last sync point.
+
+        After a failed fsync the kernel may have dropped the pages it could not write and
+        report success to the next fsync, so what was written since the last successful sync
+        cannot be trusted: it is cut off (truncate, then fsync again), and the log's state is
+        rewound to match. None of it was acknowledged (``durable_offset`` never passed the
+        sync point). Only if cutting it off fails too is the log failed (:class:`LogFailed`).
+        """
+        try:
+            self._files.datasync(self._active_fd)
+        except OSError as exc:
+            self._roll_back(exc)
+            raise
+
+    def _mark_synced(self) -> None:
+        """Everything in the log is durable now: the point a failed fsync rolls back to."""
+        self._sync_point = (
+            len(self._segments),
+            self._next_offset,
+            self._size_bytes,
+            dict(self._producers),
+            self._active.checkpoint(),
+        )
+
+    def _roll_back(self, cause: OSError) -> None:
+        segments, next_offset, size_bytes, producers, checkpoint = self._sync_point
+        assert segments == len(self._segments), "a segment is rolled only after a sync point"
+        try:
+            self._files.truncate(self._active_fd, checkpoint[1])
+            self._files.datasync(self._active_fd)
+        except OSError:
+            # The file may still hold what follows the sync point: refuse writes until
+            # repair() has scanned it again. The state below is what is durable either way.
+            self._failure = cause
+        self._active.rewind(checkpoint)
+        self._next_offset = self._synced_offset = next_offset
+        self._size_bytes = size_bytes
+        self._producers = dict(producers)
+
     def _sync_directory(self) -> None:
         try:
             self._files.sync_directory(self.directory)
@@ -292,14 +368,21 @@ class SegmentLog(TopicLog):
     # -- reading --------------------------------------------------------------------------------
 
     def _read(self, offset: int, count: int) -> list[Record]:
+        """Raises CorruptData only if the first record is unreadable: the ones before a record
+        damaged since the log was opened are returned, and the next read reaches the damage."""
         records: list[Record] = []
         index = bisect.bisect_right(self._bases, offset) - 1
-        while len(records) < count:
-            segment = self._segments[index]
-            start_offset, position = segment.locate(offset)
-            records.extend(self._records(segment, start_offset, position, offset, count - len(records)))
-            offset = segment.next_offset
-            index += 1
+        try:
+            while len(records) < count:
+                segment = self._segments[index]
+                start_offset, position = segment.locate(offset)
+                for record in self._records(segment, start_offset, position, offset, count - len(records)):
+                    records.append(record)
+                offset = segment.next_offset
+                index += 1
+        except CorruptData:
+            if not records:
+                raise
         return records
 
     def _offset_for_timestamp(self, timestamp_ms: int) -> int:
@@ -308,11 +391,16 @@ class SegmentLog(TopicLog):
                 break
         else:
             return self._next_offset
-        start_offset, position = segment.locate_timestamp(timestamp_ms)
-        for record in self._records(segment, start_offset, position, start_offset, segment.records):
-            if record.timestamp_ms >= timestamp_ms:
-                return record.offset
-        raise AssertionError("a segment's highest timestamp is not in it")  # pragma: no cover
+        offset, position = segment.locate_timestamp(timestamp_ms)
+        while True:  # through the segment's intact runs: a read never crosses a damaged range
+            damage = next((damage for damage in segment.damage if damage.first >= offset), None)
+            end = segment.next_offset if damage is None else damage.first
+            for record in self._records(segment, offset, position, offset, end - offset):
+                if record.timestamp_ms >= timestamp_ms:
+                    return record.offset
+            if damage is None or damage.end == segment.next_offset:
+                raise AssertionError("a segment's highest timestamp is not in it")  # pragma: no cover
+            offset, position = segment.locate(damage.end)
 
     def _records(self, segment: Segment, offset: int, position: int, wanted: int, count: int) -> Iterator[Record]:
         """Up to ``count`` records of ``segment`` from offset ``wanted`` on, scanning from
@@ -376,9 +464,35 @@ class SegmentLog(TopicLog):
         self._active_fd = self._lock_fd = -1
         self._readers.clear()
 
-    def _recover(self) -> RecoveryReport:
+    def repair(self) -> None:
+        """Recover the directory again (as :meth:`open` does, still holding its lock) and take
+        over what it finds, after a failed write or fsync left the log failed (LogFailed).
+
+        Records that were acknowledged are durable, so recovery keeps them: readers' positions
+        stay valid. If recovery fails (the disk still failing) the log stays failed, and its
+        reads are still served from the files as they were.
+        """
+        self._check_open()
+        if self._failure is None:
+            return
+        try:
+            recovered = recovery.recover(self._files, self.directory, self.fsync is not FsyncPolicy.NEVER)
+        except OSError as exc:
+            raise StorageError(f"{self.directory}: the log cannot be repaired yet: {exc}") from exc
+        for fd in [self._active_fd, *self._readers.values()]:
+            os.close(fd)
+        self._readers.clear()
+        self._install(recovered)
+        self._failure = None
+
+    def _recover(self, unclean: bool) -> RecoveryReport:
         """Recover the directory (see ``recovery.py``) and take over the state it describes."""
-        recovered = recovery.recover(self._files, self.directory, self.fsync is not FsyncPolicy.NEVER)
+        recovered = recovery.recover(self._files, self.directory, self.fsync is not FsyncPolicy.NEVER, unclean)
+        self._install(recovered)
+        return recovered.report
+
+    def _install(self, recovered: recovery.Recovered) -> None:
+        self._damaged = recovered.damaged
         self._segments = recovered.segments
         self._bases = [segment.base_offset for segment in self._segments]
         self._producers = recovered.producers
@@ -388,4 +502,4 @@ class SegmentLog(TopicLog):
         self._directory_synced = recovered.directory_synced
         self._durable_offset = self._synced_offset = self._next_offset
         self._size_bytes = sum(segment.size for segment in self._segments)
-        return recovered.report
+        self._mark_synced()

@@ -1,0 +1,50 @@
+// Compiled (not run) by `npm test`: the public API's TypeScript types as an application uses them.
+import {
+  ConnectionLost,
+  ErrorCode,
+  Float64,
+  HandshakeError,
+  StreamError,
+  commit,
+  connect,
+  follow,
+  publish,
+  topics,
+  type BrokerRecord,
+  type Client,
+  type Subscriber,
+  type Subscription,
+} from "../dist/index.js";
+
+export async function example(url: string): Promise<void> {
+  const conn: Client = await connect(url, { token: "t", keepaliveInterval: 5000, handshakeTimeout: 1000 });
+  let total = 0;
+  for await (const n of conn.subscribe<number>("range", { count: 10 }, { prefetch: 64 })) total += n;
+  const subscriber: Subscriber<string> = {
+    onSubscribe(s: Subscription) {
+      s.request(10);
+      s.request(2n ** 63n - 1n);
+    },
+    onNext(item: string) {
+      item.toUpperCase();
+    },
+    onError(error: Error) {
+      if (error instanceof StreamError) console.log(error.code, error.codeName, error.detail, error.data);
+      if (error instanceof ConnectionLost) console.log(error.code);
+    },
+    onComplete() {},
+  };
+  conn.publisher<string>("names").subscribe(subscriber);
+  const sent: number = await conn.offer("uploads", [1, new Float64(2), 3n], { producer: "p" }, { signal: AbortSignal.timeout(1000) });
+  await publish(conn, "t", (async function* () { yield total + sent; })(), { producer: "p", firstSequence: 5n });
+  await commit(conn, "t", "c", 3);
+  const listing: Record<string, unknown>[] = await topics(conn);
+  for await (const record of follow<{ celsius: number }>(url, "t", { from: "earliest", retryDelay: 10 })) {
+    const r: BrokerRecord<{ celsius: number }> = record;
+    console.log(r.offset, r.value.celsius, listing.length);
+    break;
+  }
+  await conn.close();
+  const refused: unknown = ErrorCode.UNAUTHORIZED;
+  if (refused instanceof HandshakeError) throw refused;
+}

@@ -1,0 +1,77 @@
+"""What a client's params can make the broker store or say is bounded (server/README.md,
+"Resource budget"): producer ids, cursor names, cursors per topic, echoed values in errors."""
+
+from __future__ import annotations
+
+import pytest
+
+import rsnet
+from rsnet.broker.broker import MAX_ID_LENGTH, Broker
+from rsnet.broker.client import commit, publish
+from rsnet.protocol import ErrorCode, Next, Offer, Request
+
+from .support import RawClient, broker_running, take
+
+
+async def refused(coroutine) -> rsnet.StreamError:
+    with pytest.raises(rsnet.StreamError) as caught:
+        await coroutine
+    assert caught.value.code == ErrorCode.REJECTED
+    return caught.value
+
+
+@pytest.mark.parametrize("producer", ["", "p" * (MAX_ID_LENGTH + 1), 7])
+async def test_producer_ids_are_bounded(producer):
+    async with broker_running(Broker()) as url, rsnet.connect(url) as conn:
+        error = await refused(conn.offer("orders", rsnet.just(1), {"producer": producer}))
+        assert f"1 to {MAX_ID_LENGTH} characters" in error.message
+        assert await publish(conn, "orders", [1], producer="p" * MAX_ID_LENGTH) == 1
+
+
+async def test_cursor_names_and_acks_params_are_bounded():
+    async with broker_running(Broker()) as url, rsnet.connect(url) as conn:
+        assert await publish(conn, "jobs", [1, 2]) == 2
+        long = "c" * (MAX_ID_LENGTH + 1)
+        await refused(commit(conn, "jobs", long, 1))
+        await refused(take(conn, "jobs", 1, cursor=long))
+        await refused(take(conn, "$acks", 1, producer=long, topic="jobs"))
+        error = await refused(take(conn, "$acks", 1, producer="p", topic="x" * 100_000))
+        assert len(error.message) < 200  # the name is checked, and shown shortened
+        error = await refused(commit(conn, "x" * 100_000, "c", 1))
+        assert len(error.message) < 200
+
+
+async def test_cursors_per_topic_are_bounded(tmp_path):
+    async with broker_running(Broker(data_dir=tmp_path, max_cursors=3)) as url, rsnet.connect(url) as conn:
+        assert await publish(conn, "jobs", [1, 2]) == 2
+        for name in ("a", "b", "c"):
+            await commit(conn, "jobs", name, 1)
+        error = await refused(commit(conn, "jobs", "d", 1))
+        assert error.data == {"topic": "jobs", "max_cursors": 3}
+        await commit(conn, "jobs", "a", 0)  # existing cursors still move
+        assert [r["value"] for r in await take(conn, "jobs", 2, cursor="a")] == [1, 2]
+
+
+async def test_an_invalid_start_position_is_echoed_shortened():
+    async with broker_running(Broker()) as url, rsnet.connect(url) as conn:
+        assert await publish(conn, "jobs", [1]) == 1
+        huge = {f"key{i}": "v" * 1000 for i in range(1000)}
+        error = await refused(take(conn, "jobs", 1, **{"from": huge}))
+        assert len(error.message) < 300
+        error = await refused(take(conn, "missing", 1, **{"from": huge}))
+        assert len(error.message) < 300
+
+
+async def test_a_producer_is_granted_at_most_the_sink_window_of_unwritten_records():
+    async with broker_running(Broker(sink_window=8)) as url:
+        client = await RawClient.connect(url)
+        await client.send(Offer(1, "orders", {"producer": "p"}, {}))
+        request = await client.frame_of(Request, 1)
+        assert request.n == 8
+        await client.send(*(Next(1, i) for i in range(8)))
+        granted = 0
+        while granted < 8:  # more only as the writer stores what came: never above the window
+            frame = await client.frame_of(Request, 1)
+            granted += frame.n
+            assert granted <= 8
+        await client.aclose()

@@ -1,0 +1,231 @@
+"""Issue 10, finding 3: one flipped byte in record 10,004 of 20,000 costs that record only.
+
+Before damaged ranges, recovery cut the segment at the damage: 9,996 acknowledged records were
+deleted and new records then reused their offsets. Now the damaged record's offset becomes a
+damaged range, every other record keeps its offset and value, new records get offsets after
+the old end, and the damaged bytes are copied to ``quarantine/``.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import sys
+from typing import Any
+
+import pytest
+import trio
+
+import rsnet
+from rsnet.broker.broker import Broker, TopicSettings
+from rsnet.broker.client import publish
+from rsnet.broker.codes import BrokerCode
+from rsnet.broker.daemon import metrics_refresher
+from rsnet.broker.metrics import BrokerMetrics
+from rsnet.broker.storage import FsyncPolicy, OffsetDamaged, Retention, SegmentLog
+
+from .support import broker_serving, served_url, start_daemon
+
+COUNT = 20_000
+DAMAGED = 10_003  # the 10,004th record
+
+
+def write(directory: pathlib.Path, segment_bytes: int) -> None:
+    log, _ = SegmentLog.open(directory, Retention(), FsyncPolicy.NEVER, segment_bytes)
+    with log:
+        for start in range(0, COUNT, 1000):
+            log.append(
+                [{"n": n} for n in range(start, start + 1000)],
+                timestamp_ms=start,
+                producer="p",
+                first_sequence=start,
+            )
+
+
+def flip_inside(directory: pathlib.Path, offset: int) -> tuple[str, int, int]:
+    """Flip one byte inside the body of the record with ``offset``; (segment, its start, its end)."""
+    log, _ = SegmentLog.open(directory, Retention(), FsyncPolicy.NEVER)
+    with log:
+        segment = next(s for s in reversed(log._segments) if s.base_offset <= offset)
+        name = os.path.basename(segment.path)
+        _, position = segment.locate(offset)
+        # walk from the indexed record to ours by the length fields
+        data = (directory / name).read_bytes()
+        here = segment.locate(offset)[0]
+        while here < offset:
+            position += 8 + int.from_bytes(data[position : position + 4], "big")
+            here += 1
+    end = position + 8 + int.from_bytes(data[position : position + 4], "big")
+    damaged = bytearray(data)
+    damaged[position + 10] ^= 0x01
+    (directory / name).write_bytes(damaged)
+    return name, position, end
+
+
+@pytest.mark.parametrize("segment_bytes", [64 << 20, 64 << 10], ids=["active segment", "sealed segment"])
+def test_one_flipped_byte_in_record_10004_of_20000_costs_that_record_only(
+    tmp_path: pathlib.Path, segment_bytes: int
+) -> None:
+    write(tmp_path, segment_bytes)
+    name, start, end = flip_inside(tmp_path, DAMAGED)
+    damaged_bytes = (tmp_path / name).read_bytes()[start:end]
+
+    log, report = SegmentLog.open(tmp_path, Retention(), FsyncPolicy.ALWAYS, segment_bytes)
+    with log:
+        assert report.truncated_bytes == 0 and report.records == COUNT - 1
+        assert [(d.first, d.end) for d in report.damaged_ranges] == [(DAMAGED, DAMAGED + 1)]
+        assert (log.first_offset, log.next_offset) == (0, COUNT)
+        before = log.read(0, COUNT)  # stops before the damage
+        assert [(r.offset, r.value["n"]) for r in before] == [(n, n) for n in range(DAMAGED)]
+        with pytest.raises(OffsetDamaged) as raised:
+            log.read(DAMAGED, 10)
+        assert raised.value.damage.end == DAMAGED + 1
+        after = log.read(DAMAGED + 1, COUNT)
+        assert [(r.offset, r.value["n"]) for r in after] == [(n, n) for n in range(DAMAGED + 1, COUNT)]
+        assert log.last_sequence("p") == COUNT - 1  # a retry of any stored record is still a duplicate
+        assert log.append([{"n": "new"}], timestamp_ms=COUNT, producer="q", first_sequence=0) == [COUNT]
+        assert log.offset_for_timestamp(10_001) == 11_000  # found by reading across the damaged range
+    copy = tmp_path / "quarantine" / f"{name}.bytes-{start}-{end - 1}"
+    assert copy.read_bytes() == damaged_bytes
+
+    log, report = SegmentLog.open(tmp_path, Retention(), FsyncPolicy.ALWAYS, segment_bytes)
+    with log:  # the same at the next open, and the new record kept its offset
+        assert [(d.first, d.end) for d in log.damaged_ranges] == [(DAMAGED, DAMAGED + 1)]
+        assert log.next_offset == COUNT + 1 and log.read(COUNT, 1)[0].value == {"n": "new"}
+
+
+def test_retention_removes_a_damaged_range_with_its_segment(tmp_path: pathlib.Path) -> None:
+    write(tmp_path, 64 << 10)
+    flip_inside(tmp_path, 100)
+    log, _ = SegmentLog.open(tmp_path, Retention(max_records=COUNT // 2), FsyncPolicy.NEVER, 64 << 10)
+    with log:
+        assert [(d.first, d.end) for d in log.damaged_ranges] == [(100, 101)]
+        log.enforce_retention(now_ms=0)
+        assert log.first_offset > 100 and log.damaged_ranges == []
+        assert log.read(log.first_offset, 1)[0].offset == log.first_offset
+
+
+# -- through the broker -------------------------------------------------------------------------
+
+
+def subscribe(conn: rsnet.Client, topic: str, params: dict[str, Any]) -> Any:
+    return conn.subscribe(topic, params, prefetch=1024)
+
+
+async def read_range(conn: rsnet.Client, topic: str, start: int, stop: int) -> list[dict[str, Any]]:
+    records = []
+    async with subscribe(conn, topic, {"from": start}) as items:
+        async for record in items:
+            records.append(record)
+            if record["offset"] == stop - 1:
+                break
+    return records
+
+
+async def test_a_subscriber_reaching_a_damaged_range_gets_offset_damaged_and_can_go_on(
+    tmp_path: pathlib.Path,
+) -> None:
+    (tmp_path / "events").mkdir()
+    write(tmp_path / "events", 64 << 10)
+    flip_inside(tmp_path / "events", DAMAGED)
+    broker = Broker(data_dir=tmp_path)
+    async with broker_serving(broker) as (url, server), rsnet.connect(url) as conn:
+        metrics = BrokerMetrics()
+        metrics_refresher(broker, server)(metrics)
+        assert metrics.registry.get_sample_value("rsnet_broker_storage_damaged_records", {"topic": "events"}) == 1
+        topics = [t async for t in conn.subscribe("$topics")]
+        (damaged,) = topics[0]["damaged"]
+        assert (damaged["first"], damaged["end"]) == (DAMAGED, DAMAGED + 1)
+        assert "CRC mismatch" in damaged["problem"]
+        listing = await trio.run_process([sys.executable, "-m", "rsnet.cli", "topics", url], capture_stdout=True)
+        assert f"  damaged: offsets {DAMAGED} to {DAMAGED}: " in listing.stdout.decode()
+
+        received = []
+        with pytest.raises(rsnet.StreamError) as raised:
+            async with subscribe(conn, "events", {"from": DAMAGED - 5}) as items:
+                async for record in items:
+                    received.append(record["offset"])
+        assert received == list(range(DAMAGED - 5, DAMAGED))  # everything before it, then the error
+        assert raised.value.code == BrokerCode.OFFSET_DAMAGED
+        assert raised.value.data == {
+            "topic": "events",
+            "requested": DAMAGED,
+            "first": DAMAGED,
+            "next_intact": DAMAGED + 1,
+        }
+
+        with pytest.raises(rsnet.StreamError) as raised:  # refused at subscribe time too
+            await read_range(conn, "events", DAMAGED, DAMAGED + 1)
+        assert raised.value.code == BrokerCode.OFFSET_DAMAGED
+
+        after = await read_range(conn, "events", DAMAGED + 1, COUNT)
+        assert [(r["offset"], r["value"]["n"]) for r in after] == [(n, n) for n in range(DAMAGED + 1, COUNT)]
+        await publish(conn, "events", ["new"], producer="late")
+        (new,) = await read_range(conn, "events", COUNT, COUNT + 1)
+        assert new["value"] == "new"
+
+
+async def test_the_broker_refuses_to_start_on_damage_it_cannot_place_until_told_to(tmp_path: pathlib.Path) -> None:
+    (tmp_path / "events").mkdir()
+    write(tmp_path / "events", 64 << 20)
+    (segment,) = sorted((tmp_path / "events").glob("*.log"))
+    data = bytearray(segment.read_bytes())
+    data[20] ^= 0xFF  # inside the only (active) segment's header
+    segment.write_bytes(data)
+    process = await trio.run_process(
+        [sys.executable, "-m", "rsnet.cli", "broker", "--data-dir", str(tmp_path), "--tcp", "127.0.0.1:0"],
+        capture_stderr=True,
+        check=False,
+    )
+    printed = process.stderr.decode()
+    assert process.returncode == 1 and "Traceback" not in printed
+    assert "cannot start:" in printed and "the active segment's header is unreadable" in printed
+    assert "unclean_recovery = true" in printed
+    assert "serving" not in printed and segment.read_bytes() == data  # nothing changed
+
+    config = tmp_path / "rsnet.toml"
+    config.write_text("unclean_recovery = true\n")
+    broker, printed = await start_daemon(
+        "--config", str(config), "--data-dir", str(tmp_path), "--tcp", "127.0.0.1:0", announces=b"serving tcp://"
+    )
+    try:
+        async with rsnet.connect(served_url(printed)) as conn:
+            topics = [t async for t in conn.subscribe("$topics")]
+            assert (topics[0]["first_offset"], topics[0]["next_offset"]) == (0, 0)
+    finally:
+        broker.terminate()
+        await broker.wait()
+    assert (tmp_path / "events" / "quarantine" / segment.name).read_bytes() == data
+
+
+async def test_bytes_damaged_while_the_broker_runs_end_that_subscription_coded_and_nothing_else(
+    tmp_path: pathlib.Path,
+) -> None:
+    async with broker_serving(Broker(data_dir=tmp_path)) as (url, _), rsnet.connect(url) as conn:
+        await publish(conn, "events", [{"n": n} for n in range(100)], producer="p")
+        (segment,) = sorted((tmp_path / "events").glob("*.log"))
+        data = bytearray(segment.read_bytes())
+        data[-20] ^= 0xFF  # inside the last record, behind the broker's back
+        segment.write_bytes(data)
+        received = []
+        with pytest.raises(rsnet.StreamError) as raised:
+            async with subscribe(conn, "events", {"from": 0}) as items:
+                async for record in items:
+                    received.append(record["value"]["n"])
+        assert raised.value.code == BrokerCode.STORAGE_ERROR and "corrupt data" in raised.value.message
+        assert received == list(range(len(received))) and len(received) < 100
+        assert len(await read_range(conn, "events", 0, 50)) == 50  # the broker serves what it can
+
+
+async def test_a_closed_topic_whose_oldest_record_is_damaged_still_gets_its_age_retention(
+    tmp_path: pathlib.Path,
+) -> None:
+    (tmp_path / "events").mkdir()
+    write(tmp_path / "events", 64 << 10)
+    flip_inside(tmp_path / "events", 0)
+    settings = TopicSettings(durable=True, retention=Retention(max_age_ms=10**6))
+    broker = Broker(data_dir=tmp_path, settings_for=lambda name: settings)
+    async with broker_serving(broker):
+        # opened at start for recovery, then closed: its expiry comes from the first readable record
+        closed = broker._closed["events"]
+        assert closed.first_offset == 0 and closed.expires_ms is not None

@@ -1,0 +1,141 @@
+"""Storage faults in a SegmentLog (issue 10, finding 2): ENOSPC and EIO at chosen points.
+
+The log is opened with :class:`FaultyFiles` (``storage_faults.py``), which fails the chosen
+file operations for real. What must hold: the failed call raises WriteFailed (``full`` for
+ENOSPC), nothing of it counts as stored, everything stored before is still there and
+readable, and once the fault is gone (space freed) appending works again, at the right offsets,
+with deduplication intact.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import pathlib
+
+import pytest
+
+from rsnet.broker.storage import FsyncPolicy, LogFailed, Retention, SegmentLog, StorageError, WriteFailed
+
+from .storage_faults import FaultyFiles
+
+
+def open_log(
+    directory: pathlib.Path, faults: FaultyFiles, fsync: FsyncPolicy = FsyncPolicy.ALWAYS, segment_bytes: int = 1 << 20
+) -> SegmentLog:
+    return SegmentLog.open(directory, Retention(), fsync, segment_bytes, file_ops=faults)[0]
+
+
+def values(directory: pathlib.Path) -> list[object]:
+    log, report = SegmentLog.open(directory)
+    with log:
+        assert report.clean, report.damaged
+        return [record.value for record in log.read(log.first_offset, 10**6)]
+
+
+@pytest.mark.parametrize("partial", [False, True], ids=["nothing written", "half written"])
+def test_a_write_refused_for_lack_of_space_stores_nothing_and_the_log_goes_on_once_space_is_back(
+    tmp_path: pathlib.Path, partial: bool
+) -> None:
+    faults = FaultyFiles()
+    log = open_log(tmp_path, faults)
+    log.append(["a"], timestamp_ms=0, producer="p", first_sequence=0)
+    size = log.size_bytes
+    faults.fail("write_all", errno.ENOSPC, partial=partial)
+    with pytest.raises(WriteFailed, match="No space left on device") as raised:
+        log.append(["b", "c"], timestamp_ms=0, producer="p", first_sequence=1)
+    assert raised.value.full and raised.value.errno == errno.ENOSPC
+    assert (log.next_offset, log.durable_offset, log.last_sequence("p"), log.size_bytes) == (1, 1, 0, size)
+    assert [r.value for r in log.read(0, 10)] == ["a"]  # readers are still served
+    with pytest.raises(WriteFailed):  # and again, while the disk stays full
+        log.append(["b"], timestamp_ms=0, producer="p", first_sequence=1)
+    faults.heal()
+    assert log.append(["b", "c"], timestamp_ms=0, producer="p", first_sequence=1) == [1, 2]
+    log.close()
+    assert values(tmp_path) == ["a", "b", "c"]
+
+
+def test_a_failed_fsync_rolls_the_log_back_to_what_was_durable_and_it_goes_on(tmp_path: pathlib.Path) -> None:
+    faults = FaultyFiles()
+    log = open_log(tmp_path, faults)
+    log.append(["a"], timestamp_ms=1, producer="p", first_sequence=0)
+    faults.fail("datasync", errno.EIO, times=1)
+    with pytest.raises(WriteFailed, match="Input/output error") as raised:
+        log.append(["b", "c"], timestamp_ms=2, producer="p", first_sequence=1)
+    assert not raised.value.full
+    # "b" and "c" were written but never durable, so never acknowledged: cut off, and forgotten
+    assert (log.next_offset, log.durable_offset, log.last_sequence("p")) == (1, 1, 0)
+    assert log.offset_for_timestamp(2) == 1
+    assert log.append(["b", "c"], timestamp_ms=2, producer="p", first_sequence=1) == [1, 2]  # not duplicates
+    log.close()
+    assert values(tmp_path) == ["a", "b", "c"]
+
+
+def test_under_interval_a_failed_sync_cuts_everything_written_since_the_last_sync(tmp_path: pathlib.Path) -> None:
+    faults = FaultyFiles()
+    log = open_log(tmp_path, faults, FsyncPolicy.INTERVAL)
+    log.append(["a"], timestamp_ms=0, producer="p", first_sequence=0)
+    log.sync()
+    log.append(["b"], timestamp_ms=0, producer="p", first_sequence=1)
+    log.append(["c"], timestamp_ms=0, producer="q", first_sequence=0)
+    faults.fail("datasync", errno.EIO, times=1)
+    with pytest.raises(WriteFailed):
+        log.sync()
+    assert (log.next_offset, log.durable_offset, log.last_sequence("p"), log.last_sequence("q")) == (1, 1, 0, None)
+    log.append(["b"], timestamp_ms=0, producer="p", first_sequence=1)
+    log.sync()
+    log.close()
+    assert values(tmp_path) == ["a", "b"]
+
+
+def test_a_fault_while_rolling_to_a_new_segment_stores_nothing_and_the_next_roll_works(
+    tmp_path: pathlib.Path,
+) -> None:
+    faults = FaultyFiles()
+    log = open_log(tmp_path, faults, segment_bytes=200)
+    for n in range(5):
+        log.append([f"{n:030d}"], timestamp_ms=0)
+    segments = sorted(name for name in os.listdir(tmp_path) if name.endswith(".log"))
+    faults.fail("write_all", errno.ENOSPC, suffix=".log.tmp", times=1)  # the next segment's header
+    with pytest.raises(WriteFailed):
+        for _ in range(100):
+            log.append(["x" * 30], timestamp_ms=0)
+    assert faults.failed == [("write_all", errno.ENOSPC)]
+    before = log.next_offset
+    assert not [name for name in os.listdir(tmp_path) if name.endswith(".tmp")]
+    assert log.append(["y" * 30], timestamp_ms=0) == [before]
+    log.close()
+    assert values(tmp_path)[-1] == "y" * 30 and len(segments) >= 1
+
+
+def test_when_even_the_rollback_fails_the_log_refuses_writes_until_repaired_and_serves_reads(
+    tmp_path: pathlib.Path,
+) -> None:
+    faults = FaultyFiles()
+    log = open_log(tmp_path, faults)
+    log.append(["a"], timestamp_ms=0, producer="p", first_sequence=0)
+    faults.fail("datasync", errno.EIO)
+    with pytest.raises(WriteFailed):
+        log.append(["b"], timestamp_ms=0, producer="p", first_sequence=1)
+    assert (log.next_offset, log.durable_offset, log.last_sequence("p")) == (1, 1, 0)  # what is durable
+    faults.heal()
+    with pytest.raises(LogFailed, match="reopen"):
+        log.append(["c"], timestamp_ms=0)
+    assert [r.value for r in log.read(0, 1)] == ["a"]
+    faults.fail("datasync", errno.EIO)
+    with pytest.raises(StorageError, match="cannot be repaired yet"):
+        log.repair()
+    assert [r.value for r in log.read(0, 1)] == ["a"]  # still served
+    faults.heal()
+    log.repair()  # scans the files as an open would ("b" was cut off before the failed fsync)
+    assert log.append(["b"], timestamp_ms=0, producer="p", first_sequence=1) == [1]
+    assert [r.value for r in log.read(0, 10)] == ["a", "b"]
+    log.close()
+    assert values(tmp_path) == ["a", "b"]
+
+
+def test_a_directory_that_cannot_be_written_is_refused_at_open_with_the_reason(tmp_path: pathlib.Path) -> None:
+    faults = FaultyFiles()
+    faults.fail("makedirs", errno.EROFS)
+    with pytest.raises(StorageError, match=r"the log cannot be opened: \[Errno 30\] Read-only file system"):
+        SegmentLog.open(tmp_path / "topic", file_ops=faults)

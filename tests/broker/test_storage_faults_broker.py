@@ -1,0 +1,198 @@
+"""Storage faults through the broker (issue 10, finding 2): a full or failing disk refuses that
+topic's producers with a coded error and nothing else.
+
+In process, with the broker's logs opened through :class:`FaultyFiles`; then for real: the
+daemon on a 1 MiB tmpfs that fills up, and on a read-only mount (these two need root to mount
+a tmpfs and are skipped, saying so, without it).
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import pathlib
+import subprocess
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import trio
+
+import rsnet
+from rsnet.broker.broker import Broker
+from rsnet.broker.client import publish
+from rsnet.broker.codes import BrokerCode
+from rsnet.broker.daemon import metrics_refresher
+from rsnet.broker.metrics import BrokerMetrics
+from rsnet.broker.storage import StorageError
+
+from .storage_faults import FaultyFiles
+from .support import broker_serving, served_url, start_daemon
+
+
+def subscribe(conn: rsnet.Client, topic: str, params: dict[str, Any]) -> Any:
+    return conn.subscribe(topic, params, prefetch=1024)
+
+
+async def read_all(conn: rsnet.Client, topic: str) -> list[Any]:
+    topics = {t["topic"]: t async for t in conn.subscribe("$topics")}
+    end = topics[topic]["next_offset"]
+    records: list[dict[str, Any]] = []
+    if end:
+        async with subscribe(conn, topic, {"from": "earliest"}) as items:
+            async for record in items:
+                records.append(record)
+                if record["offset"] == end - 1:
+                    break
+    assert [r["offset"] for r in records] == list(range(end))
+    return [r["value"] for r in records]
+
+
+async def test_a_full_disk_refuses_that_topics_producers_coded_and_appends_resume_when_space_is_back(
+    tmp_path: pathlib.Path,
+) -> None:
+    faults = FaultyFiles()
+    broker = Broker(data_dir=tmp_path)
+    broker.storage_files = faults
+    metrics = BrokerMetrics()
+    async with broker_serving(broker) as (url, server), rsnet.connect(url) as conn:
+        refresh = metrics_refresher(broker, server)
+        await publish(conn, "full", list(range(100)), producer="p")
+        await publish(conn, "other", list(range(10)), producer="q")
+
+        faults.fail("write_all", errno.ENOSPC, under=tmp_path / "full")
+        with pytest.raises(rsnet.StreamError) as refused:
+            await publish(conn, "full", list(range(100, 200)), producer="p", first_sequence=100)
+        assert refused.value.code == BrokerCode.STORAGE_FULL
+        assert "No space left on device" in refused.value.message and refused.value.data == {"topic": "full"}
+
+        assert await read_all(conn, "full") == list(range(100))  # readers of what is stored go on
+        await publish(conn, "other", list(range(10, 20)), producer="q", first_sequence=10)  # unaffected
+        assert await read_all(conn, "other") == list(range(20))
+        refresh(metrics)
+        sample = metrics.registry.get_sample_value
+        assert sample("rsnet_broker_storage_failing", {"topic": "full"}) == 1
+        assert sample("rsnet_broker_storage_failures_total", {"topic": "full"}) >= 1
+        assert sample("rsnet_broker_storage_failing", {"topic": "other"}) == 0
+        assert broker.topics["full"].storage_failure is not None
+
+        faults.heal()  # space is back: the next offer is stored, nothing twice
+        await publish(conn, "full", list(range(100, 200)), producer="p", first_sequence=100)
+        assert await read_all(conn, "full") == list(range(200))
+        refresh(metrics)
+        assert sample("rsnet_broker_storage_failing", {"topic": "full"}) == 0
+
+
+async def test_a_failing_fsync_refuses_producers_and_loses_nothing_acknowledged(tmp_path: pathlib.Path) -> None:
+    faults = FaultyFiles()
+    broker = Broker(data_dir=tmp_path)
+    broker.storage_files = faults
+    async with broker_serving(broker) as (url, _), rsnet.connect(url) as conn:
+        await publish(conn, "events", list(range(50)), producer="p")
+        faults.fail("datasync", errno.EIO, under=tmp_path / "events")
+        with pytest.raises(rsnet.StreamError) as refused:
+            await publish(conn, "events", list(range(50, 80)), producer="p", first_sequence=50)
+        assert refused.value.code == BrokerCode.STORAGE_ERROR
+        assert await read_all(conn, "events") == list(range(50))
+        faults.heal()
+        await publish(conn, "events", list(range(50, 80)), producer="p", first_sequence=50)
+        assert await read_all(conn, "events") == list(range(80))
+
+
+async def test_a_data_dir_that_cannot_be_written_stops_the_broker_before_it_serves(tmp_path: pathlib.Path) -> None:
+    faults = FaultyFiles()
+    faults.fail("open", errno.EROFS, under=tmp_path)
+    broker = Broker(data_dir=tmp_path)
+    broker.storage_files = faults
+    async with trio.open_nursery() as nursery:
+        with pytest.raises(StorageError, match=r"data_dir .* cannot be written \(\[Errno 30\] Read-only file system"):
+            await nursery.start(broker.run)
+
+
+# -- real file systems --------------------------------------------------------------------------------
+
+
+def mounted_tmpfs(path: pathlib.Path, size: str) -> Iterator[pathlib.Path]:
+    if os.geteuid() != 0:
+        pytest.skip(f"mounting a {size} tmpfs needs root (running as uid {os.geteuid()})")
+    path.mkdir()
+    mount = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True)
+    if mount.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mount.stderr.decode().strip()}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=True)
+
+
+@pytest.fixture
+def small_disk(tmp_path: pathlib.Path) -> Iterator[pathlib.Path]:
+    yield from mounted_tmpfs(tmp_path / "small", "1m")
+
+
+async def get_health(url: str) -> tuple[int, dict[str, Any]]:
+    host, port = url.removeprefix("http://").split("/")[0].split(":")
+    stream = await trio.open_tcp_stream(host, int(port))
+    async with stream:
+        await stream.send_all(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        response = b""
+        while data := await stream.receive_some(65536):
+            response += data
+    head, body = response.split(b"\r\n\r\n", 1)
+    return int(head.split()[1]), json.loads(body)
+
+
+async def test_a_real_full_file_system_refuses_producers_and_recovers_when_space_is_freed(
+    small_disk: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
+    ballast = small_disk / "ballast"
+    ballast.write_bytes(bytes(700 << 10))  # leaves ~300 KiB for the topics
+    config = tmp_path / "rsnet.toml"
+    config.write_text('[metrics]\nlisten = "127.0.0.1:0"\n')
+    process, printed = await start_daemon(
+        "--config", str(config), "--data-dir", str(small_disk), "--tcp", "127.0.0.1:0", announces=b"durable in"
+    )
+    metrics_url = printed.split("metrics on ", 1)[1].split()[0]
+    try:
+        async with rsnet.connect(served_url(printed)) as conn:
+            await publish(conn, "other", ["small"], producer="o")
+            record = "x" * 1000
+            acknowledged = 0
+            with pytest.raises(rsnet.StreamError) as refused:
+                while True:  # fill the disk, acknowledged batch by batch
+                    await publish(conn, "big", [record] * 20, producer="p", first_sequence=acknowledged)
+                    acknowledged += 20
+                    assert acknowledged < 2000, "a 1 MiB file system never filled up"
+            assert refused.value.code == BrokerCode.STORAGE_FULL
+            status, health = await get_health(metrics_url)
+            assert status == 503 and "big" in health["storage_failing"]
+            stored = await read_all(conn, "big")
+            assert stored[:acknowledged] == [record] * acknowledged  # everything acknowledged is there
+            assert await read_all(conn, "other") == ["small"]  # and other topics' records are served
+
+            ballast.unlink()  # space is back
+            await publish(conn, "big", ["after"], producer="p", first_sequence=len(stored))
+            assert (await read_all(conn, "big"))[-1] == "after"
+            status, health = await get_health(metrics_url)
+            assert status == 200 and health["storage_failing"] == {}
+    finally:
+        process.terminate()
+        with trio.fail_after(10):
+            await process.wait()
+
+
+async def test_a_read_only_data_dir_is_refused_at_start_up_with_the_reason(tmp_path: pathlib.Path) -> None:
+    for disk in mounted_tmpfs(tmp_path / "ro", "1m"):
+        (disk / "events").mkdir()
+        subprocess.run(["mount", "-o", "remount,ro", str(disk)], check=True)
+        process = await trio.run_process(
+            [sys.executable, "-m", "rsnet.cli", "broker", "--data-dir", str(disk), "--tcp", "127.0.0.1:0"],
+            capture_stderr=True,
+            check=False,
+        )
+        printed = process.stderr.decode()
+        assert process.returncode == 1, printed
+        assert f"cannot start: data_dir {disk} cannot be written" in printed and "Read-only file system" in printed
+        assert "topics durable in" not in printed and "serving" not in printed and "Traceback" not in printed
