@@ -10,16 +10,17 @@ cursor (``$commit``), publish with an idempotent producer and wait for ``$acks``
         publish(client, "totals", rows, producer="job-7", first_sequence=0)
 
 Every call into :mod:`rsnet.sync` goes through the few functions at the top of this module
-(``_subscribe``, ``_offer`` and :func:`read_range`), so a change of the blocking client's API
-is adapted here and nowhere else.
+(:func:`connect`, :func:`subscribe`, ``_offer`` and :func:`read_range`), so a change of the
+blocking client's API is adapted here and nowhere else.
 
 This module must never import trio or asyncio (a test checks it): it runs where no event loop can.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
-from typing import Any
+import itertools
+from collections.abc import Generator, Iterable, Iterator
+from typing import Any, cast
 
 from ..errors import StreamError
 from ..protocol import ErrorCode
@@ -43,7 +44,8 @@ def connect(url: str, *, token: str | None = None, timeout: float = 10.0) -> Blo
     return _connect(url, token=token, timeout=timeout)
 
 
-def _subscribe(client: BlockingClient, name: str, params: dict[str, Any] | None, prefetch: int) -> Iterator[Any]:
+def subscribe(client: BlockingClient, name: str, params: dict[str, Any] | None, prefetch: int) -> Iterator[Any]:
+    """``client.subscribe``: the publisher's params as one mapping."""
     return client.subscribe(name, params or {}, prefetch=prefetch)
 
 
@@ -54,8 +56,8 @@ def _offer(client: BlockingClient, name: str, items: Iterable[Any], params: dict
 def read_range(
     client: BlockingClient, topic: str, start: int, end: int, *, window: int = READ_WINDOW
 ) -> Iterator[list[dict[str, Any]]]:
-    """The records of ``topic`` with offsets in ``[start, end)``, in order, as lists (whatever
-    arrived together, so the caller handles them in bulk).
+    """The records of ``topic`` with offsets in ``[start, end)``, in order, as lists of up to
+    ``window`` records (so the caller handles them in bulk).
 
     Demand is exact: the total requested is never more than ``end - start``, so no record
     beyond the range is sent, and at most ``window`` records are requested and not yet taken
@@ -64,43 +66,23 @@ def read_range(
     ``drop`` topic) shortens the range: the lists end at the first record at or past ``end``.
 
     Raises :class:`StreamError` as the broker sends it: ``OFFSET_TRIMMED`` (4100) if ``start``
-    (or a record not yet read) was removed by retention, ``OFFSET_OUT_OF_RANGE`` (4101) if
-    ``start`` is beyond the topic's end, ``UNAUTHORIZED``, ``UNKNOWN_PUBLISHER``.
+    (or a record not yet read) was removed by retention, ``OFFSET_DAMAGED`` (4110) for a
+    damaged range, ``OFFSET_OUT_OF_RANGE`` (4101) if ``start`` is beyond the topic's end,
+    ``UNAUTHORIZED``, ``UNKNOWN_PUBLISHER``.
     """
-    # rsnet.sync's subscribe() replenishes demand by a fixed policy that overshoots a known
-    # count, so this drives the client's stream primitives itself. It is the one place that
-    # relies on BlockingClient's internals; a subscribe(..., limit=n) would replace it.
     count = end - start
     if count <= 0:
         return
-    conn = client._conn
-    requested = min(count, window)
-    stream_id, stream = client._open(lambda: conn.send_subscribe(topic, {"from": start}, initial_demand=requested))
-    buffered = stream.items
-    taken = 0
+    # A generator (closing it cancels the stream), though typed as an iterator.
+    records = cast(Generator[Any], client.subscribe(topic, {"from": start}, prefetch=min(window, count), limit=count))
     try:
-        while taken < count:
-            if not buffered:
-                client._pump(lambda: buffered or stream.ended)
-                if not buffered:
-                    if stream.error is not None:
-                        raise stream.error
-                    raise StreamError(ErrorCode.APPLICATION_ERROR, f"the subscription to {topic!r} ended early")
-            chunk = list(buffered)
-            buffered.clear()
-            taken += len(chunk)
-            # Top up once a quarter of the window is left, never past the range's end.
-            if requested < count and requested - taken <= window // 4:
-                more = min(window - (requested - taken), count - requested)
-                client._request(stream_id, more)
-                requested += more
-            last = chunk[-1]["offset"]
-            if last >= end - 1:
+        while chunk := list(itertools.islice(records, window)):  # C-level iteration, no per-item step
+            if chunk[-1]["offset"] >= end - 1:
                 yield [record for record in chunk if record["offset"] < end]
                 return
             yield chunk
     finally:
-        client._abandon(stream_id, stream)
+        records.close()  # cancels the subscription if the range was not read to its end
 
 
 # -- the broker's conventions --------------------------------------------------------------------
@@ -109,17 +91,18 @@ def read_range(
 def list_topics(client: BlockingClient) -> list[dict[str, Any]]:
     """``$topics``: one map per topic the client may subscribe to (``topic``, ``first_offset``,
     ``next_offset``, ...; see protocol/BROKER.md)."""
-    return list(_subscribe(client, "$topics", None, 1024))
+    return list(subscribe(client, "$topics", None, 1024))
 
 
 def resolve_topics(client: BlockingClient, names: Iterable[str]) -> dict[str, tuple[int, int]]:
     """``{topic: (first_offset, next_offset)}`` for topic names and patterns.
 
     A pattern (``*``, ``>``) matches the topics that exist now. A plain name missing from
-    ``$topics`` is asked for directly, as a subscriber would: the broker then creates it if
-    it creates topics on demand (it starts empty), else refuses with ``UNKNOWN_PUBLISHER``;
-    an unauthorized name fails with ``UNAUTHORIZED``. Raises :class:`StreamError` for those
-    and ValueError for an invalid name.
+    ``$topics`` is asked for directly: a topic that does not exist yet reads as empty (a
+    subscription reads it from its first record once a publish creates it), unless the broker
+    refuses subscriptions to missing topics (``UNKNOWN_PUBLISHER``); an unauthorized name fails
+    with ``UNAUTHORIZED``. Raises :class:`StreamError` for those and ValueError for an invalid
+    name.
     """
     names = list(names)
     for name in names:
@@ -141,9 +124,9 @@ def resolve_topics(client: BlockingClient, names: Iterable[str]) -> dict[str, tu
 
 def _probe(client: BlockingClient, topic: str) -> tuple[int, int]:
     """Ask for an offset past any end: the broker answers OFFSET_OUT_OF_RANGE with the topic's
-    next offset (after creating it, if it creates topics on demand), or says why not."""
+    next offset (0 for a topic that does not exist yet), or says why not."""
     try:
-        for _ in _subscribe(client, topic, {"from": _BEYOND_ANY_END}, 1):
+        for _ in subscribe(client, topic, {"from": _BEYOND_ANY_END}, 1):
             break
     except StreamError as error:
         if error.code == BrokerCode.OFFSET_OUT_OF_RANGE and isinstance(error.data, dict):
@@ -155,7 +138,7 @@ def _probe(client: BlockingClient, topic: str) -> tuple[int, int]:
 
 def commit(client: BlockingClient, topic: str, cursor: str, offset: int) -> None:
     """``$commit``: cursor ``cursor`` of ``topic`` is at ``offset`` (the next record it wants)."""
-    for _ in _subscribe(client, "$commit", {"topic": topic, "cursor": cursor, "offset": offset}, 1):
+    for _ in subscribe(client, "$commit", {"topic": topic, "cursor": cursor, "offset": offset}, 1):
         pass
 
 
@@ -203,6 +186,6 @@ def wait_acknowledged(client: BlockingClient, topic: str, *, producer: str, last
     for an item): the first ack is then the last sequence stored so far, so an ack sent
     before this subscription is not missed.
     """
-    for ack in _subscribe(client, "$acks", {"producer": producer, "topic": topic}, 16):
+    for ack in subscribe(client, "$acks", {"producer": producer, "topic": topic}, 16):
         if ack["sequence"] >= last_sequence:
             return

@@ -226,6 +226,10 @@ class ListenConfig(_Model):
     tcp: OptionalAddress = Address(host="127.0.0.1", port=7600)
     ws: OptionalAddress = None
     tls: TLSConfig | None = None
+    keepalive_interval_s: Annotated[float, Field(ge=0)] = 20.0
+    """SPEC 10.1: PING after this long without sending; a peer silent for three is dropped. 0: off."""
+    max_connections: PositiveInt = 10_000
+    """Connections served at once over both listeners; one more gets CONN_ERROR GOING_AWAY."""
 
 
 class RetentionConfig(_Model):

@@ -181,7 +181,12 @@ async def run_broker(args: argparse.Namespace) -> int:
     configure_logging(config.log.format == "json", config.log.level)
     authorizer = Authorizer(config.auth)
     broker = build_broker(config, authorizer)
-    server = Server(host=broker, authenticate=authorizer.authenticate)
+    server = Server(
+        host=broker,
+        authenticate=authorizer.authenticate,
+        keepalive_interval=config.listen.keepalive_interval_s,
+        max_connections=config.listen.max_connections,
+    )
     tls = _ssl_context(config)
     metrics = BrokerMetrics()
     metrics.add_refresher(metrics_refresher(broker, server))

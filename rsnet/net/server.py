@@ -49,6 +49,9 @@ from .session import Host, Session, StreamContext, complete_handshake, conn_erro
 
 log = logging.getLogger("rsnet.net.server")
 
+DEFAULT_MAX_CONNECTIONS = 10_000
+"""Connections a server serves at once (all listeners together); more wait to be accepted."""
+
 MAX_REPORTED_PARAM_ERRORS = 10
 """Invalid params are reported field by field, up to this many fields (then "and N more"):
 a peer's params map of any size gets an answer of bounded size (resource budget,
@@ -76,6 +79,8 @@ class Server:
     host sees as ``StreamContext.principal``. ``host`` replaces the server's own registry of
     publishers and sinks (the broker is one). Limits and keepalive are this side's protocol
     settings (SPEC 6.3); ``keepalive_interval`` and ``handshake_timeout`` are in seconds.
+    ``max_connections`` bounds the connections served at once over all listeners: one more is
+    answered CONN_ERROR ``GOING_AWAY`` ("try again later") after its HELLO, and closed.
     """
 
     def __init__(
@@ -88,12 +93,17 @@ class Server:
         max_streams: int = DEFAULT_MAX_STREAMS,
         keepalive_interval: float = DEFAULT_KEEPALIVE,
         handshake_timeout: float = HANDSHAKE_TIMEOUT,
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
     ) -> None:
         self._token = token
         self._authenticate = authenticate
         self._host = host
         if keepalive_interval < 0:
             raise ValueError(f"keepalive_interval must be >= 0 seconds, got {keepalive_interval!r}")
+        if max_connections < 1:
+            raise ValueError(f"max_connections must be >= 1, got {max_connections!r}")
+        self._max_connections = max_connections
+        self._connection_slots = trio.Semaphore(max_connections)  # shared by every listener
         self._max_frame_size = max_frame_size
         self._max_streams = max_streams
         self._keepalive_ms = round(keepalive_interval * 1000)
@@ -265,6 +275,19 @@ class Server:
 
     async def handle(self, transport: Transport) -> None:
         """Serve one connection on an established transport: handshake, then its streams."""
+        try:
+            self._connection_slots.acquire_nowait()
+        except trio.WouldBlock:
+            await self._serve_connection(transport, full=True)
+            return
+        try:
+            await self._serve_connection(transport, full=False)
+        finally:
+            self._connection_slots.release()
+
+    async def _serve_connection(self, transport: Transport, *, full: bool) -> None:
+        """The handshake, then the session; ``full``: beyond ``max_connections``, refused after
+        the HELLO (read first, so closing never resets the connection over our CONN_ERROR)."""
         conn = Connection(
             Role.SERVER,
             max_frame_size=self._max_frame_size,
@@ -275,6 +298,12 @@ class Server:
             hello, events = await complete_handshake(transport, conn, Hello, self._handshake_timeout)
         except HandshakeError as failure:
             log.info("%s", failure)
+            return
+        if full:
+            limit = f"the server is at its limit of {self._max_connections} connections; try again later"
+            conn.send_conn_error(ErrorCode.GOING_AWAY, limit)
+            await transport.send([conn.data_to_send()])
+            log.info("refused %s: %s", transport.peer, limit)
             return
         offered = hello.settings.get("auth_token")
         principal = None

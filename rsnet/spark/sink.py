@@ -81,7 +81,7 @@ def _record_values(batch: pa.RecordBatch) -> list[Any]:
         column = batch.column(names.index("value"))
         values = column.to_pylist()
         if needs_plain_values(column.type):
-            values = [plain(value) for value in values]
+            values = [plain(value, column.type) for value in values]
         if column.null_count:
             row = values.index(None)
             raise ValueError(f"rsnet: row {row} of a batch has a null value; the broker stores no null records")
@@ -90,7 +90,8 @@ def _record_values(batch: pa.RecordBatch) -> list[Any]:
         batch = batch.drop_columns(["topic"])
     rows = batch.to_pylist()
     if any(needs_plain_values(field.type) for field in batch.schema):
-        rows = [plain(row) for row in rows]
+        row_type = pa.struct(list(batch.schema))
+        rows = [plain(row, row_type) for row in rows]
     return rows
 
 

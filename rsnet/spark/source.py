@@ -133,7 +133,9 @@ def connected(opts: _options.Options) -> Iterator[Any]:
 
 def _explained(opts: _options.Options, error: StreamError) -> Exception:
     if error.code == ErrorCode.UNKNOWN_PUBLISHER:
-        return LookupError(f"rsnet: {error.message} at {opts.url} (the broker does not create topics on demand)")
+        return LookupError(
+            f"rsnet: {error.message} at {opts.url} (and the broker refuses subscriptions to missing topics)"
+        )
     if error.code == ErrorCode.UNAUTHORIZED:
         return PermissionError(f"rsnet: the token is not allowed this at {opts.url}: {error.message}")
     if error.code == ErrorCode.REJECTED:
@@ -173,8 +175,8 @@ def plan(start: dict[str, int], end: dict[str, int], min_partitions: int | None)
 
 def read_ranges(opts: _options.Options, builder: RecordBatches, part: Range) -> Iterator[Any]:
     """The records of ``part`` as Arrow record batches: exactly the offsets of its range that
-    the broker still has (a gap fails the read, or, with failOnDataLoss=false, is logged and
-    skipped)."""
+    the broker still has (a gap, trimmed by retention or damaged on disk, fails the read, or,
+    with failOnDataLoss=false, is logged and skipped)."""
     position, end = part.start, part.end
     pending: list[dict[str, Any]] = []
     with connected(opts) as client:
@@ -194,10 +196,17 @@ def read_ranges(opts: _options.Options, builder: RecordBatches, part: Range) -> 
                         del pending[:ROWS_PER_BATCH]
                 break
             except StreamError as error:
-                if error.code != BrokerCode.OFFSET_TRIMMED or not isinstance(error.data, dict):
+                if not isinstance(error.data, dict):
                     raise
-                available = int(error.data["first_available"])
-                _lost(opts, part.topic, (position, min(available, end)), "removed by retention")
+                if error.code == BrokerCode.OFFSET_TRIMMED:
+                    available = int(error.data["first_available"])
+                    _lost(opts, part.topic, (position, min(available, end)), "removed by retention")
+                elif error.code == BrokerCode.OFFSET_DAMAGED:
+                    available = int(error.data["next_intact"])
+                    damaged = (int(error.data["first"]), min(available, end))
+                    _lost(opts, part.topic, damaged, "damaged on the broker's disk")
+                else:
+                    raise
                 position = max(position, available)
     if pending:
         yield builder.build(pending)
@@ -229,6 +238,10 @@ def _initial(opts: _options.Options, ends: dict[str, tuple[int, int]], default: 
     unknown = sorted(set(starting) - set(ends))
     if unknown:
         raise ValueError(f"rsnet: option startingOffsets names topics not read: {', '.join(unknown)}")
+    beyond = {topic: offset for topic, offset in starting.items() if offset > ends[topic][1]}
+    if beyond:
+        detail = ", ".join(f"{topic} {offset} (its next is {ends[topic][1]})" for topic, offset in beyond.items())
+        raise ValueError(f"rsnet: option startingOffsets is beyond the end of: {detail}")
     # Topics the JSON does not name start at their earliest retained record.
     return {topic: starting.get(topic, first) for topic, (first, _) in ends.items()}
 
@@ -275,15 +288,18 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target: dict[str, tuple[int, int]] | None = None  # availableNow's fixed end
         self._committed: dict[str, int] = {}  # the cursor's offsets as last committed
 
+    def _connection(self) -> Any:
+        """The planner process is long-lived: it keeps one connection, reopened when it died."""
+        if self._client is None or self._client.closed:
+            self._client = open_client(self.opts)
+        return self._client
+
     def _ends(self) -> dict[str, tuple[int, int]]:
         if self._target is not None:
             return self._target
-        # The planner process is long-lived: keep one connection, reopen it once if it died.
-        for attempt in (1, 2):
-            if self._client is None or self._client.closed:
-                self._client = open_client(self.opts)
+        for attempt in (1, 2):  # a connection that died since the last call is reopened once
             try:
-                return blocking.resolve_topics(self._client, self.opts.topics)
+                return blocking.resolve_topics(self._connection(), self.opts.topics)
             except ConnectionLost:
                 self._client = None
                 if attempt == 2:
@@ -312,10 +328,11 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # Committing it here too keeps the cursor current after the last batch of an
         # availableNow run, which is never followed by a commit() call.
         self.commit(start)
-        # A topic seen for the first time (a pattern matched a new one) enters at its earliest
-        # retained record: it is read from the next micro-batch on.
+        # A topic seen for the first time (a pattern matched a new one) enters this batch's end
+        # at its earliest retained record, with no records (``start`` does not name it, so the
+        # batch could not read a range of it): it is read from the next micro-batch on.
         end = {topic: begin.get(topic, first) for topic, (first, _) in ends.items()}
-        available = {topic: max(0, ends[topic][1] - end[topic]) for topic in end}
+        available = {topic: max(0, ends[topic][1] - end[topic]) if topic in begin else 0 for topic in end}
         for topic, (first, last) in ends.items():
             if end[topic] > last:  # skipped (failOnDataLoss=false): this batch moves to the
                 end[topic] = first  # topic's start, the next reads from there
@@ -353,16 +370,19 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         processed), so an operator can see how far the query has come. Spark's checkpoint,
         not the cursor, is what a restart resumes from."""
         cursor = self.opts.cursor or f"spark-{end['query']}"
-        self._ends()  # (re)connects if needed
         for topic, offset in end["topics"].items():
             if self._committed.get(topic) == offset:
                 continue
             try:
-                blocking.commit(self._client, topic, cursor, offset)
-            except StreamError as error:
+                blocking.commit(self._connection(), topic, cursor, offset)
+            except (StreamError, ConnectionLost, ConnectionError) as error:
                 # The cursor only informs operators: a topic that moved back (reported by
-                # latestOffset) or vanished must not stop the query here.
+                # latestOffset), a topic gone, or a lost connection (the next planning call
+                # reconnects, and commits again) must not stop the query here.
                 log.warning("rsnet: cannot commit cursor %r of %r at %d: %s", cursor, topic, offset, error)
+                if not isinstance(error, StreamError):
+                    self._client = None
+                    return
             self._committed[topic] = offset
 
     def stop(self) -> None:

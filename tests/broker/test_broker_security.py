@@ -16,7 +16,7 @@ from rsnet.broker.client import commit, publish
 from rsnet.broker.config import load_config
 from rsnet.broker.daemon import build_broker, metrics_refresher
 from rsnet.broker.metrics import BrokerMetrics
-from rsnet.protocol import ErrorCode
+from rsnet.protocol import ErrorCode, FrameDecoder, Hello, Welcome, encode_frame, parse_frame
 
 from .support import served_url, start_daemon, take
 
@@ -153,5 +153,37 @@ async def test_the_daemon_serves_tls_from_its_config(tmp_path):
                 pass
     finally:
         process.send_signal(signal.SIGTERM)
+        with trio.fail_after(10):
+            await process.wait()
+
+
+async def test_the_daemon_takes_keepalive_and_max_connections_from_its_config(tmp_path):
+    """Issue 10 findings 7 and the connection budget: both are settings of ``rsnet broker``."""
+    config = tmp_path / "rsnet.toml"
+    config.write_text('[listen]\ntcp = "127.0.0.1:0"\nkeepalive_interval_s = 0.3\nmax_connections = 1\n')
+    process, printed = await start_daemon("--config", str(config), announces=b"serving ")
+    try:
+        url = served_url(printed)
+        async with rsnet.connect(url) as first:
+            with pytest.raises(rsnet.HandshakeError) as refused:
+                async with rsnet.connect(url):
+                    pass
+            assert refused.value.code == ErrorCode.GOING_AWAY
+            assert first._session.conn.keepalive_interval == 300  # the WELCOME's, from the config
+        port = int(url.rsplit(":", 1)[1])
+        with trio.fail_after(10):  # the slot is free again once the first connection is gone
+            while True:
+                silent = await trio.open_tcp_stream("127.0.0.1", port)
+                await silent.send_all(encode_frame(Hello("rsnet", [1], {})))
+                answer = [parse_frame(f) for f in FrameDecoder(1 << 20).frames(await silent.receive_some(4096))]
+                if isinstance(answer[0], Welcome):
+                    break
+                await silent.aclose()
+                await trio.sleep(0.05)
+        with trio.fail_after(3 * 0.3 + 2):  # a silent peer is dropped after three intervals
+            while await silent.receive_some(4096):
+                pass
+    finally:
+        process.terminate()
         with trio.fail_after(10):
             await process.wait()

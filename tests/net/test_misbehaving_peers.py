@@ -263,3 +263,25 @@ async def test_a_huge_invalid_params_map_gets_a_bounded_rejection_and_the_connec
                 assert all(len(entry["field"]) <= 220 for entry in rejected.value.data)
                 assert [x async for x in conn.subscribe("strict", {"count": 3})] == [0, 1, 2]
                 assert await healthy.__anext__() == 1  # the other stream never noticed
+
+
+async def test_a_connection_beyond_max_connections_is_refused_with_going_away():
+    """Resource budget: connections (all listeners together). One more than the limit gets
+    CONN_ERROR GOING_AWAY ("try again later") at once; once a connection ends, a new one is served."""
+    server = demo_server(max_connections=2)
+    async with running(server) as urls:
+        async with rsnet.connect(urls["tcp"]) as first, rsnet.connect(urls["ws"]) as second:
+            for url in (urls["tcp"], urls["ws"]):
+                with pytest.raises(rsnet.HandshakeError) as refused:
+                    async with rsnet.connect(url):
+                        pass
+                assert refused.value.code == ErrorCode.GOING_AWAY
+                assert "limit of 2 connections" in str(refused.value)
+            assert len(server.sessions) == 2
+            assert [x async for x in first.subscribe("range", {"count": 2})] == [0, 1]
+            await second.aclose()
+            with trio.fail_after(5):
+                while len(server.sessions) > 1:
+                    await trio.sleep(0.01)
+            async with rsnet.connect(urls["tcp"]) as third:
+                assert [x async for x in third.subscribe("range", {"count": 1})] == [0]

@@ -30,6 +30,8 @@ def spark():
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.sql.adaptive.enabled", "false")
+        # Tests move a few rows: compiling whole-stage Java code for each plan costs more than it saves.
+        .config("spark.sql.codegen.wholeStage", "false")
         .config("spark.driver.extraJavaOptions", fast_jvm)
         .config("spark.executor.extraJavaOptions", fast_jvm)
         .config("spark.sql.streaming.stopTimeout", "30s")

@@ -14,10 +14,12 @@ import rsnet.sync
 from rsnet.broker import blocking
 
 TOKEN = "spark-tests-token"
+READER_TOKEN = "spark-tests-reader"  # may only subscribe to allowed.>
 
 CONFIG = """
+{data_dir}
 [listen]
-tcp = "127.0.0.1:0"
+tcp = "127.0.0.1:{port}"
 
 [[topics]]
 pattern = "trim.>"
@@ -34,19 +36,32 @@ name = "tests"
 hash = "{hash}"
 publish = [">"]
 subscribe = [">"]
+
+[[auth.tokens]]
+name = "reader"
+hash = "{reader_hash}"
+publish = []
+subscribe = ["allowed.>"]
 """
 
 
 @contextmanager
-def broker_process(directory: pathlib.Path) -> Iterator[str]:
-    """Run ``rsnet broker`` (in-memory topics, auth on with :data:`TOKEN`) until the block
-    ends; yields its tcp:// URL."""
+def broker_process(directory: pathlib.Path, *, port: int = 0, durable: bool = False) -> Iterator[str]:
+    """Run ``rsnet broker`` (auth on with :data:`TOKEN`; topics in memory, or durable under
+    ``directory``) until the block ends; yields its tcp:// URL."""
     from rsnet.broker.auth import hash_token
 
     config = directory / "rsnet.toml"
-    config.write_text(CONFIG.format(hash=hash_token(TOKEN)))
+    config.write_text(
+        CONFIG.format(
+            hash=hash_token(TOKEN),
+            reader_hash=hash_token(READER_TOKEN),
+            port=port,
+            data_dir=f'data_dir = "{directory / "data"}"' if durable else "",
+        )
+    )
     process = subprocess.Popen(
-        [sys.executable, "-m", "rsnet.cli", "broker", "--config", str(config)],
+        [sys.executable, "-m", "rsnet.cli", "broker", "--config", str(config), "--grace", "0.5"],
         stderr=subprocess.PIPE,
         text=True,
     )

@@ -33,9 +33,11 @@ def test_exact_demand_sends_no_record_beyond_the_range(broker_url):
 
 
 def test_importing_and_using_the_broker_helpers_loads_no_event_loop(broker_url):
+    """Spark's workers import rsnet.spark and read through rsnet.broker.blocking: no event loop."""
     probe = f"""
 import sys
 sys.path.insert(0, {str(ROOT)!r})
+import rsnet.spark, rsnet.spark.sink
 from rsnet.broker import blocking
 with blocking.connect({broker_url!r}, token={TOKEN!r}) as client:
     blocking.publish(client, "noloop.t", [1, 2, 3], producer="noloop", first_sequence=0)

@@ -9,7 +9,7 @@ import pytest
 from pyspark.errors import PySparkException
 from pyspark.sql import functions as F
 
-from .support import TOKEN, ends, publish, wait_until
+from .support import READER_TOKEN, TOKEN, ends, publish, wait_until
 
 
 def reader(spark, url, topic, **options):
@@ -137,6 +137,10 @@ def test_bad_option_values_are_named(spark, broker_url):
         reader(spark, broker_url, "orders.stream", maxRecordsPerBatch="lots")
     with pytest.raises(Exception, match=r"startingOffsets must be 'earliest' or 'latest' or JSON"):
         batch(spark, broker_url, "orders.stream", startingOffsets="yesterday").collect()
+    with pytest.raises(
+        Exception, match=r"startingOffsets is beyond the end of: orders.stream 999999 \(its next is \d+\)"
+    ):
+        batch(spark, broker_url, "orders.stream", startingOffsets='{"orders.stream": 999999}').collect()
     with pytest.raises(Exception, match=r"unknown option\(s\) maxoffsetspertrigger"):
         reader(spark, broker_url, "orders.stream", maxOffsetsPerTrigger=10)
 
@@ -144,10 +148,19 @@ def test_bad_option_values_are_named(spark, broker_url):
 def test_unreachable_broker_unknown_topic_and_bad_token_say_so(spark, broker_url):
     with pytest.raises(PySparkException, match=r"cannot reach the broker at tcp://127.0.0.1:1"):
         batch(spark, "tcp://127.0.0.1:1", "orders.stream").collect()
-    with pytest.raises(PySparkException, match=r"no topic named 'strict.absent'.*does not create topics on demand"):
+    with pytest.raises(
+        PySparkException, match=r"no topic named 'strict.absent'.*refuses subscriptions to missing topics"
+    ):
         batch(spark, broker_url, "strict.absent").collect()
     with pytest.raises(PySparkException, match=r"refused the token \(option token\)"):
         batch(spark, broker_url, "orders.stream", token="wrong").collect()
+    with pytest.raises(PySparkException, match=r"the token is not allowed this .*not allowed to subscribe 'secret.t'"):
+        batch(spark, broker_url, "secret.t", token=READER_TOKEN).collect()
+    df = spark.createDataFrame([("x",)], "value string")
+    with pytest.raises(PySparkException, match=r"the token is not allowed this .*not allowed to publish 'allowed.t'"):
+        df.write.format("rsnet").mode("append").option("url", broker_url).option("token", READER_TOKEN).option(
+            "topic", "allowed.t"
+        ).save()
 
 
 def test_retention_trimmed_offsets_fail_the_read_or_are_skipped(spark, broker_url):
@@ -213,3 +226,22 @@ def test_a_missing_java_is_named_before_spark_fails_obscurely(monkeypatch, tmp_p
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(RuntimeError, match=r"no java on PATH and JAVA_HOME is not set"):
         rsnet.spark.check_java()
+
+
+def test_a_pattern_picks_up_topics_created_while_the_query_runs(spark, broker_url, tmp_path):
+    publish(broker_url, "grow.a", ["a0", "a1"])
+    df = reader(spark, broker_url, "grow.*", startingOffsets="earliest")
+    first = run_available_now(df, tmp_path / "checkpoint")
+    assert [(row["topic"], json.loads(row["value"])) for _, rows, _ in first for row in rows] == [
+        ("grow.a", "a0"),
+        ("grow.a", "a1"),
+    ]
+    publish(broker_url, "grow.b", ["b0", "b1", "b2"])  # a new topic: read from its start
+    publish(broker_url, "grow.a", ["a2"], producer="more")
+    second = run_available_now(df, tmp_path / "checkpoint")
+    assert sorted((row["topic"], row["offset"], json.loads(row["value"])) for _, rows, _ in second for row in rows) == [
+        ("grow.a", 2, "a2"),
+        ("grow.b", 0, "b0"),
+        ("grow.b", 1, "b1"),
+        ("grow.b", 2, "b2"),
+    ]

@@ -10,6 +10,7 @@ from pyspark.errors import PySparkException
 from pyspark.sql import functions as F
 
 import rsnet.sync
+from rsnet.broker import blocking
 
 from .support import TOKEN, ends, publish, records
 
@@ -53,6 +54,20 @@ def test_a_topic_column_routes_each_row_and_temporal_values_become_plain(spark, 
     ]
 
 
+def test_maps_arrays_and_structs_are_written_as_msgpack_maps_and_arrays(spark, broker_url):
+    df = spark.sql(
+        "SELECT map('a', 1, 'b', 2) AS counts, array(struct(TIMESTAMP '1970-01-01 00:00:02 UTC' AS at)) AS events,"
+        " named_struct('inner', map('k', DATE '2000-01-01')) AS nested"
+    )
+    writer(df, broker_url, "written.nested").save()
+    (record,) = records(broker_url, "written.nested")
+    assert record["value"] == {
+        "counts": {"a": 1, "b": 2},
+        "events": [{"at": 2000}],
+        "nested": {"inner": {"k": "2000-01-01"}},
+    }
+
+
 def test_writer_errors_are_clear(spark, broker_url):
     df = spark.createDataFrame([(1,)], "n int")
     with pytest.raises(Exception, match="needs option topic or a string column named topic"):
@@ -79,8 +94,6 @@ def test_streaming_pipeline_replayed_after_a_failed_write_stores_every_record_on
         # stored (200 of batch 0 + 100), then fail the batch, once.
         import os
         import time
-
-        from rsnet.broker import blocking
 
         if n == 350 and os.path.exists(flag_path):
             with rsnet.sync.connect(url, token=TOKEN) as client:
@@ -154,7 +167,7 @@ def test_restart_from_the_checkpoint_resumes_where_it_left_off_and_commits_the_c
     # The cursor is where the query's last micro-batch ended.
     publish(broker_url, "resume.in", ["after"], producer="after")
     with rsnet.sync.connect(broker_url, token=TOKEN) as client:
-        first = next(iter(client.subscribe("resume.in", {"cursor": "resume-test", "from": "earliest"}, prefetch=1)))
+        first = next(blocking.subscribe(client, "resume.in", {"cursor": "resume-test", "from": "earliest"}, 1))
     assert (first["offset"], first["value"]) == (150, "after")
 
 

@@ -1,0 +1,83 @@
+"""The stream reader's planning, without Spark: the per-batch bound and the split into tasks."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+from rsnet.spark.source import plan, share
+
+counts = st.dictionaries(st.sampled_from(["a", "b", "c", "d"]), st.integers(0, 10_000), min_size=1)
+
+
+@given(counts, st.integers(1, 20_000))
+def test_max_records_per_batch_is_an_exact_bound_split_across_topics(available, limit):
+    shares = share(available, limit)
+    assert set(shares) == set(available)
+    assert all(0 <= shares[topic] <= available[topic] for topic in available)
+    assert sum(shares.values()) == min(limit, sum(available.values()))
+
+
+@given(counts, st.integers(0, 1_000), st.one_of(st.none(), st.integers(1, 16)))
+def test_ranges_cover_each_topic_exactly_once_in_order(sizes, base, min_partitions):
+    start = {topic: base for topic in sizes}
+    end = {topic: base + size for topic, size in sizes.items()}
+    ranges = plan(start, end, min_partitions)
+    for topic, size in sizes.items():
+        mine = [(r.start, r.end) for r in ranges if r.topic == topic]
+        covered = [offset for lo, hi in mine for offset in range(lo, hi)]
+        assert covered == list(range(base, base + size))
+        assert all(lo < hi for lo, hi in mine)
+    with_records = sum(1 for size in sizes.values() if size)
+    if min_partitions is None or min_partitions <= with_records:
+        assert len(ranges) == with_records
+
+
+def test_min_partitions_splits_one_topic_evenly():
+    assert [(r.start, r.end) for r in plan({"t": 100}, {"t": 900}, 4)] == [
+        (100, 300),
+        (300, 500),
+        (500, 700),
+        (700, 900),
+    ]
+    assert [(r.start, r.end) for r in plan({"t": 0}, {"t": 2}, 4)] == [(0, 1), (1, 2)]  # never an empty task
+
+
+def test_the_planner_reconnects_after_the_broker_restarts(tmp_path):
+    """The stream reader's planning calls run in one long-lived process: a broker restart
+    between two micro-batches costs a reconnect, not the query."""
+    import socket
+
+    from rsnet.spark import options
+    from rsnet.spark.source import StreamReader
+
+    from .support import TOKEN, broker_process, publish
+
+    with socket.socket() as probe:  # a free port the restarted broker can listen on again
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    opts = options.parse({"url": f"tcp://127.0.0.1:{port}", "token": TOKEN, "topic": "restart.t", "cursor": "c"})
+    reader = StreamReader(opts, None)
+    with broker_process(tmp_path, port=port, durable=True) as url:
+        start = reader.initialOffset()
+        publish(url, "restart.t", [1, 2, 3])
+        end = reader.latestOffset(start, ReadAllAvailable())
+        assert end["topics"] == {"restart.t": 3}
+    with broker_process(tmp_path, port=port, durable=True) as url:
+        publish(url, "restart.t", [4, 5], producer="after")
+        later = reader.latestOffset(end, ReadAllAvailable())  # commits 3 to cursor c, then looks
+        assert later["topics"] == {"restart.t": 5}
+        reader.stop()
+        assert [record["offset"] for record in records_from(url, "restart.t", "c")] == [3]
+
+
+def records_from(url, topic, cursor):
+    import rsnet.sync
+    from rsnet.broker import blocking
+
+    from .support import TOKEN
+
+    with rsnet.sync.connect(url, token=TOKEN) as client:
+        for record in blocking.subscribe(client, topic, {"cursor": cursor, "from": "earliest"}, 1):
+            return [record]
