@@ -1,5 +1,5 @@
 # Two commands do everything on a fresh machine with python3 and make:
-#   make demo   - install into .venv and run the live demo
+#   make demo   - install rsnet (no extras) into .venv and run the live demo
 #   make test   - install into .venv (with the test and benchmark extras), client/js's npm
 #                 packages (npm ci), Java 17 and Chromium where missing (as root, through apt);
 #                 lint (ruff), check the format (ruff format) and the types (mypy); then run the
@@ -11,7 +11,9 @@ BIN := $(VENV)/bin
 
 .PHONY: demo test clean java
 
-demo: $(VENV)/.installed
+# The demo needs rsnet alone: a venv of its own extras-free install (fast on a fresh clone).
+# `make test` later adds the test and benchmark extras to the same .venv.
+demo: $(VENV)/.demo-installed
 	$(BIN)/rsnet demo
 
 test: $(VENV)/.installed java client/js/node_modules/.package-lock.json
@@ -41,6 +43,12 @@ client/js/node_modules/.package-lock.json: client/js/package-lock.json
 	  apt-get install -y --no-install-recommends chromium >/dev/null \
 	  || (apt-get update >/dev/null && apt-get install -y --no-install-recommends chromium >/dev/null) \
 	  || echo "could not install chromium: the live view's browser test will be skipped"; fi
+
+$(VENV)/.demo-installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e .
+	touch $@
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)

@@ -67,6 +67,8 @@ class TokenEntry(Protocol):
     @property
     def publish(self) -> Sequence[str]: ...
     @property
+    def admin(self) -> Sequence[str]: ...
+    @property
     def subscribe(self) -> Sequence[str]: ...
 
 
@@ -114,9 +116,10 @@ class Principal:
     name: str
     publish: tuple[str, ...]
     subscribe: tuple[str, ...]
+    admin: tuple[str, ...] = ()  # topics it may create, delete and purge
 
 
-ANONYMOUS = Principal("anonymous", (">",), (">",))
+ANONYMOUS = Principal("anonymous", (">",), (">",), (">",))
 """The principal of every client while auth is off: everything is allowed."""
 
 
@@ -132,7 +135,7 @@ class Authorizer:
         self._entries: list[tuple[bytes, Principal]] = [
             (
                 bytes.fromhex(entry.hash.removeprefix(HASH_PREFIX)),
-                Principal(entry.name, tuple(entry.publish), tuple(entry.subscribe)),
+                Principal(entry.name, tuple(entry.publish), tuple(entry.subscribe), tuple(entry.admin)),
             )
             for entry in config.tokens
         ]
@@ -174,6 +177,12 @@ class Authorizer:
         if principal is None or not is_valid_topic(topic):
             return False
         return any(topic_matches(grant, topic) for grant in principal.publish)
+
+    def can_admin(self, principal: Principal | None, topic: str) -> bool:
+        """Whether the principal may create, delete and purge ``topic`` (a concrete topic name)."""
+        if principal is None or not is_valid_topic(topic):
+            return False
+        return any(topic_matches(grant, topic) for grant in principal.admin)
 
     def can_subscribe(self, principal: Principal | None, topic_or_pattern: str) -> bool:
         """Whether the principal may subscribe to a topic or pattern: a grant must cover every

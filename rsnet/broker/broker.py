@@ -31,6 +31,7 @@ import os
 import pathlib
 import reprlib
 import resource
+import shutil
 from collections.abc import Callable
 from typing import Any
 
@@ -43,6 +44,7 @@ from ..protocol import ErrorCode
 from ..streams import Publisher, Subscriber, Subscription, from_iterable, just
 from ..streams.rules import MAX_DEMAND, add_demand, check_subscriber, invalid_request
 from ..streams.subscriptions import deliver_safely
+from .admin import administer
 from .codes import BrokerCode
 from .names import is_valid_topic, is_wildcard, topic_matches, validate_pattern, validate_topic
 from .storage import CorruptData, CursorStore, FsyncPolicy, MemoryLog, Retention, SegmentLog, StorageError, TopicLog
@@ -423,6 +425,17 @@ class Broker:
             )
         )
 
+    def delete_topic(self, topic: Topic) -> None:
+        """Remove the (open) topic and everything stored of it (records, cursors); its
+        producers and readers (a pattern reader too) end with UNKNOWN_PUBLISHER."""
+        self._memory_logs.pop(topic.name, None)
+        self._cursors.pop(topic.name, None)
+        self._close_topic(topic)
+        self._closed.pop(topic.name, None)
+        topic.fail(StreamError(ErrorCode.UNKNOWN_PUBLISHER, f"topic {topic.name!r} was deleted", {"topic": topic.name}))
+        if self.data_dir is not None and (self.data_dir / topic.name).exists():
+            shutil.rmtree(self.data_dir / topic.name)
+
     def _close_topic(self, topic: Topic, now: int | None = None) -> None:
         """Stop the topic's writer and close its log; the topic stays known (its data stays
         on disk, or in memory) and the next request that needs it opens it again."""
@@ -544,6 +557,13 @@ class Broker:
                 raise StreamError(ErrorCode.UNKNOWN_PUBLISHER, f"no topic named {topic_name!r}")
             self.commit(topic, cursor, offset)
             return just({"topic": topic_name, "cursor": cursor, "offset": offset})
+        if name == "$admin":  # create, delete, purge (rsnet.broker.admin), for an admin grant
+            topic_name = params.get("topic")
+            if not isinstance(topic_name, str):
+                raise StreamError(ErrorCode.REJECTED, "$admin needs params action and topic (str)")
+            _validated(validate_topic, topic_name)
+            self._check(context, "admin", topic_name)
+            return just(administer(self, params.get("action"), topic_name))
         if name == "$acks":
             producer, topic = params.get("producer"), params.get("topic")
             if not isinstance(producer, str) or not isinstance(topic, str):

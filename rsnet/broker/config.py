@@ -279,6 +279,7 @@ class TokenConfig(_Model):
     hash: TokenHash
     publish: tuple[TopicPattern, ...] = ()
     subscribe: tuple[TopicPattern, ...] = ()
+    admin: tuple[TopicPattern, ...] = ()  # topics it may create, delete and purge ($admin)
 
 
 class AuthConfig(_Model):

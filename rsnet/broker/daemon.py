@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import ipaddress
 import itertools
 import json
 import logging
@@ -26,7 +27,7 @@ from ..net.server import Server
 from .auth import Authorizer, Principal
 from .broker import Broker, TopicSettings
 from .config import BrokerConfig, ConfigError, declared_topics, load_config, topic_config
-from .logging import configure_logging
+from .logging import JsonFormatter, configure_logging
 from .metrics import BrokerMetrics, serve_http
 from .storage import FsyncPolicy, Retention, StorageError
 from .topic import SlowPolicy
@@ -54,6 +55,8 @@ def build_broker(config: BrokerConfig, authorizer: Authorizer) -> Broker:
     def authorize(principal: Principal | None, action: str, name: str) -> bool:
         if action == "publish":
             return authorizer.can_publish(principal, name)
+        if action == "admin":
+            return authorizer.can_admin(principal, name)
         return authorizer.can_subscribe(principal, name)
 
     return Broker(
@@ -213,11 +216,18 @@ async def run_broker(args: argparse.Namespace) -> int:
             scheme = "tls" if tls else "tcp"
             tcp, ws = config.listen.tcp, config.listen.ws
             if tcp is not None:
-                port = await nursery.start(functools.partial(server.serve_tcp, tcp.host, tcp.port, ssl_context=tls))
+                port = await _listen(nursery, functools.partial(server.serve_tcp, ssl_context=tls), tcp)
                 _announce(f"serving {scheme}://{tcp.host}:{port}")
             if ws is not None:
-                port = await nursery.start(functools.partial(server.serve_websocket, ws.host, ws.port, ssl_context=tls))
+                port = await _listen(nursery, functools.partial(server.serve_websocket, ssl_context=tls), ws)
                 _announce(f"serving {'wss' if tls else 'ws'}://{ws.host}:{port}/")
+            for address in (tcp, ws):
+                if address is not None and not authorizer.enabled and not _loopback(address.host):
+                    log.warning(
+                        "listening on %s with auth off: anyone who can reach it may publish and subscribe "
+                        "to every topic (configure [[auth.tokens]])",
+                        address,
+                    )
             if config.metrics is not None:
                 listeners = await nursery.start(
                     serve_http, metrics, config.metrics.listen.host, config.metrics.listen.port, health
@@ -235,5 +245,33 @@ async def run_broker(args: argparse.Namespace) -> int:
     return 0
 
 
+async def _listen(nursery: trio.Nursery, serve: Any, address: Any) -> int:
+    """Start a listener; an address in use or not ours is an OSError that names it."""
+    try:
+        port: int = await nursery.start(serve, address.host, address.port)
+    except* OSError as failed:
+        error = failed.exceptions[0]
+        reason = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
+        raise OSError(getattr(error, "errno", None), f"cannot listen on {address}: {reason}") from None
+    return port
+
+
+def _loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
 def _announce(message: str) -> None:
-    print(f"rsnet broker: {message}", file=sys.stderr, flush=True)
+    """What the operator (and a test) reads at startup: a plain line on stderr, or a log
+    record when the logs are JSON lines (whatever the log level), so that every line is JSON."""
+    if _json_logs():
+        record = log.makeRecord(log.name, logging.INFO, __file__, 0, message, (), None)
+        print(JsonFormatter().format(record), file=sys.stderr, flush=True)
+    else:
+        print(f"rsnet broker: {message}", file=sys.stderr, flush=True)
+
+
+def _json_logs() -> bool:
+    return any(isinstance(handler.formatter, JsonFormatter) for handler in logging.getLogger().handlers)

@@ -5,7 +5,9 @@ An embedded broker (in memory) hosts the topic ``sensors.kitchen`` under the
 broker asks it to; three subscribers read at different speeds: a fast one over TCP, a medium
 one over WebSocket (2 ms per record) and a slow one over TCP (25 ms per record). Every half
 second the demo prints what the producer has had stored and what each subscriber consumed,
-with its lag. The producer runs at the pace of the slowest subscriber, whose lag stays within
+with the broker's lag (records not yet sent to the subscriber furthest behind; the
+subscribers' own prefetch buffers are not part of it, so "read" counts may trail by up to the
+prefetch more). The producer runs at the pace of the slowest subscriber, whose lag stays within
 the bound; when the slow subscriber leaves, the producer speeds up at once.
 """
 
@@ -56,7 +58,12 @@ async def run_demo(seconds: float) -> None:
             f"broker on tcp://127.0.0.1:{tcp} and ws://127.0.0.1:{ws}/, topic {TOPIC!r}: "
             f"backpressure, at most {MAX_LAG} records of lag"
         )
-        print("subscribers: fast (TCP), medium (WebSocket, 2 ms/record), slow (TCP, 25 ms/record)\n")
+        print("subscribers: fast (TCP), medium (WebSocket, 2 ms/record), slow (TCP, 25 ms/record)")
+        print(
+            "columns: records stored; records each subscriber has read; 'unsent': the broker's lag, "
+            f"records stored but not yet sent to the subscriber furthest behind (bound {MAX_LAG}; "
+            "each subscriber also holds up to 64 sent and not yet read: its prefetch)\n"
+        )
         scopes = {who: trio.CancelScope() for who in SPEEDS}
         for who in SPEEDS:
             nursery.start_soon(subscriber, urls[who], who, scopes[who])
@@ -81,7 +88,7 @@ async def run_demo(seconds: float) -> None:
             print(
                 f"t={tick / 2:4.1f}s  stored {stored:>8,} (+{(stored - last_stored) * 2:>7,}/s)   "
                 + "  ".join(f"{who} {consumed[who]:>8,}" for who in SPEEDS)
-                + f"   worst lag {lags[0] if lags else 0:>4}"
+                + f"   unsent {lags[0] if lags else 0:>4}"
             )
             last_stored = stored
         nursery.cancel_scope.cancel()

@@ -1,0 +1,115 @@
+"""The ``rsnet`` command line (one module per command in this package).
+
+    rsnet demo                                   live demo on the embedded broker
+    rsnet serve [--tcp H:P] [--ws H:P] [--demo] [module:attr ...]
+    rsnet sub [URL] NAME [-p key=value ...] [--from POSITION] [--until-end] [--count N] [--format F]
+    rsnet pub [URL] TOPIC [--raw] [--producer ID] [--sequence N]   lines from stdin, as they arrive
+    rsnet topics [URL] [--json]
+    rsnet broker [--config FILE] [--data-dir DIR] [--tcp H:P] [--ws H:P] [--fsync POLICY]
+    rsnet broker hash-token [--generate]         the hash of a token, for the config
+    rsnet completion bash                        a bash completion script
+
+The URL defaults to ``$RSNET_URL``, else ``tcp://127.0.0.1:7600``; the token to
+``--token-file``, ``--token`` or ``$RSNET_TOKEN``. Exit codes and error lines follow one
+convention (:mod:`rsnet.cli.common`): 0 done, 1 failed with one line on stderr naming the
+error code, 2 wrong usage, 130 Ctrl-C; a closed stdout ends ``sub`` quietly with 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import logging
+import sys
+from collections.abc import Sequence
+
+from . import completion, pub, serve, sub, topics
+from .common import EXIT_FAILED, EXIT_OK, run_command
+
+
+def _hash_token(generate: bool) -> int:
+    from ..broker.auth import generate_token, hash_token
+
+    if generate:
+        token = generate_token()
+        print(f"token: {token}\nhash:  {hash_token(token)}")
+        return EXIT_OK
+    token = sys.stdin.readline().strip()
+    try:
+        print(hash_token(token))
+    except ValueError as error:
+        print(f"rsnet broker hash-token: {error}", file=sys.stderr)
+        return EXIT_FAILED
+    return EXIT_OK
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("rsnet")
+    except importlib.metadata.PackageNotFoundError:  # run from a source tree that is not installed
+        return "unknown"
+
+
+def parser() -> argparse.ArgumentParser:
+    """The whole command line (``rsnet --help``)."""
+    root = argparse.ArgumentParser(
+        prog="rsnet",
+        description="Reactive Streams across the network: serve publishers, run a broker, publish and subscribe.",
+        epilog="Defaults: $RSNET_URL (else tcp://127.0.0.1:7600), $RSNET_TOKEN. 'rsnet COMMAND --help' for more.",
+    )
+    root.add_argument("--version", action="version", version=f"rsnet {_version()}")
+    commands = root.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    demo = commands.add_parser("demo", help="run the live demo")
+    demo.add_argument("--seconds", type=float, default=6.0, help="how long to run")
+
+    serve.add_parser(commands)
+    sub.add_parser(commands)
+    pub.add_parser(commands)
+    topics.add_parser(commands)
+    completion.add_parser(commands)
+
+    broker = commands.add_parser("broker", help="run the stream broker")
+    broker.add_argument("--config", help="TOML configuration file")
+    broker.add_argument("--data-dir", help="directory for durable topics (default: in memory)")
+    broker.add_argument("--tcp", type=serve.address, help="HOST:PORT for TCP")
+    broker.add_argument("--ws", type=serve.address, help="HOST:PORT for WebSocket")
+    broker.add_argument("--fsync", choices=["always", "interval", "never"], help="fsync policy of durable topics")
+    broker.add_argument("--grace", type=float, default=5.0, help="seconds to drain streams on shutdown")
+    broker.add_argument(
+        "action",
+        nargs="?",
+        choices=["hash-token"],
+        help="hash-token: print the hash of a token read from stdin (for [[auth.tokens]])",
+    )
+    broker.add_argument("--generate", action="store_true", help="with hash-token: make a new random token")
+    return root
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    if args.command != "broker":  # the broker configures logging from its config
+        logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    if args.command == "demo":
+        from ..demo.live import run_demo
+
+        async def demo() -> int:
+            await run_demo(args.seconds)
+            return EXIT_OK
+
+        return run_command("demo", demo)
+    if args.command == "completion":
+        print(completion.bash_script(parser()), end="")
+        return EXIT_OK
+    if args.command == "broker" and args.action == "hash-token":
+        return _hash_token(args.generate)
+    if args.command == "broker":
+        from ..broker.daemon import run_broker
+
+        return run_command("broker", run_broker, args)
+    runs = {"serve": serve.run, "sub": sub.run, "pub": pub.run, "topics": topics.run}
+    return run_command(args.command, runs[args.command], args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

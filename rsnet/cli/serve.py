@@ -1,0 +1,106 @@
+"""``rsnet serve``: host publishers over TCP and WebSocket.
+
+    rsnet serve [--tcp H:P] [--ws H:P] [--demo] [module:attr ...]
+
+Each ``module:attr`` is an :class:`rsnet.Server` or a mapping of names to factories
+``f(params, ctx) -> Publisher``; modules are imported from the current directory first (as
+``uvicorn`` and ``hypercorn`` do; ``--app-dir`` chooses another). Addresses are validated as
+the broker's configuration validates them (``HOST:PORT``, ``[::1]:7600``, port 0-65535).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import importlib
+import os
+import signal
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pydantic
+import trio
+
+from ..broker.config import Address
+from ..demo.publishers import add_demo_publishers
+from ..net.server import Server
+from .common import CommandError, say
+
+
+def address(text: str) -> tuple[str, int]:
+    """An argparse type: ``HOST:PORT`` as the broker's config reads it."""
+    try:
+        parsed = Address.model_validate(text)
+    except pydantic.ValidationError as invalid:
+        message = invalid.errors()[0]["msg"]
+        raise argparse.ArgumentTypeError(f"{text!r}: {message}") from None
+    return parsed.host, parsed.port
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    serve = commands.add_parser("serve", help="host publishers over TCP and WebSocket")
+    serve.add_argument("--tcp", type=address, help="HOST:PORT for TCP (default 127.0.0.1:7600)")
+    serve.add_argument("--ws", type=address, help="HOST:PORT for WebSocket")
+    serve.add_argument("--demo", action="store_true", help="host the demo publishers range, ticks, fail")
+    serve.add_argument("--token", help="require this auth token from clients")
+    serve.add_argument("--grace", type=float, default=5.0, help="seconds to drain streams on shutdown")
+    serve.add_argument(
+        "--app-dir", default=".", help="directory to import module:attr from, before sys.path (default: .)"
+    )
+    serve.add_argument("publishers", nargs="*", metavar="module:attr")
+
+
+def load_publishers(server: Server, spec: str) -> None:
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise CommandError(f"expected module:attr, got {spec!r}")
+    try:
+        target = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as error:
+        raise CommandError(f"cannot load {spec!r}: {error}") from None
+    if isinstance(target, Server):
+        server.include(target)
+    elif isinstance(target, dict):
+        for name, factory in target.items():
+            server.add_publisher(name, factory)
+    else:
+        raise CommandError(f"{spec!r} is neither an rsnet.Server nor a dict of factories")
+
+
+async def run(args: argparse.Namespace) -> int:
+    sys.path.insert(0, os.path.abspath(args.app_dir))
+    server = Server(token=args.token)
+    if args.demo:
+        add_demo_publishers(server)
+    for spec in args.publishers:
+        load_publishers(server, spec)
+    if not server.publisher_names:
+        raise CommandError("nothing to serve (give module:attr or --demo)")
+    tcp = args.tcp or (None if args.ws else ("127.0.0.1", 7600))
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async with trio.open_nursery() as nursery:
+            if tcp:
+                port = await _listen(nursery, server.serve_tcp, tcp)
+                say("serve", f"serving tcp://{tcp[0]}:{port}")
+            if args.ws:
+                port = await _listen(nursery, server.serve_websocket, args.ws)
+                say("serve", f"serving ws://{args.ws[0]}:{port}/")
+            say("serve", f"publishers: {', '.join(server.publisher_names)}")
+            async for _ in signals:
+                say("serve", "shutting down")
+                await server.shutdown(grace=args.grace)
+                nursery.cancel_scope.cancel()
+                break
+    return 0
+
+
+async def _listen(nursery: trio.Nursery, serve: Callable[..., Awaitable[Any]], where: tuple[str, int]) -> int:
+    """Start one listener; a port in use or an address we cannot bind is one line, not a group."""
+    try:
+        port: int = await nursery.start(functools.partial(serve, *where))
+    except* OSError as failed:
+        error = failed.exceptions[0]
+        reason = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
+        raise CommandError(f"cannot listen on {where[0]}:{where[1]}: {reason}") from None
+    return port

@@ -1,0 +1,155 @@
+"""What users of kcat, the nats CLI and websocat expect of rsnet's command line (issue 12)."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import subprocess
+
+from .support import RSNET, env, one_line, rsnet
+
+
+def publish(url: str, topic: str, lines: str) -> None:
+    result = rsnet("pub", url, topic, stdin=lines)
+    assert result.returncode == 0, result.stderr
+
+
+def test_until_end_exits_at_the_end_of_a_topic_and_of_a_pattern(broker):
+    publish(broker.url, "ends.a", "1\n2\n")
+    publish(broker.url, "ends.b", "3\n")
+    one = rsnet("sub", broker.url, "ends.a", "--from", "earliest", "--until-end", "-f", "value")
+    assert (one.returncode, one.stdout) == (0, "1\n2\n")
+    both = rsnet("sub", broker.url, "ends.*", "--from", "earliest", "--until-end", "-f", "{topic}:{value}")
+    assert both.returncode == 0
+    assert sorted(both.stdout.splitlines()) == ["ends.a:1", "ends.a:2", "ends.b:3"]
+    nothing = rsnet("sub", broker.url, "ends.a", "--until-end")  # from latest: nothing to read
+    assert (nothing.returncode, nothing.stdout) == (0, "")
+
+
+def test_from_a_duration_and_an_iso_time(broker):
+    publish(broker.url, "recent", "1\n")
+    assert rsnet("sub", broker.url, "recent", "--from", "10m", "-e", "-f", "value").stdout == "1\n"
+    assert rsnet("sub", broker.url, "recent", "--from", "2999-01-01T00:00:00Z", "-e").stdout == ""
+    assert rsnet("sub", broker.url, "recent", "--from", "2000-01-01T00:00:00Z", "-e", "-f", "value").stdout == "1\n"
+    bad = rsnet("sub", broker.url, "recent", "--from", "yesterday")
+    assert bad.returncode == 2 and "expected earliest, latest, an offset, -N, a duration" in bad.stderr
+
+
+def test_a_topic_that_does_not_exist_is_announced_with_the_closest_names(broker):
+    publish(broker.url, "sensors.kitchen", '{"celsius": 21.5}\n')
+    process = subprocess.Popen(
+        [RSNET, "sub", broker.url, "sensors.kitchn"],
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+        env=env(),
+    )
+    try:
+        line = process.stderr.readline()
+    finally:
+        process.kill()
+        process.wait()
+        process.stderr.close()
+    assert line == (
+        "rsnet sub: topic 'sensors.kitchn' does not exist yet: waiting for it to be created and written "
+        "(did you mean 'sensors.kitchen'?)\n"
+    )
+
+
+def test_formats_raw_lines_value_fields_and_topics_json(broker):
+    publish(broker.url, "formats", '{"id": 7, "name": "seven"}\n')
+    raw = rsnet("pub", broker.url, "formats", "--raw", stdin="plain text, not JSON\n")
+    assert raw.returncode == 0, raw.stderr
+    field = rsnet("pub", broker.url, "formats", "--value-field", "name", stdin='{"id": 8, "name": "eight"}\n')
+    assert field.returncode == 0, field.stderr
+    read = rsnet("sub", broker.url, "formats", "--from", "earliest", "-e", "--format", "raw")
+    assert read.stdout == '{"id": 7, "name": "seven"}\nplain text, not JSON\neight\n'
+    records = rsnet("sub", broker.url, "formats", "--from", "earliest", "-e", "--count", "1")
+    record = json.loads(records.stdout)
+    assert (record["topic"], record["offset"], record["value"]) == ("formats", 0, {"id": 7, "name": "seven"})
+    listed = rsnet("topics", broker.url, "--json")
+    topics = {json.loads(line)["topic"]: json.loads(line) for line in listed.stdout.splitlines()}
+    assert topics["formats"]["next_offset"] == 3
+
+
+def test_defaults_from_the_environment_a_token_file_and_a_context_file(broker, demo, tmp_path):
+    from_env = rsnet("sub", "range", "-p", "count=2", env=env(RSNET_URL=demo.url))
+    assert (from_env.returncode, from_env.stdout) == (0, "0\n1\n")
+    context = tmp_path / "context.toml"
+    context.write_text(f'url = "{demo.url}"\n')
+    from_context = rsnet("sub", "range", "-p", "count=1", env=env(RSNET_CONTEXT=str(context)))
+    assert (from_context.returncode, from_context.stdout) == (0, "0\n")
+    context.write_text(f'url = "{demo.url}"\ntoken = "secret"\n')
+    refused = rsnet("sub", "range", "-p", "count=1", env=env(RSNET_CONTEXT=str(context)))
+    assert refused.returncode == 2 and "expected only url and token_file" in one_line(refused.stderr)
+    missing = rsnet("sub", demo.url, "range", "--token-file", str(tmp_path / "nope"))
+    assert missing.returncode == 2 and "cannot read the token file" in one_line(missing.stderr)
+    version = rsnet("--version")
+    assert version.returncode == 0 and version.stdout.startswith("rsnet ")
+
+
+def test_a_token_from_the_environment_or_a_file_reaches_the_server(tmp_path):
+    from .support import Daemon
+
+    with Daemon("serve", "--demo", "--tcp", "127.0.0.1:0", "--token", "s3cret") as server:
+        refused = rsnet("sub", server.url, "range", "-p", "count=1")
+        assert refused.returncode == 1 and "UNAUTHORIZED" in one_line(refused.stderr)
+        from_env = rsnet("sub", server.url, "range", "-p", "count=1", env=env(RSNET_TOKEN="s3cret"))
+        assert (from_env.returncode, from_env.stdout) == (0, "0\n")
+        (tmp_path / "token").write_text("s3cret\n")
+        from_file = rsnet("sub", server.url, "range", "-p", "count=1", "--token-file", str(tmp_path / "token"))
+        assert (from_file.returncode, from_file.stdout) == (0, "0\n")
+
+
+def run_on_a_terminal(*args: str, stdin: str) -> str:
+    """Run ``rsnet *args`` with stderr on a pseudo-terminal; what it drew there."""
+    controller, terminal = pty.openpty()
+    process = subprocess.Popen(
+        [RSNET, *args], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=terminal, env=env()
+    )
+    os.close(terminal)
+    process.communicate(stdin.encode(), timeout=30)
+    drawn = b""
+    while True:
+        try:
+            data = os.read(controller, 65536)
+        except OSError:  # EIO: the terminal's other side is closed and drained
+            break
+        if not data:
+            break
+        drawn += data
+    os.close(controller)
+    return drawn.decode()
+
+
+def test_progress_and_summary_on_a_terminal_and_silence_elsewhere(broker):
+    lines = "".join(f"{i}\n" for i in range(2000))
+    drawn = run_on_a_terminal("pub", broker.url, "progress", stdin=lines)
+    assert "rsnet pub: 2000 records stored in progress in " in drawn  # with the time and rate
+    quiet = run_on_a_terminal("pub", broker.url, "progress", "--quiet", stdin=lines)
+    assert quiet == ""
+    piped = rsnet("pub", broker.url, "progress", stdin=lines)
+    assert one_line(piped.stderr) == "rsnet pub: 2000 records stored in progress"  # no live line, no timing
+
+
+def test_the_live_line_is_redrawn_while_items_arrive(demo):
+    # 40 ticks 20 ms apart take at least 0.8 s: the line is redrawn every 0.25 s meanwhile.
+    drawn = run_on_a_terminal("sub", demo.url, "ticks", "-p", "interval=0.02", "--count", "40", stdin="")
+    live = [part for part in drawn.split("\r\x1b[2K") if part.strip()]
+    assert any(part.endswith("/s") and " records " in part for part in live), drawn
+    assert live[-1].startswith("rsnet sub: 40 records received in ")
+
+
+def test_bash_completion_offers_commands_and_each_commands_options(tmp_path):
+    script = tmp_path / "rsnet.bash"
+    script.write_text(rsnet("completion", "bash").stdout)
+
+    def complete(*words: str) -> list[str]:
+        line = " ".join(f"'{w}'" for w in words)
+        program = f'source {script}; COMP_WORDS=({line}); COMP_CWORD={len(words) - 1}; _rsnet; echo "${{COMPREPLY[@]}}"'
+        return subprocess.run(["bash", "-c", program], capture_output=True, text=True, check=True).stdout.split()
+
+    assert complete("rsnet", "su") == ["sub"]
+    assert set(complete("rsnet", "sub", "--u")) == {"--until-end", "--url"}
+    assert complete("rsnet", "pub", "--ra") == ["--raw"]
