@@ -23,8 +23,9 @@ import pydantic
 import trio
 
 from ..broker.config import Address
+from ..client_rules import DEFAULT_KEEPALIVE
 from ..demo.publishers import add_demo_publishers
-from ..net.server import Server
+from ..net.server import DEFAULT_MAX_CONNECTIONS, Server
 from .common import CommandError, say
 
 
@@ -42,9 +43,27 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     serve = commands.add_parser("serve", help="host publishers over TCP and WebSocket")
     serve.add_argument("--tcp", type=address, help="HOST:PORT for TCP (default 127.0.0.1:7600)")
     serve.add_argument("--ws", type=address, help="HOST:PORT for WebSocket")
-    serve.add_argument("--demo", action="store_true", help="host the demo publishers range, ticks, fail")
+    serve.add_argument(
+        "--demo",
+        action="store_true",
+        help="host the demo publishers: range (start=0, count), ticks (interval=1.0 seconds: 0, 1, 2... forever), fail (n=0: n items, then an application error)",
+    )
     serve.add_argument("--token", help="require this auth token from clients")
     serve.add_argument("--grace", type=float, default=5.0, help="seconds to drain streams on shutdown")
+    serve.add_argument(
+        "--keepalive",
+        type=float,
+        default=DEFAULT_KEEPALIVE,
+        metavar="SECONDS",
+        help="PING after this long without sending; drop a peer silent for three (SPEC 10.1; 0: off)",
+    )
+    serve.add_argument(
+        "--max-connections",
+        type=int,
+        default=DEFAULT_MAX_CONNECTIONS,
+        metavar="N",
+        help="connections served at once; one more is refused with GOING_AWAY",
+    )
     serve.add_argument(
         "--app-dir", default=".", help="directory to import module:attr from, before sys.path (default: .)"
     )
@@ -70,7 +89,9 @@ def load_publishers(server: Server, spec: str) -> None:
 
 async def run(args: argparse.Namespace) -> int:
     sys.path.insert(0, os.path.abspath(args.app_dir))
-    server = Server(token=args.token)
+    if args.keepalive < 0 or args.max_connections < 1:
+        raise CommandError("--keepalive must be >= 0 and --max-connections >= 1")
+    server = Server(token=args.token, keepalive_interval=args.keepalive, max_connections=args.max_connections)
     if args.demo:
         add_demo_publishers(server)
     for spec in args.publishers:

@@ -52,6 +52,8 @@ async def run(args: argparse.Namespace) -> int:
             f"{info['topic']:<32} {info['first_offset']:>10} {info['next_offset']:>10} {info['policy']:>12} "
             f"{len(lags):>5} {max(lags, default=0):>8} {info['dropped']:>8}"
         )
+        for cursor, offset in sorted(info.get("cursors", {}).items()):  # e.g. a Spark query's progress
+            print(f"  cursor {cursor}: {offset} (lag {max(info['next_offset'] - offset, 0)})")
         for damage in info.get("damaged", []):  # records found damaged on disk (BROKER.md, OFFSET_DAMAGED)
             print(f"  damaged: offsets {damage['first']} to {damage['end'] - 1}: {damage['problem']}")
     return 0
