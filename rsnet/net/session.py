@@ -30,7 +30,7 @@ import dataclasses
 from collections.abc import Callable
 from itertools import repeat
 from operator import is_
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import trio
 
@@ -66,6 +66,8 @@ from ..streams.rules import (
 from ..streams.subscriptions import deliver_safely, subscribe_failed
 from ..transport import Transport, TransportClosed
 from .failures import failure_log
+
+_T = TypeVar("_T")
 
 DEFAULT_SEND_WINDOW = 1024
 """Items a hosted publisher may have requested and not yet delivered, per stream."""
@@ -816,31 +818,32 @@ class Session:
     def _context(self, metadata: dict[str, Any]) -> StreamContext:
         return StreamContext(self.nursery, self.peer, self.principal, metadata)
 
-    def _on_subscribe(self, event: Subscribe) -> None:
+    def _host_opens(
+        self, what: str, open_it: Callable[[str, Any, StreamContext], _T], event: Subscribe | Offer
+    ) -> _T | None:
+        """What the host's ``open_it`` (open_publisher or open_sink) gives for the stream the
+        peer opened; None if it refused (StreamError: that code) or failed (INTERNAL, logged
+        at a bounded rate): the stream has its ERROR then, and the connection lives on."""
         try:
-            publisher = self.host.open_publisher(event.name, event.params, self._context(event.metadata))
+            return open_it(event.name, event.params, self._context(event.metadata))
         except StreamError as rejection:
             self.conn.send_error(event.stream_id, rejection.code, rejection.message, rejection.data)
-            return
         except Exception as failure:
-            failure_log.exception("opening publisher %r for %s failed", event.name, self.peer)
+            failure_log.exception("opening %s %r for %s failed", what, event.name, self.peer)
             self.conn.send_error(event.stream_id, ErrorCode.INTERNAL, f"{type(failure).__name__}: {failure}")
-            return
-        outbound = _Outbound(self, event.stream_id, event.initial_demand, accept=True)
-        self._outbound[event.stream_id] = outbound
-        publisher.subscribe(outbound)
+        return None
+
+    def _on_subscribe(self, event: Subscribe) -> None:
+        publisher = self._host_opens("publisher", self.host.open_publisher, event)
+        if publisher is not None:
+            outbound = _Outbound(self, event.stream_id, event.initial_demand, accept=True)
+            self._outbound[event.stream_id] = outbound
+            publisher.subscribe(outbound)
 
     def _on_offer(self, event: Offer) -> None:
-        try:
-            sink = self.host.open_sink(event.name, event.params, self._context(event.metadata))
-        except StreamError as rejection:
-            self.conn.send_error(event.stream_id, rejection.code, rejection.message, rejection.data)
-            return
-        except Exception as failure:
-            failure_log.exception("opening sink %r for %s failed", event.name, self.peer)
-            self.conn.send_error(event.stream_id, ErrorCode.INTERNAL, f"{type(failure).__name__}: {failure}")
-            return
-        self._open_inbound(sink, event.name, event.params, offer_id=event.stream_id)
+        sink = self._host_opens("sink", self.host.open_sink, event)
+        if sink is not None:
+            self._open_inbound(sink, event.name, event.params, offer_id=event.stream_id)
 
     def _on_accept(self, event: Accept) -> None:
         publisher = self._offered.pop(event.stream_id, None)
