@@ -29,7 +29,7 @@ To choose the code a local publisher's failure is sent with, fail it with a
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from .protocol import ErrorCode, LocalProtocolError, ProtocolError, RemoteProtocolError, RsnetError
@@ -46,11 +46,13 @@ class StreamError(RsnetError):
 
     @property
     def code_name(self) -> str:
-        """The code's name in the spec's table, or ``application error N``."""
+        """The code's name: the protocol's (SPEC 11), an application code's a library registered
+        with :func:`register_code_names` (the broker's are, once ``rsnet.broker`` is imported),
+        or ``application error N``."""
         try:
             return ErrorCode(self.code).name
         except ValueError:
-            return f"application error {self.code}"
+            return _APPLICATION_CODE_NAMES.get(self.code, f"application error {self.code}")
 
     def __str__(self) -> str:
         return f"{self.code_name}: {self.message}" if self.message else self.code_name
@@ -75,6 +77,19 @@ class HandshakeError(ConnectionLost):
 class TransportClosed(ConnectionLost):
     """The transport failed or was closed under us (reset, TLS failure, WebSocket close), or
     could not be opened at all."""
+
+
+_APPLICATION_CODE_NAMES: dict[int, str] = {}
+
+
+def register_code_names(names: Mapping[int, str]) -> None:
+    """Name application codes (4096 and up) in messages, as a library with codes of its own
+    documents them (``rsnet.broker.codes`` registers the broker's, BROKER.md). A code keeps the
+    first name it was given; protocol codes cannot be renamed."""
+    for code, name in names.items():
+        if code < ErrorCode.APPLICATION_ERROR:
+            raise ValueError(f"{code} is a protocol code, not an application code")
+        _APPLICATION_CODE_NAMES.setdefault(code, name)
 
 
 def error_frame_fields(error: BaseException) -> tuple[int, str, Any]:
@@ -109,5 +124,6 @@ __all__ = [
     "StreamError",
     "TransportClosed",
     "error_frame_fields",
+    "register_code_names",
     "single_errors",
 ]

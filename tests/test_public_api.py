@@ -55,3 +55,13 @@ def test_clients_are_made_by_connect_only():
 
 def test_the_package_ships_its_types():
     assert (INIT.parent / "py.typed").exists()
+
+
+def test_the_brokers_codes_have_names_once_the_broker_package_is_loaded():
+    import rsnet.broker  # what any broker helper (client, blocking, CLI) imports first
+
+    assert rsnet.StreamError(4101, "beyond the end").code_name == "OFFSET_OUT_OF_RANGE"
+    assert str(rsnet.StreamError(4100, "gone")) == "OFFSET_TRIMMED: gone"
+    assert rsnet.StreamError(4999).code_name == "application error 4999"
+    with pytest.raises(ValueError):
+        rsnet.errors.register_code_names({8: "NOT_REJECTED"})

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import enum
 
+from ..errors import register_code_names
+
 
 class BrokerCode(enum.IntEnum):
     OFFSET_TRIMMED = 4100
@@ -31,3 +33,6 @@ class BrokerCode(enum.IntEnum):
     STORAGE_ERROR = 4112
     """The topic's records could not be stored: the disk failed the write or the sync (EIO, a
     read-only file system...). Nothing after the last acknowledged sequence was stored."""
+
+
+register_code_names({code.value: code.name for code in BrokerCode})
