@@ -123,7 +123,7 @@ class Broker:
         *,
         data_dir: str | pathlib.Path | None = None,
         fsync: FsyncPolicy = FsyncPolicy.ALWAYS,
-        fsync_interval_ms: int = 100,
+        fsync_interval: float = 0.1,
         settings_for: Callable[[str], TopicSettings] | None = None,
         authorize: Callable[[Any, str, str], bool] | None = None,
         sink_window: int = DEFAULT_SINK_WINDOW,
@@ -136,7 +136,9 @@ class Broker:
     ) -> None:
         self.data_dir = pathlib.Path(data_dir) if data_dir is not None else None
         self.fsync = fsync
-        self.fsync_interval_ms = fsync_interval_ms
+        if fsync_interval <= 0:
+            raise ValueError(f"fsync_interval must be > 0 seconds, got {fsync_interval!r}")
+        self.fsync_interval = fsync_interval  # seconds between syncs under FsyncPolicy.INTERVAL
         default = TopicSettings(durable=self.data_dir is not None)
         self.settings_for = settings_for or (lambda name: default)
         self.authorize = authorize
@@ -349,7 +351,7 @@ class Broker:
         if closed is not None:
             topic.records_in, topic.records_out, topic.dropped, topic.disconnected = closed.counters
         self.topics[name] = topic
-        interval = self.fsync_interval_ms / 1000 if settings.durable and self.fsync is FsyncPolicy.INTERVAL else None
+        interval = self.fsync_interval if settings.durable and self.fsync is FsyncPolicy.INTERVAL else None
         assert self._nursery is not None, "the broker is not running"
         scope = self._writers[topic] = trio.CancelScope()
         self._nursery.start_soon(self._run_writer, topic, interval, scope)

@@ -62,7 +62,7 @@ def build_broker(config: BrokerConfig, authorizer: Authorizer) -> Broker:
     return Broker(
         data_dir=config.data_dir,
         fsync=FsyncPolicy[config.fsync.upper()],
-        fsync_interval_ms=config.fsync_interval_ms,
+        fsync_interval=config.fsync_interval_ms / 1000,
         unclean_recovery=config.unclean_recovery,
         settings_for=settings_for,
         authorize=authorize,
