@@ -22,13 +22,18 @@ import msgpack
 from .errors import ErrorCode, RemoteProtocolError
 from .frames import DEFAULT_MAX_FRAME_SIZE, Frame, frame_fields
 
+INITIAL_BUFFER = 16 * 1024
+"""Bytes a packer or a decoder allocates for its buffer before a frame needs more (msgpack's
+defaults are 256 KiB per packer and max_buffer_size per unpacker: 1.3 MiB for every connection,
+idle or not). Buffers grow on demand, and keep the size of the largest frame they handled."""
+
 
 def new_packer() -> msgpack.Packer:
     """A ``msgpack.Packer`` configured as the spec requires (str as str, bytes as bin, float64).
 
     ``pack(value)`` returns the encoding of ``value`` as bytes; keep one per connection.
     """
-    return msgpack.Packer(use_bin_type=True)
+    return msgpack.Packer(use_bin_type=True, buf_size=INITIAL_BUFFER)  # type: ignore[call-arg]  # msgpack-types lacks buf_size (msgpack >= 1.0 has it)
 
 
 def encode_frame(frame: Frame) -> bytes:
@@ -51,9 +56,12 @@ class FrameDecoder:
         # as many: the unpacker refuses a larger count before allocating for it. String,
         # binary and ext lengths get the same bound, though the size check below, which
         # counts bytes as they arrive, usually stops such frames first.
+        # read_size: the buffer allocated up front (see INITIAL_BUFFER); it grows on demand,
+        # up to max_frame_size, for the frames that need it.
         self._unpacker = msgpack.Unpacker(
             raw=False,
             strict_map_key=True,
+            read_size=min(INITIAL_BUFFER, max_frame_size),
             max_buffer_size=max_frame_size,
             max_str_len=max_frame_size,
             max_bin_len=max_frame_size,

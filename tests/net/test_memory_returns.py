@@ -38,12 +38,14 @@ def traced():
         tracemalloc.stop()
 
 
-async def test_a_thousand_idle_connections_give_their_memory_back(traced):
+async def test_idle_connections_give_their_memory_back(traced):
+    """Two rounds of 600 idle connections (TCP and WebSocket), each round closed before the next:
+    after the second, the heap is where the first left it. (The first round warms what grows
+    once and is kept: trio's timer heap, which it prunes lazily, interned strings, caches.)"""
     server = demo_server()
-    async with running(server) as urls:
-        async with rsnet.connect(urls["tcp"]) as warm:  # first-use allocations are not a leak
-            assert [x async for x in warm.subscribe("range", {"count": 1})] == [0]
-        baseline = _heap()
+
+    async def round_of(url_of, count: int) -> int:
+        """Open ``count`` idle connections, return the heap with them open, then close them."""
         async with trio.open_nursery() as nursery:
             opened, release = [0], trio.Event()
 
@@ -52,18 +54,26 @@ async def test_a_thousand_idle_connections_give_their_memory_back(traced):
                     opened[0] += 1
                     await release.wait()
 
-            for i in range(1000):
-                nursery.start_soon(idle, urls["tcp" if i % 2 else "ws"])
+            for i in range(count):
+                nursery.start_soon(idle, url_of(i))
             with trio.fail_after(60):
-                while opened[0] < 1000:
+                while opened[0] < count:
                     await trio.sleep(0.05)
             during = _heap()
             release.set()
         with trio.fail_after(10):
             while server.sessions:
                 await trio.sleep(0.01)
+        await trio.sleep(0.1)  # the handlers' last steps (closing their sockets)
+        return during
+
+    async with running(server) as urls:
+        url_of = lambda i: urls["tcp" if i % 2 else "ws"]  # noqa: E731 - a one-line chooser
+        await round_of(url_of, 600)
+        baseline = _heap()
+        during = await round_of(url_of, 600)
         after = _heap()
-    assert during - baseline > 10 * SLACK, "the connections really were allocated"
+    assert during - baseline > 5 * SLACK, "the connections really were allocated"
     assert after - baseline < SLACK, f"{(after - baseline) / 1e6:.1f} MB stayed after the connections closed"
 
 

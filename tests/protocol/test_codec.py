@@ -106,3 +106,23 @@ def test_a_length_header_that_cannot_fit_is_too_large_at_once() -> None:
     with pytest.raises(RemoteProtocolError) as caught:
         list(FrameDecoder(MIN_MAX_FRAME_SIZE).frames(b"\x93\x15\x01\xdd\x7f\xff\xff\xff"))
     assert caught.value.code == ErrorCode.FRAME_TOO_LARGE
+
+
+def test_an_idle_decoder_holds_a_small_buffer_and_grows_only_for_large_frames():
+    """Every connection has a decoder: msgpack would allocate max_frame_size (1 MiB) up front
+    for each, idle or not (1,000 connections: 2 GB in one process with both ends)."""
+    import tracemalloc
+
+    from rsnet.protocol import FrameDecoder, encode_frame
+    from rsnet.protocol.frames import Next
+
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        decoders = [FrameDecoder(1 << 20) for _ in range(20)]
+        per_decoder = (tracemalloc.get_traced_memory()[0] - before) / len(decoders)
+    finally:
+        tracemalloc.stop()
+    assert per_decoder < 96 * 1024, f"{per_decoder / 1024:.0f} KiB per idle decoder"
+    big = encode_frame(Next(1, b"x" * 900_000))
+    assert len(list(decoders[0].frames(big))) == 1  # the buffer grows for the frame that needs it
