@@ -87,5 +87,24 @@ def unlink_if_present(ops: FileOps, path: str, quiet: bool = False) -> None:
             raise
 
 
+def replace_atomically(ops: FileOps, path: str, data: bytes, durable: bool) -> None:
+    """Make ``path`` hold ``data``, all or nothing: write ``path.tmp`` (synced if ``durable``),
+    then rename it over ``path``. On OSError the temporary file is removed (a full disk must not
+    keep its bytes) and the error raised; ``path`` is then as it was."""
+    temporary = path + ".tmp"
+    try:
+        fd = ops.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        try:
+            ops.write_all(fd, data)
+            if durable:
+                ops.datasync(fd)
+        finally:
+            os.close(fd)
+        ops.replace(temporary, path)
+    except OSError:
+        unlink_if_present(ops, temporary, quiet=True)
+        raise
+
+
 REAL = FileOps()
 """The operations as the system performs them."""

@@ -33,7 +33,7 @@ from collections.abc import Iterator
 
 import msgpack
 
-from .files import FileOps, unlink_if_present
+from .files import FileOps, replace_atomically
 from .log import StorageError
 from .records import FRAME_HEAD, BadRecord, check_frame, decode_fields, frame, unpack
 
@@ -169,19 +169,7 @@ def create(ops: FileOps, directory: str, base_offset: int, producers: dict[str, 
     header = PREAMBLE.pack(MAGIC, FORMAT_VERSION) + frame(
         msgpack.packb({"base_offset": base_offset, "producers": producers}, use_bin_type=True)
     )
-    temporary = path + ".tmp"
-    try:
-        fd = ops.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-        try:
-            ops.write_all(fd, header)
-            if durable:
-                ops.datasync(fd)
-        finally:
-            os.close(fd)
-        ops.replace(temporary, path)
-    except OSError:
-        unlink_if_present(ops, temporary, quiet=True)  # a full disk must not keep its bytes
-        raise
+    replace_atomically(ops, path, header, durable)
     segment = Segment(path, base_offset, len(header))
     segment.crc = zlib.crc32(header)
     return segment

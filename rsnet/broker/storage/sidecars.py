@@ -34,7 +34,7 @@ from typing import Any
 
 import msgpack
 
-from .files import FileOps, unlink_if_present
+from .files import FileOps, replace_atomically, unlink_if_present
 from .records import FRAME_HEAD, BadRecord, check_frame, frame, unpack
 from .segment_file import PREAMBLE, Scan, Segment, file_crc, read_header
 
@@ -64,18 +64,9 @@ def write(ops: FileOps, segment: Segment, durable: bool) -> None:
     if segment.crc is None or not segment.records:
         return
     path = sidecar_path(segment.path)
-    temporary = path + ".tmp"
     try:
-        fd = ops.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-        try:
-            ops.write_all(fd, sidecar_bytes(segment))
-            if durable:
-                ops.datasync(fd)
-        finally:
-            os.close(fd)
-        ops.replace(temporary, path)
+        replace_atomically(ops, path, sidecar_bytes(segment), durable)
     except OSError:
-        unlink_if_present(ops, temporary, quiet=True)
         unlink_if_present(ops, path, quiet=True)  # never leave an older sidecar in its place
 
 
