@@ -14,7 +14,7 @@ const state = {
   delivered: 0,
   outstanding: 0, // requested and not yet delivered
   arrivals: [], // timestamps of the last second's deliveries, for the rate
-  history: [], // [time, rate] every 500 ms for the chart
+  history: [], // [time, rate] every 250 ms for the chart, the last minute
   recent: [],
   subscription: null,
   topic: null,
@@ -176,6 +176,7 @@ function draw() {
   const { width, height } = canvas;
   g.clearRect(0, 0, width, height);
   const points = state.history;
+  const span = Math.max(points.length - 1, 40); // at least 10 s wide, then the whole last minute
   const top = Math.max(100, ...points.map(([, r]) => r), state.demand) * 1.1;
   g.strokeStyle = "#ccc";
   g.beginPath();
@@ -189,7 +190,7 @@ function draw() {
   g.lineWidth = 2;
   g.beginPath();
   points.forEach(([, r], i) => {
-    const x = (i / 119) * width;
+    const x = (i / span) * width;
     const y = height - (r / top) * height;
     if (i === 0) g.moveTo(x, y);
     else g.lineTo(x, y);
@@ -200,9 +201,9 @@ function draw() {
 setInterval(() => {
   if (state.topic) {
     state.history.push([performance.now(), rate()]);
-    if (state.history.length > 120) state.history.shift();
+    if (state.history.length > 240) state.history.shift();
   }
-}, 500);
+}, 250);
 setInterval(draw, 250);
 
 // ---- start: connect at once unless the broker wants a token or has no WebSocket listener
