@@ -2718,6 +2718,9 @@ var Base = class {
     this.onClose(error);
   }
 };
+function plain(data) {
+  return new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
+}
 async function openTcp(host, port) {
   const net = await import("node:net");
   const socket = net.connect({ host, port, noDelay: true });
@@ -2730,7 +2733,7 @@ async function openTcp(host, port) {
     failure;
     constructor() {
       super();
-      socket.on("data", (data) => this.onData(data));
+      socket.on("data", (data) => this.onData(plain(data)));
       socket.on("drain", () => this.wakeDrained());
       socket.on("error", (error) => this.failure = new TransportError(error.message));
       socket.on("close", () => this.closedWith(this.failure));
@@ -2763,7 +2766,7 @@ async function openNodeWebSocket(url, maxMessageSize) {
     failure;
     constructor() {
       super();
-      ws.on("message", (data, isBinary) => isBinary ? this.onData(data) : this.onText());
+      ws.on("message", (data, isBinary) => isBinary ? this.onData(plain(data)) : this.onText());
       ws.on("error", (error) => this.failure = new TransportError(error.message));
       ws.on("close", () => this.closedWith(this.failure));
     }
