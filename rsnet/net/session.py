@@ -19,6 +19,16 @@ write, however many ``request`` calls made it up. Received frames are dispatched
 by the reader task, so a slow consumer on one stream never delays another (it only stops
 requesting).
 
+Latency is designed in too: a round trip should cost what the transport costs. So the reader,
+once it has handled a chunk of received bytes, writes whatever it produced in answer itself
+(the items a REQUEST released, the ACCEPT for a SUBSCRIBE, the next REQUEST of a stop-and-wait
+subscriber), and a task that opens a stream or grants demand writes that frame itself: no
+hand-over to the writer task, which would cost a trip through the scheduler before the bytes
+leave. Such a write is only ever non-blocking (:meth:`Transport.send_nowait`) and only while
+the writer is idle; whatever would wait (bytes the socket did not take, a write in progress,
+refilling windows, closing) stays the writer's, so the reader never blocks on a send and two
+peers can never both stop reading because both are stuck writing.
+
 Every task belongs to the session's nursery (reader, writer, keepalive, and the producer tasks
 of hosted publishers, which get the session's nursery through :class:`StreamContext`), so all
 of them end with the connection.
@@ -480,7 +490,12 @@ class Session:
         self._refill: list[_Outbound] = []
         self._unsent: list[_Outbound] = []
         self._wakeup = trio.Event()
-        self._write_scheduled = False
+        self._write_scheduled = False  # there is work for the writer (or for a direct write)
+        # A caller up the stack writes what is queued when it is done (the reader handling
+        # received bytes, or _send_now preparing a write): _wake_writer leaves it to them.
+        self._holding = False
+        self._sending = False  # the writer task is in transport.send
+        self._unfinished = False  # send_nowait left bytes that the writer's next send writes
         self._closed = trio.Event()
         self._writer_done = trio.Event()
         self._eof = False  # the peer closed its side (or the transport broke)
@@ -614,7 +629,7 @@ class Session:
             inbound.pending = 0
             inbound.stream_id = stream_id
             self._inbound[stream_id] = inbound
-        self._wake_writer()
+        self._write_urgently()  # the peer can do nothing before this frame arrives
 
     async def offer(self, name: str, publisher: Publisher[Any], params: Any = None) -> None:
         """Serve ``publisher`` to the peer under ``name`` until the stream ends.
@@ -636,7 +651,7 @@ class Session:
 
         self._outbound[stream_id] = _Outbound(self, stream_id, 0, accept=False, on_end=on_end)
         self._offered[stream_id] = publisher
-        self._wake_writer()
+        self._write_urgently()  # the peer can do nothing before this frame arrives
         await ended.wait()
         if outcome[0] is not None:
             raise outcome[0]
@@ -663,7 +678,7 @@ class Session:
 
     def _demand_pending(self, inbound: _Inbound) -> None:
         self._demand_dirty.append(inbound)
-        self._wake_writer()
+        self._write_urgently()  # the peer's publisher waits for it
 
     def _end_inbound(self, inbound: _Inbound, *, send_cancel: bool, error: StreamError | None = None) -> None:
         if self._inbound.pop(inbound.stream_id, None) is not None and send_cancel:
@@ -680,7 +695,52 @@ class Session:
     def _wake_writer(self) -> None:
         if not self._write_scheduled:
             self._write_scheduled = True
+            if not self._holding:
+                self._wakeup.set()
+
+    def _write_urgently(self) -> None:
+        """Queue a write the peer waits for (it opens a stream or grants demand): the calling
+        task writes it at once if it can (:meth:`_send_now`), instead of waiting for the
+        writer's turn. Inside the reader's handling it is written when that ends."""
+        self._wake_writer()
+        if not self._holding:
+            self._send_now()
+
+    def _send_now(self) -> None:
+        """Write what is queued from the calling task, without waiting: only while the writer
+        is idle, and only what the transport takes at once. The rest of the work (bytes left
+        over, refilling windows, a closing connection, or everything while the writer is
+        sending) is the writer's: it is woken for it."""
+        if not self._write_scheduled:
+            return
+        conn = self.conn
+        if self._sending or conn.state is not State.OPEN or self._peer_going_away:
             self._wakeup.set()
+            return
+        self._write_scheduled = False
+        self._holding = True
+        try:
+            self._grant_demand()
+            if self._unsent:
+                self._flush_items()
+            chunks = self._output()
+        finally:
+            self._holding = False
+        if chunks:
+            if self.transport.send_nowait(chunks):
+                self._keepalive.last_sent = trio.current_time()
+            else:
+                self._unfinished = True
+        if self._unfinished or self._refill or self._write_scheduled:
+            self._write_scheduled = True
+            self._wakeup.set()
+
+    def _output(self) -> list[bytes] | list[bytearray]:
+        """What the connection has to send, as the transport takes it."""
+        if self.transport.message_based:
+            return self.conn.data_to_send_messages()
+        data = self.conn.data_to_send()
+        return [data] if data else []
 
     # -- tasks ----------------------------------------------------------------------------------------
 
@@ -692,7 +752,6 @@ class Session:
 
     async def _write_loop(self) -> None:
         conn, transport = self.conn, self.transport
-        message_based = transport.message_based
         while True:
             await self._wakeup.wait()
             self._wakeup = trio.Event()
@@ -700,19 +759,18 @@ class Session:
             self._grant_demand()
             if self._unsent:
                 self._flush_items()
-            chunks: list[bytes] | list[bytearray]
-            if message_based:
-                chunks = conn.data_to_send_messages()
-            else:
-                data = conn.data_to_send()
-                chunks = [data] if data else []
-            if chunks:
+            chunks = self._output()
+            if chunks or self._unfinished:
+                self._unfinished = False  # send writes what send_nowait left first
+                self._sending = True
                 try:
                     await transport.send(chunks)
                 except TransportClosed as error:
                     self._lost(ConnectionLost(str(error)))
                     self.nursery.cancel_scope.cancel()
                     return
+                finally:
+                    self._sending = False
                 self._keepalive.last_sent = trio.current_time()
             refill, self._refill = self._refill, []
             for outbound in refill:
@@ -747,17 +805,23 @@ class Session:
                 conn.events_received()
                 return
             self._keepalive.last_received = trio.current_time()
-            if self._unsent:
-                # Items taken before these bytes arrived go out before any frame the
-                # protocol writes in answer to them (a stream error, say).
-                self._flush_items()
-            if data:
-                conn.receive_data(data)
-            else:
-                self._eof = True
-                conn.receive_eof()
-            self._dispatch(conn.events_received())
-            self._wake_writer()
+            self._holding = True
+            try:
+                if self._unsent:
+                    # Items taken before these bytes arrived go out before any frame the
+                    # protocol writes in answer to them (a stream error, say).
+                    self._flush_items()
+                if data:
+                    conn.receive_data(data)
+                else:
+                    self._eof = True
+                    conn.receive_eof()
+                self._dispatch(conn.events_received())
+            finally:
+                self._holding = False
+            # The answers (and frames the protocol wrote itself: PONG, errors) go out now.
+            self._write_scheduled = True
+            self._send_now()
 
     async def _keep_alive(self) -> None:
         """SPEC 10.1, by the shared timer (:class:`rsnet.client_rules.Keepalive`): PING after an

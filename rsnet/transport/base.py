@@ -36,6 +36,17 @@ class Transport(abc.ABC):
         """
 
     @abc.abstractmethod
+    def send_nowait(self, chunks: list[bytes] | list[bytearray]) -> bool:
+        """Start sending ``chunks`` without waiting; True if they are all written.
+
+        Writes what the connection takes at once and keeps the rest, which the next
+        :meth:`send` (with no chunks, if there is nothing new) writes before anything else;
+        False says such a rest is waiting. For the caller that must not block (a reader
+        answering what it read); only while no :meth:`send` is in progress. Never raises: a
+        broken transport is reported by the :meth:`send` that follows.
+        """
+
+    @abc.abstractmethod
     async def send_eof(self) -> None:
         """Tell the peer we will send nothing more, keeping the receiving side open.
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import ssl
 
 import trio
@@ -9,6 +10,30 @@ import trio
 from .base import Transport, TransportClosed
 
 RECEIVE_SIZE = 65536
+
+Bytes = bytes | bytearray | memoryview
+
+
+def direct_socket(stream: trio.abc.Stream) -> trio.socket.SocketType | None:
+    """The socket under ``stream`` if bytes may be written to it directly (a plain TCP stream
+    on a POSIX system), else None (TLS: the bytes must go through the TLS layer)."""
+    if os.name == "posix" and isinstance(stream, trio.SocketStream):
+        return stream.socket
+    return None
+
+
+def write_nowait(sock: trio.socket.SocketType, data: Bytes) -> Bytes:
+    """Write what the socket takes of ``data`` now, without waiting; returns the rest.
+
+    The caller must be the only writer at that moment (no ``send_all`` in progress). An
+    error returns everything: the ``send_all`` that writes the rest reports it. The file
+    descriptor is looked up on each call (-1 once the socket is closed), never kept.
+    """
+    try:
+        sent = os.write(sock.fileno(), data)  # a socket's write(2) is send(2) without flags
+    except OSError:  # BlockingIOError (the buffer is full) or a broken connection
+        return data
+    return memoryview(data)[sent:] if sent < len(data) else b""
 
 
 class TcpTransport(Transport):
@@ -20,6 +45,8 @@ class TcpTransport(Transport):
         self._stream = stream
         self._peer = peer
         self.half_closable = isinstance(stream, trio.abc.HalfCloseableStream)  # not TLS
+        self._direct = direct_socket(stream)
+        self._rest: list[Bytes] = []  # taken by send_nowait, not written yet: send writes it first
 
     @property
     def peer(self) -> str:
@@ -31,8 +58,23 @@ class TcpTransport(Transport):
         except (trio.BrokenResourceError, trio.ClosedResourceError, ssl.SSLError, OSError) as error:
             raise TransportClosed(f"receive from {self._peer} failed: {error!r}") from error
 
+    def send_nowait(self, chunks: list[bytes] | list[bytearray]) -> bool:
+        if self._rest or self._direct is None:
+            self._rest += chunks
+            return False
+        rest = write_nowait(self._direct, chunks[0] if len(chunks) == 1 else b"".join(chunks))
+        if rest:
+            self._rest.append(rest)
+            return False
+        return True
+
     async def send(self, chunks: list[bytes] | list[bytearray]) -> None:
-        data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        pieces: list[Bytes] = [*self._rest, *chunks]
+        self._rest = []
+        if not pieces:
+            await trio.lowlevel.checkpoint()
+            return
+        data = pieces[0] if len(pieces) == 1 else b"".join(pieces)
         try:
             await self._stream.send_all(data)
         except (trio.BrokenResourceError, trio.ClosedResourceError, ssl.SSLError, OSError) as error:

@@ -33,7 +33,7 @@ from websockets.uri import parse_uri
 
 from ..errors import ErrorCode
 from .base import Transport, TransportClosed
-from .tcp import RECEIVE_SIZE, describe_peer, open_stream
+from .tcp import RECEIVE_SIZE, Bytes, describe_peer, direct_socket, open_stream, write_nowait
 
 SUBPROTOCOL = Subprotocol("rsnet")
 
@@ -81,6 +81,9 @@ class WebSocketTransport(Transport):
         self._control: list[bytes] = []  # written before what websockets queued: a CONN_ERROR
         # Control frames (pong, close) are written by the receiving task, data by the sender.
         self._send_lock = trio.Lock()
+        self._direct = direct_socket(stream)
+        self._held: list[bytes | bytearray] = []  # messages send_nowait could not start: send frames them
+        self._rest: Bytes = b""  # framed bytes send_nowait could not write: written before any others
 
     @property
     def peer(self) -> str:
@@ -149,7 +152,26 @@ class WebSocketTransport(Transport):
         if pending:
             await self._write(pending)
 
+    def send_nowait(self, chunks: list[bytes] | list[bytearray]) -> bool:
+        protocol = self._protocol
+        if (
+            self._held
+            or self._rest
+            or self._direct is None
+            or self._send_lock.locked()  # the receiving task is writing a control frame
+            or protocol.state is not State.OPEN
+        ):
+            self._held += chunks
+            return False
+        for chunk in chunks:
+            protocol.send_binary(bytes(chunk))
+        self._rest = write_nowait(self._direct, b"".join(protocol.data_to_send()))
+        return not self._rest
+
     async def send(self, chunks: list[bytes] | list[bytearray]) -> None:
+        if self._held:
+            chunks = [*self._held, *chunks]
+            self._held = []
         protocol = self._protocol
         if protocol.state is not State.OPEN:
             raise TransportClosed(f"the WebSocket to {self._peer} is closing")
@@ -158,15 +180,17 @@ class WebSocketTransport(Transport):
         await self._write(protocol.data_to_send())
 
     async def _write(self, pieces: list[bytes]) -> None:
-        data = b"".join(pieces)
-        if not data:
-            return
         lock = self._send_lock
         if lock.locked():
             await lock.acquire()
         else:
             lock.acquire_nowait()  # uncontended (nearly always): no extra trip through the scheduler
         try:
+            data: Bytes = b"".join(pieces)
+            if self._rest:  # the end of what send_nowait began goes first: frames stay whole
+                data, self._rest = b"".join((self._rest, data)), b""
+            if not data:
+                return
             await self._stream.send_all(data)
         except (trio.BrokenResourceError, trio.ClosedResourceError, ssl.SSLError, OSError) as error:
             raise TransportClosed(f"send to {self._peer} failed: {error!r}") from error

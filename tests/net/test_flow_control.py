@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import itertools
 import os
+import socket
+
+import pytest
+import trio
 
 import rsnet
 from rsnet import ops
@@ -57,3 +61,53 @@ async def test_the_server_never_runs_ahead_of_remote_demand_and_memory_stays_fla
     assert worst_ahead <= PREFETCH
     assert max(outstanding_seen) <= PREFETCH  # the server's view of the remote demand
     assert growth < 8 * 1024 * 1024, f"memory grew by {growth / 1e6:.1f} MB over {ITEMS:,} items"
+
+
+@pytest.mark.parametrize("transport", ["tcp", "ws"])
+async def test_both_ends_writing_flat_out_at_once_never_deadlock_nor_reorder(transport):
+    """Each end streams large items to the other at the same time, so the socket buffers fill
+    both ways: both readers keep reading (their own writes never wait), every item arrives
+    once and in order, through writes cut wherever the socket was full."""
+    count, size = 100, 60_000
+    received_up: list[bytes] = []
+    up_done = trio.Event()
+    server = rsnet.Server()
+
+    def numbered(i: int) -> bytes:
+        return i.to_bytes(4, "big") * (size // 4)
+
+    class Sink(rsnet.Subscriber):
+        def on_subscribe(self, subscription):
+            subscription.request(count)
+
+        def on_next(self, item):
+            received_up.append(item)
+
+        def on_error(self, error):
+            received_up.append(error)
+            up_done.set()
+
+        def on_complete(self):
+            up_done.set()
+
+    server.add_sink("up", lambda params, ctx: Sink())
+
+    @server.publisher("down")
+    def down(params, ctx):
+        return rsnet.from_iterable(map(numbered, range(count)))
+
+    async with running(server) as urls, rsnet.connect(urls[transport]) as conn:
+        # Small socket buffers, so a few megabytes fill them whatever the kernel's autotuning.
+        for session in (conn._session, *server.sessions):
+            sock = session.transport._stream.socket
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 65536)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+        received_down = []
+        with trio.fail_after(60):  # a deadlock would hang here for ever
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(conn.offer, "up", rsnet.from_iterable(map(numbered, range(count))))
+                async for item in conn.subscribe("down", prefetch=count):
+                    received_down.append(item)
+            await up_done.wait()
+    assert received_down == [numbered(i) for i in range(count)]
+    assert received_up == [numbered(i) for i in range(count)]

@@ -5,6 +5,8 @@ These clients speak the wire protocol by hand (protocol/SPEC.md), so they can br
 
 from __future__ import annotations
 
+import itertools
+
 import msgpack
 import pytest
 import trio
@@ -18,6 +20,8 @@ from rsnet.protocol import (
     ErrorCode,
     FrameDecoder,
     Hello,
+    Ping,
+    Pong,
     Request,
     Subscribe,
     Welcome,
@@ -187,6 +191,32 @@ async def test_a_flood_of_subscribes_beyond_max_streams_is_refused_per_stream(se
                 break
 
     await with_bystander(server, attack)
+
+
+async def test_a_peer_that_reads_nothing_cannot_stop_the_server_reading():
+    """The server answers what it reads by writing from its reader task, but only writes that
+    never wait (the rest is the writer task's): so with its socket full towards a peer that
+    reads nothing, it still reads, handles that peer's CANCEL and queues the PONG."""
+    server = rsnet.Server()
+
+    @server.publisher("big")
+    def big(params, ctx):
+        return rsnet.from_iterable(itertools.repeat(b"x" * 65536))  # endless, synchronous
+
+    async with running(server) as urls:
+        raw = await RawClient.connect(urls["tcp"])
+        (session,) = server.sessions
+        await raw.send(encode_frame(Subscribe(1, "big", None, MAX_INT, {})))
+        with trio.fail_after(5):
+            while not session._sending:  # the writer is in a send the peer does not drain
+                await trio.sleep(0.01)
+        await trio.sleep(0.1)  # megabytes more: both socket buffers are full by now
+        await raw.send(encode_frame(Cancel(1)) + encode_frame(Ping(7)))
+        with trio.fail_after(5):
+            while session.conn.stream_count:
+                await trio.sleep(0.01)
+        # the items already written, then the PONG: the connection still works
+        assert await raw.frame_of(Pong) == Pong(7)
 
 
 async def test_a_client_that_never_says_hello_is_timed_out():

@@ -79,3 +79,65 @@ async def test_websocket_wrong_path_is_refused():
 async def test_connecting_to_a_closed_port_fails_clearly():
     with pytest.raises(TransportClosed, match="cannot connect"):
         await connect_tcp("127.0.0.1", 1)
+
+
+def _fill(transport, piece: bytes) -> list[bytes]:
+    """``send_nowait`` pieces until the socket takes no more (the peer is not reading)."""
+    sent = []
+    while True:
+        sent.append(piece + len(sent).to_bytes(4, "big"))
+        if not transport.send_nowait([sent[-1]]):
+            return sent
+
+
+async def test_tcp_send_nowait_writes_at_once_and_send_finishes_what_it_left():
+    received = bytearray()
+    reading = trio.Event()
+    done = trio.Event()
+    async with trio.open_nursery() as nursery:
+
+        async def handler(stream):
+            await reading.wait()
+            while data := await stream.receive_some(65536):
+                received.extend(data)
+            done.set()
+
+        port = await _serve(nursery, handler)
+        client = await connect_tcp("127.0.0.1", port)
+        # nothing is pending: the bytes go straight to the socket, no send needed
+        assert client.send_nowait([b"first"])
+        # the peer reads nothing: the socket fills and the rest is kept, in order
+        sent = _fill(client, b"x" * 65536)
+        assert not client.send_nowait([b"queued behind the rest"])
+        reading.set()
+        await client.send([b"last"])  # writes what send_nowait left first
+        await client.aclose()
+        await done.wait()
+        nursery.cancel_scope.cancel()
+    assert bytes(received) == b"first" + b"".join(sent) + b"queued behind the rest" + b"last"
+
+
+async def test_websocket_send_nowait_keeps_messages_whole_when_the_socket_fills():
+    reading = trio.Event()
+    done = trio.Event()
+    received = []
+    async with trio.open_nursery() as nursery:
+
+        async def handler(stream):
+            transport = await accept_websocket(stream, max_message_size=1 << 20)
+            assert transport is not None
+            await reading.wait()
+            while message := await transport.receive():
+                received.append(message)
+            done.set()
+
+        port = await _serve(nursery, handler)
+        client = await connect_websocket(f"ws://127.0.0.1:{port}/", max_message_size=1 << 20)
+        assert client.send_nowait([b"first", b"second"])
+        sent = _fill(client, b"y" * 50_000)  # a message is cut somewhere in its frame
+        reading.set()
+        await client.send([b"last"])
+        await client.aclose()
+        await done.wait()
+        nursery.cancel_scope.cancel()
+    assert received == [b"first", b"second", *sent, b"last"]
