@@ -120,7 +120,9 @@ def __getattr__(name: str) -> Any:
     module = _NETWORK.get(name) or ("rsnet.streams" if name in __all__ else None)
     if module is None:
         raise AttributeError(f"module 'rsnet' has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # loaded once: later uses are plain attribute lookups, not an import call
+    return value
 
 
 def __dir__() -> list[str]:

@@ -37,7 +37,7 @@ of them end with the connection.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from itertools import repeat
 from operator import is_
 from typing import Any, Protocol, TypeVar
@@ -76,6 +76,7 @@ from ..streams.rules import (
 )
 from ..streams.subscriptions import deliver_safely, subscribe_failed
 from ..transport import Transport, TransportClosed
+from ..transport.base import Bytes
 from .failures import failure_log
 
 _T = TypeVar("_T")
@@ -191,6 +192,12 @@ class _Outbound(Subscriber[Any]):
         if amount > 0:
             self.local += amount
             self.subscription.request(amount)
+
+    def refill_wanted(self) -> bool:
+        """Whether :meth:`refill` would request anything now."""
+        return (
+            not self.done and self.subscription is not None and min(self._session.send_window, self.remote) > self.local
+        )
 
     def on_next(self, item: Any) -> None:
         if item is None:
@@ -702,8 +709,10 @@ class Session:
         """Queue a write the peer waits for (it opens a stream or grants demand): the calling
         task writes it at once if it can (:meth:`_send_now`), instead of waiting for the
         writer's turn. Inside the reader's handling it is written when that ends."""
-        self._wake_writer()
-        if not self._holding:
+        if self._holding:
+            self._wake_writer()
+        else:
+            self._write_scheduled = True  # _send_now wakes the writer if it still has work
             self._send_now()
 
     def _send_now(self) -> None:
@@ -731,11 +740,17 @@ class Session:
                 self._keepalive.last_sent = trio.current_time()
             else:
                 self._unfinished = True
+        if self._refill and not self._unfinished and not any(map(_Outbound.refill_wanted, self._refill)):
+            # Written, and no window to top up (the peer's demand is all taken, as in
+            # stop-and-wait): settle the refills here instead of waking the writer for them.
+            refill, self._refill = self._refill, []
+            for outbound in refill:
+                outbound.refill()
         if self._unfinished or self._refill or self._write_scheduled:
             self._write_scheduled = True
             self._wakeup.set()
 
-    def _output(self) -> list[bytes] | list[bytearray]:
+    def _output(self) -> Sequence[Bytes]:
         """What the connection has to send, as the transport takes it."""
         if self.transport.message_based:
             return self.conn.data_to_send_messages()

@@ -307,15 +307,19 @@ class Connection:
         self._cut_at = self._peer_max_frame_size
         return out
 
-    def data_to_send_messages(self) -> list[bytes]:
+    def data_to_send_messages(self) -> list[bytearray] | list[memoryview]:
         """``data_to_send()`` cut into WebSocket binary messages at frame boundaries.
 
-        Each message holds whole frames and is at most the peer's max_frame_size bytes.
+        Each message holds whole frames and is at most the peer's max_frame_size bytes. The
+        messages are views of one buffer the caller owns (no copy).
         """
         cuts = self._cuts
         out = self.data_to_send()
+        if not cuts:
+            return [out] if out else []
+        view = memoryview(out)
         bounds = [0, *cuts, len(out)]
-        return [bytes(out[a:b]) for a, b in itertools.pairwise(bounds) if b > a]
+        return [view[a:b] for a, b in itertools.pairwise(bounds) if b > a]
 
     # ------------------------------------------------------------------ connection frames
 

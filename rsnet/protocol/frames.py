@@ -385,6 +385,12 @@ _CLASSES: dict[int, type[Any]] = {
 _NAMES: dict[type[Any], tuple[str, ...]] = {
     cls: tuple(field.name for field in dataclasses.fields(cls)) for cls in _CLASSES.values()
 }
+# Per frame class, computed once (an enum member's .name or .value is a Python-level call, and
+# these run for every frame): the type number, and each field's name for error messages.
+_TYPES: dict[type[Any], int] = {cls: number for number, cls in _CLASSES.items()}
+_LABELS: dict[type[Any], tuple[str, ...]] = {
+    cls: tuple(f"{cls.TYPE.name}.{name}" for name in names) for cls, names in _NAMES.items()
+}
 
 
 def parse_frame(fields: Any) -> Frame | None:
@@ -412,14 +418,11 @@ def parse_frame(fields: Any) -> Frame | None:
             f"{cls.TYPE.name} needs {len(names)} fields, got {len(fields) - 1}",
         )
     return cls(
-        *[
-            check(value, f"{cls.TYPE.name}.{name}")
-            for check, value, name in zip(cls.CHECKS, fields[1:], names, strict=False)
-        ]
+        *[check(value, label) for check, value, label in zip(cls.CHECKS, fields[1:], _LABELS[cls], strict=False)]
     )
 
 
 def frame_fields(frame: Frame) -> list[Any]:
     """The msgpack array for ``frame``: ``[type, field1, field2, ...]``."""
     cls = type(frame)
-    return [cls.TYPE.value, *[getattr(frame, name) for name in _NAMES[cls]]]
+    return [_TYPES[cls], *[getattr(frame, name) for name in _NAMES[cls]]]

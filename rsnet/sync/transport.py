@@ -18,6 +18,7 @@ from __future__ import annotations
 import socket
 import ssl
 import time
+from collections.abc import Sequence
 
 from websockets.client import ClientProtocol
 from websockets.exceptions import InvalidURI
@@ -45,7 +46,7 @@ def _recv(sock: socket.socket, timeout: float | None, peer: str) -> bytes:
         raise TransportClosed(f"receive from {peer} failed: {error!r}") from error
 
 
-def _send_all(sock: socket.socket, data: bytes | bytearray, timeout: float | None, peer: str) -> None:
+def _send_all(sock: socket.socket, data: bytes | bytearray | memoryview, timeout: float | None, peer: str) -> None:
     """Send everything; give up after ``timeout`` seconds without progress (not in total, so
     that a large write on a slow but live link is not mistaken for a dead peer)."""
     view = memoryview(data)
@@ -83,7 +84,7 @@ class BlockingSocketTransport:
         self.send_timeout = send_timeout
         self._sock = sock
 
-    def send(self, chunks: list[bytes] | list[bytearray]) -> None:
+    def send(self, chunks: Sequence[bytes | bytearray | memoryview]) -> None:
         _send_all(self._sock, chunks[0] if len(chunks) == 1 else b"".join(chunks), self.send_timeout, self.peer)
 
     def receive(self, timeout: float | None) -> bytes | None:
@@ -123,7 +124,7 @@ class BlockingWebSocketTransport:
         self._payload = bytearray()
         self._eof = False
 
-    def send(self, chunks: list[bytes] | list[bytearray]) -> None:
+    def send(self, chunks: Sequence[bytes | bytearray | memoryview]) -> None:
         if self._protocol.state is not State.OPEN:
             raise TransportClosed(f"the WebSocket to {self.peer} is closing")
         for chunk in chunks:

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import abc
+from collections.abc import Sequence
 
 from ..errors import TransportClosed
 
-__all__ = ["Transport", "TransportClosed"]
+__all__ = ["Bytes", "Transport", "TransportClosed"]
+
+Bytes = bytes | bytearray | memoryview
+"""What a transport sends: any bytes-like chunk (the protocol hands over views of its buffer)."""
 
 
 class Transport(abc.ABC):
@@ -29,14 +33,14 @@ class Transport(abc.ABC):
         """
 
     @abc.abstractmethod
-    async def send(self, chunks: list[bytes] | list[bytearray]) -> None:
+    async def send(self, chunks: Sequence[Bytes]) -> None:
         """Send ``chunks`` in order, as one write where possible.
 
         Raises :class:`TransportClosed` if the transport broke.
         """
 
     @abc.abstractmethod
-    def send_nowait(self, chunks: list[bytes] | list[bytearray]) -> bool:
+    def send_nowait(self, chunks: Sequence[Bytes]) -> bool:
         """Start sending ``chunks`` without waiting; True if they are all written.
 
         Writes what the connection takes at once and keeps the rest, which the next

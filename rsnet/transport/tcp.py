@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import os
 import ssl
+from collections.abc import Sequence
 
 import trio
 
-from .base import Transport, TransportClosed
+from .base import Bytes, Transport, TransportClosed
 
 RECEIVE_SIZE = 65536
-
-Bytes = bytes | bytearray | memoryview
 
 
 def direct_socket(stream: trio.abc.Stream) -> trio.socket.SocketType | None:
@@ -58,7 +57,7 @@ class TcpTransport(Transport):
         except (trio.BrokenResourceError, trio.ClosedResourceError, ssl.SSLError, OSError) as error:
             raise TransportClosed(f"receive from {self._peer} failed: {error!r}") from error
 
-    def send_nowait(self, chunks: list[bytes] | list[bytearray]) -> bool:
+    def send_nowait(self, chunks: Sequence[Bytes]) -> bool:
         if self._rest or self._direct is None:
             self._rest += chunks
             return False
@@ -68,7 +67,7 @@ class TcpTransport(Transport):
             return False
         return True
 
-    async def send(self, chunks: list[bytes] | list[bytearray]) -> None:
+    async def send(self, chunks: Sequence[Bytes]) -> None:
         pieces: list[Bytes] = [*self._rest, *chunks]
         self._rest = []
         if not pieces:

@@ -17,8 +17,10 @@ handshake goes out alone. Then ``receive`` raises :class:`WebSocketProtocolError
 
 from __future__ import annotations
 
+import secrets
 import ssl
-from collections.abc import Callable
+import struct
+from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 import trio
@@ -31,9 +33,14 @@ from websockets.server import ServerProtocol
 from websockets.typing import Subprotocol
 from websockets.uri import parse_uri
 
+try:  # websockets' C masking, as websockets itself picks it
+    from websockets.speedups import apply_mask
+except ImportError:  # pragma: no cover - the pure Python fallback
+    from websockets.utils import apply_mask
+
 from ..errors import ErrorCode
-from .base import Transport, TransportClosed
-from .tcp import RECEIVE_SIZE, Bytes, describe_peer, direct_socket, open_stream, write_nowait
+from .base import Bytes, Transport, TransportClosed
+from .tcp import RECEIVE_SIZE, describe_peer, direct_socket, open_stream, write_nowait
 
 SUBPROTOCOL = Subprotocol("rsnet")
 
@@ -42,6 +49,37 @@ _Event = TypeVar("_Event", Request, Response)
 
 ConnErrorEncoder = Callable[[int, str], bytes]
 """``(code, message) -> bytes``: a CONN_ERROR frame, as the protocol layer encodes it."""
+
+_BINARY_FIN = 0x82  # FIN set, opcode 2 (binary): a whole message in one frame
+_MASKED = 0x80
+
+
+def binary_frames(messages: Sequence[Bytes], *, mask: bool) -> list[Bytes]:
+    """The WebSocket frames (RFC 6455 5.2) carrying each of ``messages`` as one binary
+    message, as pieces to write in order: header, then payload.
+
+    Data frames are framed here rather than by websockets' ``send_binary``, whose
+    ``Frame.serialize`` copies every payload twice more (into a BytesIO and out of it): an
+    unmasked payload (server to client) is written as it is. ``mask``: client to server,
+    masked with a fresh random key per frame (RFC 6455 5.3). No extension is ever
+    negotiated (neither end offers one), so the reserved bits stay 0.
+    """
+    pieces: list[Bytes] = []
+    bit = _MASKED if mask else 0
+    for message in messages:
+        size = len(message)
+        if size < 126:
+            head = bytes((_BINARY_FIN, bit | size))
+        elif size < 65536:
+            head = struct.pack("!BBH", _BINARY_FIN, bit | 126, size)
+        else:
+            head = struct.pack("!BBQ", _BINARY_FIN, bit | 127, size)
+        if mask:
+            key = secrets.token_bytes(4)
+            pieces += (head, key, apply_mask(message, key))
+        else:
+            pieces += (head, message)
+    return pieces
 
 
 class WebSocketProtocolError(TransportClosed):
@@ -73,7 +111,7 @@ class WebSocketTransport(Transport):
         self._conn_error = conn_error
         self._protocol = protocol
         self._peer = peer
-        self._messages: list[bytes] = []
+        self._messages: list[bytes | bytearray] = []
         self._fragments: list[bytes | bytearray | memoryview] = []
         self._eof = False
         self._closing = False  # this side started the closing handshake (send_eof, aclose)
@@ -82,14 +120,15 @@ class WebSocketTransport(Transport):
         # Control frames (pong, close) are written by the receiving task, data by the sender.
         self._send_lock = trio.Lock()
         self._direct = direct_socket(stream)
-        self._held: list[bytes | bytearray] = []  # messages send_nowait could not start: send frames them
+        self._mask = protocol.side is Side.CLIENT  # client-to-server frames are masked
+        self._held: list[Bytes] = []  # messages send_nowait could not start: send frames them
         self._rest: Bytes = b""  # framed bytes send_nowait could not write: written before any others
 
     @property
     def peer(self) -> str:
         return self._peer
 
-    async def receive(self) -> bytes:
+    async def receive(self) -> bytes | bytearray:
         while not self._messages:
             if self._eof:
                 return b""
@@ -123,6 +162,10 @@ class WebSocketTransport(Transport):
                 self._eof = True
                 return
             if event.opcode in (Opcode.BINARY, Opcode.CONT):
+                if event.fin and not self._fragments:  # a message in one frame: no copy
+                    data = event.data
+                    self._messages.append(bytes(data) if isinstance(data, memoryview) else data)
+                    continue
                 self._fragments.append(event.data)
                 if event.fin:
                     message = b"".join(self._fragments)
@@ -152,7 +195,7 @@ class WebSocketTransport(Transport):
         if pending:
             await self._write(pending)
 
-    def send_nowait(self, chunks: list[bytes] | list[bytearray]) -> bool:
+    def send_nowait(self, chunks: Sequence[Bytes]) -> bool:
         protocol = self._protocol
         if (
             self._held
@@ -163,23 +206,21 @@ class WebSocketTransport(Transport):
         ):
             self._held += chunks
             return False
-        for chunk in chunks:
-            protocol.send_binary(bytes(chunk))
-        self._rest = write_nowait(self._direct, b"".join(protocol.data_to_send()))
+        pieces = [*protocol.data_to_send(), *binary_frames(chunks, mask=self._mask)]
+        self._rest = write_nowait(self._direct, b"".join(pieces))
         return not self._rest
 
-    async def send(self, chunks: list[bytes] | list[bytearray]) -> None:
+    async def send(self, chunks: Sequence[Bytes]) -> None:
         if self._held:
             chunks = [*self._held, *chunks]
             self._held = []
         protocol = self._protocol
         if protocol.state is not State.OPEN:
             raise TransportClosed(f"the WebSocket to {self._peer} is closing")
-        for chunk in chunks:
-            protocol.send_binary(bytes(chunk))
-        await self._write(protocol.data_to_send())
+        # What websockets queued (a pong, say) goes before the data, as it was queued first.
+        await self._write([*protocol.data_to_send(), *binary_frames(chunks, mask=self._mask)])
 
-    async def _write(self, pieces: list[bytes]) -> None:
+    async def _write(self, pieces: Sequence[Bytes]) -> None:
         lock = self._send_lock
         if lock.locked():
             await lock.acquire()

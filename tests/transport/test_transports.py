@@ -141,3 +141,25 @@ async def test_websocket_send_nowait_keeps_messages_whole_when_the_socket_fills(
         await done.wait()
         nursery.cancel_scope.cancel()
     assert received == [b"first", b"second", *sent, b"last"]
+
+
+@pytest.mark.parametrize("mask", [False, True])
+def test_binary_frames_are_what_websockets_parses(mask):
+    """The transport frames data messages itself (no copies through websockets' serializer):
+    websockets' own parser reads them back, at every length encoding (7, 16 and 64 bits)."""
+    from websockets.frames import Frame, Opcode
+    from websockets.streams import StreamReader
+
+    from rsnet.transport.websocket import binary_frames
+
+    messages = [b"", b"a" * 125, b"b" * 126, bytearray(b"c" * 65535), memoryview(b"d" * 65536)]
+    reader = StreamReader()
+    reader.feed_data(b"".join(binary_frames(messages, mask=mask)))
+    reader.feed_eof()
+    for message in messages:
+        parser = Frame.parse(reader.read_exact, mask=mask)
+        try:
+            next(parser)
+        except StopIteration as done:
+            frame = done.value
+        assert (frame.opcode, frame.fin, frame.rsv1, bytes(frame.data)) == (Opcode.BINARY, True, False, bytes(message))
