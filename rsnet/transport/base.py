@@ -26,8 +26,10 @@ class Transport(abc.ABC):
     """Whether :meth:`send_eof` really half-closes (so lingering for the peer's close is quick)."""
 
     @abc.abstractmethod
-    async def receive(self) -> bytes | bytearray:
-        """The next received bytes (a message, for message transports); empty at end of file.
+    async def receive(self) -> Bytes:
+        """The next received bytes; empty at end of file. On a message transport, the payload
+        of its messages as it arrives, not necessarily message by message: the protocol's
+        decoder reads a byte stream, and messages hold whole frames (SPEC 2.2).
 
         Raises :class:`TransportClosed` if the transport broke.
         """

@@ -21,18 +21,42 @@ def direct_socket(stream: trio.abc.Stream) -> trio.socket.SocketType | None:
     return None
 
 
-def write_nowait(sock: trio.socket.SocketType, data: Bytes) -> Bytes:
-    """Write what the socket takes of ``data`` now, without waiting; returns the rest.
+GATHER_MAX = 512
+"""Pieces per gathering write (within every system's IOV_MAX)."""
 
-    The caller must be the only writer at that moment (no ``send_all`` in progress). An
-    error returns everything: the ``send_all`` that writes the rest reports it. The file
-    descriptor is looked up on each call (-1 once the socket is closed), never kept.
+
+def write_nowait(sock: trio.socket.SocketType, pieces: Sequence[Bytes]) -> list[Bytes]:
+    """Write what the socket takes of ``pieces`` now, in one gathering write (no join), without
+    waiting; returns the rest, empty when all went out.
+
+    The caller must be the only writer at that moment (no send in progress). An error
+    returns everything: the send that writes the rest reports it. The file descriptor is
+    looked up on each call (-1 once the socket is closed), never kept.
     """
     try:
-        sent = os.write(sock.fileno(), data)  # a socket's write(2) is send(2) without flags
+        sent = os.writev(sock.fileno(), pieces[:GATHER_MAX])  # on a socket: sendmsg(2) without flags
     except OSError:  # BlockingIOError (the buffer is full) or a broken connection
-        return data
-    return memoryview(data)[sent:] if sent < len(data) else b""
+        return list(pieces)
+    return after(pieces, sent)
+
+
+async def send_all_pieces(sock: trio.socket.SocketType, pieces: Sequence[Bytes]) -> None:
+    """``send_all`` of the concatenation of ``pieces``, by gathering writes (no join). Raises
+    what the socket raises (OSError, trio.ClosedResourceError)."""
+    while pieces:
+        pieces = after(pieces, await sock.sendmsg(pieces[:GATHER_MAX]))
+
+
+def after(pieces: Sequence[Bytes], sent: int) -> list[Bytes]:
+    """What is left of ``pieces`` once their first ``sent`` bytes are written."""
+    index = 0
+    while index < len(pieces) and sent >= len(pieces[index]):
+        sent -= len(pieces[index])
+        index += 1
+    rest = list(pieces[index:])
+    if sent:
+        rest[0] = memoryview(rest[0])[sent:]
+    return rest
 
 
 class TcpTransport(Transport):
@@ -61,11 +85,8 @@ class TcpTransport(Transport):
         if self._rest or self._direct is None:
             self._rest += chunks
             return False
-        rest = write_nowait(self._direct, chunks[0] if len(chunks) == 1 else b"".join(chunks))
-        if rest:
-            self._rest.append(rest)
-            return False
-        return True
+        self._rest = write_nowait(self._direct, chunks)
+        return not self._rest
 
     async def send(self, chunks: Sequence[Bytes]) -> None:
         pieces: list[Bytes] = [*self._rest, *chunks]

@@ -40,7 +40,7 @@ except ImportError:  # pragma: no cover - the pure Python fallback
 
 from ..errors import ErrorCode
 from .base import Bytes, Transport, TransportClosed
-from .tcp import RECEIVE_SIZE, describe_peer, direct_socket, open_stream, write_nowait
+from .tcp import RECEIVE_SIZE, describe_peer, direct_socket, open_stream, send_all_pieces, write_nowait
 
 SUBPROTOCOL = Subprotocol("rsnet")
 
@@ -94,8 +94,24 @@ class WebSocketProtocolError(TransportClosed):
         self.conn_error_code = conn_error_code
 
 
+_FIN, _RSV, _OPCODE, _LENGTH = 0x80, 0x70, 0x0F, 0x7F
+_CONT, _TEXT, _BINARY = Opcode.CONT.value, Opcode.TEXT.value, Opcode.BINARY.value
+
+
 class WebSocketTransport(Transport):
-    """An open WebSocket connection: each ``receive`` returns one binary message."""
+    """An open WebSocket connection carrying the protocol's bytes in binary messages.
+
+    ``receive`` returns the payload of binary messages as it arrives, not message by message:
+    messages hold whole protocol frames (SPEC 2.2), so the protocol's decoder reads their
+    payloads as one byte stream, as it reads TCP. The transport parses the WebSocket frame
+    headers itself and hands binary payloads over without copying them (server-to-client
+    payloads are not masked; client-to-server ones are unmasked once), where websockets'
+    parser would copy each payload twice and hold a whole message before the decoder saw a
+    byte of it. Every other frame (ping, pong, close, text) goes to websockets, which answers
+    it as usual; a binary frame that breaks the rules (reserved bits, a wrong mask bit, a
+    continuation out of place, a message over the size limit) fails the connection through
+    websockets (close code 1002, or 1009 for the size), as websockets' own parser would.
+    """
 
     message_based = True
 
@@ -111,8 +127,20 @@ class WebSocketTransport(Transport):
         self._conn_error = conn_error
         self._protocol = protocol
         self._peer = peer
-        self._messages: list[bytes | bytearray] = []
-        self._fragments: list[bytes | bytearray | memoryview] = []
+        # The frame being received (see _split): an unfinished header; payload bytes still to
+        # come; whether they are message data (else they are websockets'); its mask key and
+        # the offset reached in it; whether a binary message, or a text one, awaits its
+        # continuation; the size of that binary message so far.
+        self._head = b""
+        self._left = 0
+        self._data = False
+        self._key = b""
+        self._at = 0
+        self._binary_open = False
+        self._text_open = False
+        self._size = 0
+        self._max_size = protocol.max_message_size
+        self._masked = protocol.side is Side.SERVER  # frames from a client must be masked
         self._eof = False
         self._closing = False  # this side started the closing handshake (send_eof, aclose)
         self._violation: WebSocketProtocolError | None = None
@@ -122,30 +150,107 @@ class WebSocketTransport(Transport):
         self._direct = direct_socket(stream)
         self._mask = protocol.side is Side.CLIENT  # client-to-server frames are masked
         self._held: list[Bytes] = []  # messages send_nowait could not start: send frames them
-        self._rest: Bytes = b""  # framed bytes send_nowait could not write: written before any others
+        self._rest: list[Bytes] = []  # framed bytes send_nowait could not write: written before any others
 
     @property
     def peer(self) -> str:
         return self._peer
 
-    async def receive(self) -> bytes | bytearray:
-        while not self._messages:
-            if self._eof:
-                return b""
+    async def receive(self) -> Bytes:
+        while not self._eof:
             try:
                 data = await self._stream.receive_some(RECEIVE_SIZE)
             except (trio.BrokenResourceError, trio.ClosedResourceError, ssl.SSLError, OSError) as error:
                 raise TransportClosed(f"receive from {self._peer} failed: {error!r}") from error
             if data:
-                self._protocol.receive_data(data)
+                payload = self._split(data)
             else:
+                payload = []
                 self._protocol.receive_eof()
                 self._eof = True
             self._take_events()
             await self._flush_control()
             if self._violation is not None:
                 raise self._violation
-        return self._messages.pop(0)
+            if payload:
+                return payload[0] if len(payload) == 1 else b"".join(payload)
+        return b""
+
+    def _split(self, data: bytes | bytearray) -> list[Bytes]:
+        """The binary message payload in ``data``, in order; the bytes of every other frame
+        go to websockets (see the class docstring)."""
+        protocol = self._protocol
+        view = memoryview(data)
+        end = len(view)
+        pos = 0
+        payload: list[Bytes] = []
+        while pos < end:
+            if protocol.state is not State.OPEN:
+                # Closing or failed: websockets answers the closing handshake or discards.
+                protocol.receive_data(bytes(view[pos:]))
+                break
+            if self._left:
+                take = min(self._left, end - pos)
+                piece: Bytes = view[pos : pos + take]
+                pos += take
+                self._left -= take
+                if not self._data:
+                    protocol.receive_data(bytes(piece))
+                    continue
+                if self._key:
+                    at = self._at & 3
+                    piece = apply_mask(piece, self._key[at:] + self._key[:at])
+                    self._at += take
+                payload.append(piece)
+                continue
+            pos = self._header(view, pos)
+        return payload
+
+    def _header(self, view: memoryview, pos: int) -> int:
+        """Read (the rest of) a frame header from ``view`` at ``pos``; returns where it ended."""
+        head = self._head + bytes(view[pos : pos + 14 - len(self._head)])  # 14: the longest header
+        if len(head) < 2:
+            self._head = head
+            return len(view)
+        first, second = head[0], head[1]
+        size = second & _LENGTH
+        extended = 2 if size == 126 else 8 if size == 127 else 0
+        needed = 2 + extended + (4 if second & _MASKED else 0)
+        if len(head) < needed:
+            self._head = head
+            return len(view)
+        taken = needed - len(self._head)
+        self._head = b""
+        if extended:
+            size = int.from_bytes(head[2 : 2 + extended], "big")
+        opcode = first & _OPCODE
+        if opcode != _BINARY and (opcode != _CONT or self._text_open):
+            # Not message data: websockets handles it (answers a ping, a close; reports text).
+            if opcode in (_TEXT, _CONT):
+                self._text_open = not first & _FIN
+            self._data, self._left = False, size
+            self._protocol.receive_data(head[:needed])
+            return pos + taken
+        # A binary message's frame: checked as websockets' parser would.
+        if first & _RSV:
+            self._protocol.fail(1002, "reserved bits must be 0")
+        elif bool(second & _MASKED) != self._masked:
+            self._protocol.fail(1002, "incorrect masking")
+        elif (opcode == _CONT) != self._binary_open:
+            self._protocol.fail(
+                1002, "unexpected continuation frame" if opcode == _CONT else "expected a continuation frame"
+            )
+        elif self._max_size is not None and self._size + size > self._max_size:
+            self._protocol.fail(
+                1009, f"message of at least {self._size + size} bytes exceeds limit of {self._max_size} bytes"
+            )
+        else:
+            self._binary_open = not first & _FIN
+            self._size = self._size + size if self._binary_open else 0
+            self._data, self._left = True, size
+            self._key = head[needed - 4 : needed] if self._masked else b""
+            self._at = 0
+        return pos + taken
 
     def _take_events(self) -> None:
         protocol = self._protocol
@@ -161,17 +266,7 @@ class WebSocketTransport(Transport):
                 self._violation = WebSocketProtocolError(f"{self._peer} sent {reason}", ErrorCode.PROTOCOL_ERROR)
                 self._eof = True
                 return
-            if event.opcode in (Opcode.BINARY, Opcode.CONT):
-                if event.fin and not self._fragments:  # a message in one frame: no copy
-                    data = event.data
-                    self._messages.append(bytes(data) if isinstance(data, memoryview) else data)
-                    continue
-                self._fragments.append(event.data)
-                if event.fin:
-                    message = b"".join(self._fragments)
-                    self._fragments.clear()
-                    self._messages.append(message)
-            elif event.opcode is Opcode.CLOSE:
+            if event.opcode is Opcode.CLOSE:
                 self._eof = True  # websockets has queued the closing handshake's reply
         failed = protocol.close_sent
         if failed is not None and protocol.close_rcvd is None and not self._closing and not self._eof:
@@ -207,7 +302,7 @@ class WebSocketTransport(Transport):
             self._held += chunks
             return False
         pieces = [*protocol.data_to_send(), *binary_frames(chunks, mask=self._mask)]
-        self._rest = write_nowait(self._direct, b"".join(pieces))
+        self._rest = write_nowait(self._direct, pieces)
         return not self._rest
 
     async def send(self, chunks: Sequence[Bytes]) -> None:
@@ -227,12 +322,14 @@ class WebSocketTransport(Transport):
         else:
             lock.acquire_nowait()  # uncontended (nearly always): no extra trip through the scheduler
         try:
-            data: Bytes = b"".join(pieces)
             if self._rest:  # the end of what send_nowait began goes first: frames stay whole
-                data, self._rest = b"".join((self._rest, data)), b""
-            if not data:
+                pieces, self._rest = [*self._rest, *pieces], []
+            if not any(pieces):
                 return
-            await self._stream.send_all(data)
+            if self._direct is None:  # TLS: one buffer through the TLS layer
+                await self._stream.send_all(b"".join(pieces))
+            else:  # headers and payloads as they are, gathered by the kernel
+                await send_all_pieces(self._direct, pieces)
         except (trio.BrokenResourceError, trio.ClosedResourceError, ssl.SSLError, OSError) as error:
             raise TransportClosed(f"send to {self._peer} failed: {error!r}") from error
         finally:
