@@ -59,6 +59,39 @@ def after(pieces: Sequence[Bytes], sent: int) -> list[Bytes]:
     return rest
 
 
+class SocketReader:
+    """``receive_some`` on a trio stream, minus a failing read per wait.
+
+    trio tries a read first and waits for the socket only when that read fails, which costs a
+    system call and an exception on every wait, on the path of every round trip. After a read
+    that emptied the socket (it returned less than asked), the next one waits for the socket
+    first and then reads; after a full read (more is likely waiting), it reads at once. Only
+    on a plain socket (TLS reads go through the TLS layer).
+    """
+
+    __slots__ = ("_emptied", "_socket", "_stream")
+
+    def __init__(self, stream: trio.abc.Stream) -> None:
+        self._stream = stream
+        self._socket = direct_socket(stream)
+        self._emptied = False
+
+    async def read(self) -> bytes | bytearray:
+        """Up to RECEIVE_SIZE bytes, b"" at end of file; raises what the stream raises."""
+        sock = self._socket
+        data: bytes | bytearray
+        if sock is not None and self._emptied:
+            await trio.lowlevel.wait_readable(sock)
+            try:
+                data = os.read(sock.fileno(), RECEIVE_SIZE)  # a socket's read(2) is recv(2)
+            except BlockingIOError:  # readable, yet nothing to read after all
+                data = await self._stream.receive_some(RECEIVE_SIZE)
+        else:
+            data = await self._stream.receive_some(RECEIVE_SIZE)
+        self._emptied = len(data) < RECEIVE_SIZE
+        return data
+
+
 class TcpTransport(Transport):
     """A trio ``Stream`` (a TCP socket, or TLS over one) carrying the protocol's byte stream."""
 
@@ -69,6 +102,7 @@ class TcpTransport(Transport):
         self._peer = peer
         self.half_closable = isinstance(stream, trio.abc.HalfCloseableStream)  # not TLS
         self._direct = direct_socket(stream)
+        self._reader = SocketReader(stream)
         self._rest: list[Bytes] = []  # taken by send_nowait, not written yet: send writes it first
 
     @property
@@ -77,7 +111,7 @@ class TcpTransport(Transport):
 
     async def receive(self) -> bytes | bytearray:
         try:
-            return await self._stream.receive_some(RECEIVE_SIZE)
+            return await self._reader.read()
         except (trio.BrokenResourceError, trio.ClosedResourceError, ssl.SSLError, OSError) as error:
             raise TransportClosed(f"receive from {self._peer} failed: {error!r}") from error
 

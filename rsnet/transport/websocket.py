@@ -45,7 +45,7 @@ except ImportError:  # pragma: no cover - the pure Python fallback
 
 from ..errors import ErrorCode
 from .base import Bytes, Transport, TransportClosed
-from .tcp import RECEIVE_SIZE, describe_peer, direct_socket, open_stream, send_all_pieces, write_nowait
+from .tcp import RECEIVE_SIZE, SocketReader, describe_peer, direct_socket, open_stream, send_all_pieces, write_nowait
 
 SUBPROTOCOL = Subprotocol("rsnet")
 
@@ -153,6 +153,7 @@ class WebSocketTransport(Transport):
         # Control frames (pong, close) are written by the receiving task, data by the sender.
         self._send_lock = trio.Lock()
         self._direct = direct_socket(stream)
+        self._reader = SocketReader(stream)
         self._mask = protocol.side is Side.CLIENT  # client-to-server frames are masked
         self._held: list[Bytes] = []  # messages send_nowait could not start: send frames them
         self._rest: list[Bytes] = []  # framed bytes send_nowait could not write: written before any others
@@ -164,7 +165,7 @@ class WebSocketTransport(Transport):
     async def receive(self) -> Bytes:
         while not self._eof:
             try:
-                data = await self._stream.receive_some(RECEIVE_SIZE)
+                data = await self._reader.read()
             except (trio.BrokenResourceError, trio.ClosedResourceError, ssl.SSLError, OSError) as error:
                 raise TransportClosed(f"receive from {self._peer} failed: {error!r}") from error
             if data:
