@@ -50,7 +50,17 @@ from .names import is_valid_topic, is_wildcard, topic_matches, validate_pattern,
 from .recent import RecentBudget
 from .storage import CorruptData, CursorStore, FsyncPolicy, MemoryLog, Retention, SegmentLog, StorageError, TopicLog
 from .storage import files as storage_files
-from .topic import MAX_SEQUENCE, SlowPolicy, Topic, TopicReader, TopicSink, now_ms, resolve_start, storage_refusal
+from .topic import (
+    MAX_SEQUENCE,
+    Shape,
+    SlowPolicy,
+    Topic,
+    TopicReader,
+    TopicSink,
+    now_ms,
+    resolve_start,
+    storage_refusal,
+)
 
 log = logging.getLogger("rsnet.broker")
 
@@ -582,6 +592,10 @@ class Broker:
         cursor = params.get("cursor")
         if cursor is not None:
             cursor = _identifier(cursor, "cursor")
+        shape = params.get("items", "maps")
+        if shape not in ("maps", "arrays"):
+            raise StreamError(ErrorCode.REJECTED, "items must be 'maps' (the default) or 'arrays'")
+        arrays = shape == "arrays"
         if is_wildcard(name):
             _validated(validate_pattern, name)
             if cursor is not None:
@@ -591,7 +605,7 @@ class Broker:
                     ErrorCode.REJECTED, "a pattern subscription starts at 'earliest', 'latest' or a timestamp"
                 )
             self._check(context, "subscribe", name)
-            return _PatternPublisher(self, name, start)
+            return _PatternPublisher(self, name, start, Shape(arrays, with_topic=True))
         _validated(validate_topic, name)
         self._check(context, "subscribe", name)
         topic = self.topic(name, create=False)
@@ -599,13 +613,14 @@ class Broker:
             if not self.settings_for(name).wait_if_missing:
                 raise StreamError(ErrorCode.UNKNOWN_PUBLISHER, f"no topic named {name!r}")
             _check_start_before_creation(name, start)
-            return _PatternPublisher(self, name, "earliest")  # waits, as for a pattern, from its first record
+            # Waits, as for a pattern, from its first record.
+            return _PatternPublisher(self, name, "earliest", Shape(arrays, with_topic=False))
         if cursor is not None:
             committed = self._cursors[name].get(cursor)
             if committed is not None:
                 start = committed
         position = resolve_start(topic, start)  # a trimmed offset is refused here, coded
-        return _TopicPublisher(self, topic, position)
+        return _TopicPublisher(self, topic, position, Shape(arrays, with_topic=False))
 
     def open_sink(self, name: str, params: Any, context: StreamContext) -> Subscriber[Any]:
         params = _params(params)
@@ -716,24 +731,24 @@ def _validated(check: Callable[[str], str], name: str) -> None:
 
 
 class _TopicPublisher(Publisher[Any]):
-    def __init__(self, broker: Broker, topic: Topic, position: int) -> None:
-        self._broker, self._topic, self._position = broker, topic, position
+    def __init__(self, broker: Broker, topic: Topic, position: int, shape: Shape) -> None:
+        self._broker, self._topic, self._position, self._shape = broker, topic, position, shape
 
     def subscribe(self, subscriber: Subscriber[Any]) -> None:
         check_subscriber(subscriber)
-        reader = TopicReader(subscriber, on_end=self._broker._reader_ended)
+        reader = TopicReader(subscriber, on_end=self._broker._reader_ended, shape=self._shape)
         subscriber.on_subscribe(reader)
         reader.add_topic(self._topic, self._position)
 
 
 class _PatternPublisher(Publisher[Any]):
-    def __init__(self, broker: Broker, pattern: str, start: Any) -> None:
-        self._broker, self._pattern, self._start = broker, pattern, start
+    def __init__(self, broker: Broker, pattern: str, start: Any, shape: Shape) -> None:
+        self._broker, self._pattern, self._start, self._shape = broker, pattern, start, shape
 
     def subscribe(self, subscriber: Subscriber[Any]) -> None:
         check_subscriber(subscriber)
         broker = self._broker
-        reader = TopicReader(subscriber, on_end=broker._reader_ended)
+        reader = TopicReader(subscriber, on_end=broker._reader_ended, shape=self._shape)
         subscriber.on_subscribe(reader)
         broker._watchers[reader] = self._pattern
         for name in broker.topic_names():
