@@ -4,7 +4,9 @@
     rsnet serve [--tcp H:P] [--ws H:P] [--demo] [module:attr ...]
     rsnet sub [URL] NAME [-p key=value ...] [--from POSITION] [--until-end] [--count N] [--format F]
     rsnet pub [URL] TOPIC [--raw] [--producer ID] [--sequence N]   lines from stdin, as they arrive
-    rsnet topics [URL] [--json]
+    rsnet topics [URL] [--json]                  topics, offsets, lag, settings
+    rsnet topics create|alter [URL] TOPIC [--policy P] [--max-lag N] [--retention LIMITS] [--storage S]
+    rsnet topics delete|purge [URL] TOPIC --yes
     rsnet broker [--config FILE] [--data-dir DIR] [--tcp H:P] [--ws H:P] [--fsync POLICY]
     rsnet broker hash-token [--generate]         the hash of a token, for the config
     rsnet completion bash                        a bash completion script
