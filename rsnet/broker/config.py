@@ -38,6 +38,9 @@ Schema (``server/rsnet.toml`` is a commented example of every key)::
     storage = "memory"              # any key left out comes from [topic_defaults];
     retention = { max_records = 100000 }   # a table (retention, slow_subscriber) replaces the
                                     # default's table whole: here no byte or age limit
+                                    # (settings an admin gives one topic, rsnet topics create
+                                    # --policy ..., win over all of these, key by key: see
+                                    # rsnet.broker.overrides)
 
     [auth]                          # no tokens: auth is off (a warning is logged at startup)
     [[auth.tokens]]
