@@ -9,7 +9,7 @@
     rsnet topics delete|purge [URL] TOPIC --yes
     rsnet broker [--config FILE] [--data-dir DIR] [--tcp H:P] [--ws H:P] [--fsync POLICY]
     rsnet broker hash-token [--generate]         the hash of a token, for the config
-    rsnet completion bash                        a bash completion script
+    rsnet completion bash|zsh|fish               a shell completion script
 
 The URL defaults to ``$RSNET_URL``, else ``tcp://127.0.0.1:7600``; the token to
 ``--token-file``, ``--token`` or ``$RSNET_TOKEN``. Exit codes and error lines follow one
@@ -101,7 +101,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return run_command("demo", demo)
     if args.command == "completion":
-        print(completion.bash_script(parser()), end="")
+        print(completion.script(args.shell, parser()), end="")
         return EXIT_OK
     if args.command == "broker" and args.action == "hash-token":
         return _hash_token(args.generate)

@@ -40,6 +40,7 @@ from .common import (
     token_from,
     url_from,
 )
+from .completion import COMPLETIONS
 from .sub import broker_topics
 
 USAGE = (
@@ -74,9 +75,10 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         description=__doc__.split("\n\n", 2)[2] if __doc__ else None,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    topics.add_argument(
+    target = topics.add_argument(
         "target", nargs="*", metavar="[ACTION] [URL] [TOPIC]", help="create, alter, delete or purge TOPIC; none: list"
     )
+    setattr(target, COMPLETIONS, ACTIONS)  # offered by shell completion
     topics.add_argument("--json", action="store_true", help="one JSON object per topic (or the broker's answer)")
     topics.add_argument("--yes", action="store_true", help="delete or purge: yes, remove its records for good")
     settings = topics.add_argument_group("settings (create, alter)")
