@@ -178,6 +178,8 @@ def _alter(broker: Broker, name: str, asked: dict[str, Any], reset: list[str]) -
     for reader in list(topic.readers):
         reader.appended(topic)
     after = _current(broker, name)
+    if not values and after["storage"] == "memory":  # nothing of its own left: no directory to keep either
+        broker.overrides.forget(name, broker.storage_files)
     changed = [key for key in KEYS if before[key] != after[key]]
     answer = {"action": "alter", "topic": name, "changed": changed, "next_offset": topic.log.next_offset}
     return {**answer, **broker.describe_settings(name)}

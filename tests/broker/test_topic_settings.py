@@ -250,6 +250,15 @@ async def test_purge_keeps_the_settings_and_delete_removes_them(tmp_path):
         assert created["settings"]["storage"] == "durable"
 
 
+async def test_a_memory_topic_with_no_settings_of_its_own_left_leaves_no_directory(tmp_path):
+    async with configured(tmp_path, topics=[{"pattern": "mem.>", "storage": "memory"}]) as (_broker, conn):
+        await admin(conn, "create", "mem.a", settings=DROP_PAST_5)
+        assert (tmp_path / "mem.a" / "settings.json").exists()  # so it comes back after a restart
+        await admin(conn, "alter", "mem.a", reset=["slow_subscriber.policy", "slow_subscriber.max_lag"])
+        assert not (tmp_path / "mem.a").exists()  # a plain memory topic again: gone with the broker
+        assert (await listing(conn))["mem.a"]["settings_from"]["storage"] == "[[topics]] mem.>"
+
+
 DAMAGE = {
     "not JSON": (b'{"format": "rsnet-topic-settings", "vers', "not valid JSON"),
     "newer version": (
