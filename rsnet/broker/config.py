@@ -50,7 +50,7 @@ Schema (``server/rsnet.toml`` is a commented example of every key)::
     subscribe = []                  # patterns it may subscribe to (a subscription must lie within one)
 
     [metrics]                       # omitted: no metrics endpoint
-    listen = "127.0.0.1:9100"       # GET /metrics (Prometheus), GET /health
+    listen = "127.0.0.1:9100"       # GET /metrics (Prometheus), GET /health, GET / (live view)
 
     [log]
     format = "text"                 # text | json (one JSON object per line)

@@ -7,7 +7,7 @@
     rsnet topics [URL] [--json]                  topics, offsets, lag, settings
     rsnet topics create|alter [URL] TOPIC [--policy P] [--max-lag N] [--retention LIMITS] [--storage S]
     rsnet topics delete|purge [URL] TOPIC --yes
-    rsnet broker [--config FILE] [--data-dir DIR] [--tcp H:P] [--ws H:P] [--fsync POLICY]
+    rsnet broker [--config FILE] [--data-dir DIR] [--tcp H:P] [--ws H:P] [--metrics H:P] [--fsync POLICY]
     rsnet broker hash-token [--generate]         the hash of a token, for the config
     rsnet completion bash|zsh|fish               a shell completion script
 
@@ -77,6 +77,9 @@ def parser() -> argparse.ArgumentParser:
     broker.add_argument("--tcp", type=serve.address, help="HOST:PORT for TCP")
     broker.add_argument("--ws", type=serve.address, help="HOST:PORT for WebSocket")
     broker.add_argument("--fsync", choices=["always", "interval", "never"], help="fsync policy of durable topics")
+    broker.add_argument(
+        "--metrics", type=serve.address, help="HOST:PORT for HTTP: /metrics, /health and the live view at /"
+    )
     broker.add_argument("--grace", type=float, default=5.0, help="seconds to drain streams on shutdown")
     broker.add_argument(
         "action",
