@@ -51,6 +51,7 @@ def build_broker(config: BrokerConfig, authorizer: Authorizer) -> Broker:
             max_lag=configured.slow_subscriber.max_lag,
             auto_create=configured.auto_create == "publish",
             wait_if_missing=configured.subscribe_missing == "wait",
+            sources=configured.sources,
         )
 
     def authorize(principal: Principal | None, action: str, name: str) -> bool:
