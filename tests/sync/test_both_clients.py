@@ -24,6 +24,8 @@ from .support import Listener, Probes, ScriptedPeer, ServerThread, make_server
 
 TOKEN = "s3cret"
 SCHEMES = ["tcp", "ws"]
+DEMAND_OPTIONS = ("prefetch", "limit", "budget")
+"""Options of ``subscribe``; the others go to ``connect``. None: the default."""
 
 
 def trio_items(
@@ -39,12 +41,11 @@ def trio_items(
     """Subscribe with the trio client, appending items to ``into`` (so items that came before
     an error are visible); after ``take`` items, call ``before_leaving`` (a blocking check, run
     in a worker thread while the connection stays live) and leave the loop."""
-    prefetch = options.pop("prefetch", rsnet.client_rules.DEFAULT_PREFETCH)
-    limit = options.pop("limit", None)
+    demand = {key: options.pop(key, None) for key in DEMAND_OPTIONS}
 
     async def main() -> None:
         async with rsnet.connect(url, **options) as conn:
-            async with conn.subscribe(name, params, prefetch=prefetch, limit=limit) as items:
+            async with conn.subscribe(name, params, **demand) as items:
                 async for item in items:
                     into.append(item)
                     if len(into) == take:
@@ -65,10 +66,9 @@ def sync_items(
     **options: Any,
 ):
     """The same with the blocking client."""
-    prefetch = options.pop("prefetch", rsnet.client_rules.DEFAULT_PREFETCH)
-    limit = options.pop("limit", None)
+    demand = {key: options.pop(key, None) for key in DEMAND_OPTIONS}
     with rsnet.sync.connect(url, **options) as client:
-        items = client.subscribe(name, params, prefetch=prefetch, limit=limit)
+        items = client.subscribe(name, params, **demand)
         for item in items:
             into.append(item)
             if len(into) == take:
