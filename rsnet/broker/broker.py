@@ -47,6 +47,7 @@ from ..streams.subscriptions import deliver_safely
 from .admin import administer
 from .codes import BrokerCode
 from .names import is_valid_topic, is_wildcard, topic_matches, validate_pattern, validate_topic
+from .recent import RecentBudget
 from .storage import CorruptData, CursorStore, FsyncPolicy, MemoryLog, Retention, SegmentLog, StorageError, TopicLog
 from .storage import files as storage_files
 from .topic import MAX_SEQUENCE, SlowPolicy, Topic, TopicReader, TopicSink, now_ms, resolve_start, storage_refusal
@@ -159,6 +160,7 @@ class Broker:
         self._acks: dict[tuple[str, str], set[_AckSubscription]] = {}
         self._writers: dict[Topic, trio.CancelScope] = {}
         self._memory_logs: dict[str, MemoryLog] = {}
+        self._recent_budget = RecentBudget()  # encoded recent records, all topics together
         self._closed: dict[str, _ClosedTopic] = {}  # durable topics on disk whose log is closed
         self._idle_since: dict[Topic, float] = {}
         self._failure_log = RateLimitedLog(log, TRACEBACKS_PER_MINUTE)  # failures a client can repeat
@@ -346,6 +348,7 @@ class Broker:
             on_stored=self._stored,
             failure_log=self._failure_log,
             on_storage_failed=self._storage_failed,
+            recent_budget=self._recent_budget,
         )
         closed = self._closed.pop(name, None)
         if closed is not None:
@@ -444,6 +447,7 @@ class Broker:
         if self.topics.get(topic.name) is topic:
             del self.topics[topic.name]
         self._idle_since.pop(topic, None)
+        topic.recent.clear()  # its bytes go back to the broker's budget
         scope = self._writers.pop(topic, None)
         if scope is not None:
             scope.cancel()

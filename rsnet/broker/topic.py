@@ -36,6 +36,7 @@ from ..streams import Subscriber, Subscription
 from ..streams.rules import MAX_DEMAND, add_demand, check_signal_argument, invalid_request, validate_subscription
 from ..streams.subscriptions import DrainLoop, deliver_safely
 from .codes import BrokerCode
+from .recent import RecentBudget, RecentItems
 from .storage import OffsetDamaged, StorageError, TopicLog, WriteFailed
 
 log = logging.getLogger("rsnet.broker")
@@ -71,9 +72,12 @@ class Topic:
         on_stored: Callable[[Topic, list[tuple[str, int]]], None] | None = None,
         failure_log: RateLimitedLog | None = None,
         on_storage_failed: Callable[[Topic, StreamError, list[str]], None] | None = None,
+        recent_budget: RecentBudget | None = None,
     ) -> None:
         self.name = name
         self.log = log
+        self.recent = RecentItems(name, recent_budget or RecentBudget())
+        """The newest records as encoded items, shared by the subscribers at the head."""
         self.policy = policy
         self.max_lag = max_lag
         self.readers: set[TopicReader] = set()
@@ -146,6 +150,7 @@ class Topic:
                 return
         pending, self._pending = self._pending, []
         timestamp = now_ms()
+        recent = self.recent if self.readers else None
         for sink in pending:
             values, sink.buffer = sink.buffer, []
             if not values:
@@ -161,6 +166,8 @@ class Topic:
                 self._storage_failed(failure)
                 break
             self.storage_failure = None
+            if recent is not None:
+                recent.add(timestamp, [(o, v) for o, v in zip(offsets, values, strict=True) if o is not None])
             # A duplicate's original is somewhere below the head: count it stored once
             # everything appended so far is durable (under INTERVAL that may be later).
             head = self.log.next_offset - 1
@@ -171,6 +178,8 @@ class Topic:
             # more as soon as these are written, while $acks waits for the fsync policy.
             sink.refill()
             self.records_in += sum(offset is not None for offset in offsets)
+        if recent is None:
+            self.recent.clear()  # nobody to share them with; a new reader starts from storage
         for reader in list(self.readers):
             reader.appended(self)
 
@@ -194,6 +203,7 @@ class Topic:
             log.error("topic %s: storage failed, producers refused until it works again: %s", self.name, failure)
         self.storage_failure = str(failure)
         self.storage_failures += 1
+        self.recent.clear()  # offsets not acknowledged may now go to other records
         refused = []
         for sink in list(self.sinks) + self._pending:
             sink.buffer.clear()
@@ -219,6 +229,9 @@ class Topic:
 
     def reader_moved(self) -> None:
         """A reader advanced or left: under backpressure, producers may send more."""
+        recent = self.recent
+        if recent.items:
+            recent.trim(min((reader.positions[self] for reader in self.readers), default=recent.end))
         if self.policy is SlowPolicy.BACKPRESSURE:
             for sink in list(self.sinks):
                 sink.refill()
@@ -233,6 +246,7 @@ class Topic:
             sink.fail(error)
         self.sinks.clear()
         self._pending.clear()
+        self.recent.clear()
         for reader in list(self.readers):
             reader.fail(error)
 
@@ -359,6 +373,11 @@ class TopicReader(DrainLoop, Subscription):
         self._failure: BaseException | None = None
         self._next = 0  # round-robin start among topics
         self._on_end = on_end
+        # A subscriber that takes a list of items in one call (rsnet's session, iterator) is
+        # given each read as one list; one that also takes encoded items (the network session)
+        # gets the records at a topic's head as the bytes shared by every subscriber there.
+        self._many: Callable[[list[Any]], None] | None = getattr(subscriber, "on_next_many", None)
+        self._encoded: Callable[[list[Any]], None] | None = getattr(subscriber, "on_next_encoded", None)
 
     def add_topic(self, topic: Topic, position: int) -> None:
         if self.cancelled:
@@ -467,8 +486,15 @@ class TopicReader(DrainLoop, Subscription):
             visible = log.durable_offset - position
             if visible <= 0:
                 continue
+            wanted = min(self.requested, READ_BATCH, visible)
+            if self._encoded is not None and topic not in self.skipped:
+                shared = topic.recent.get(position, wanted)
+                if shared:  # at the head: the bytes every subscriber there gets
+                    emitted += self._deliver(topic, position, shared, self._encoded)
+                    topic.reader_moved()
+                    continue
             try:
-                records = log.read(position, min(self.requested, READ_BATCH, visible))
+                fields = log.read_fields(position, wanted)
             except OffsetDamaged as damaged:  # everything before it was delivered; end here, coded
                 self._failure = offset_damaged(topic.name, damaged)
                 self._missed = True  # the drain loop goes round once more and delivers the error
@@ -479,32 +505,48 @@ class TopicReader(DrainLoop, Subscription):
                 )
                 self._missed = True
                 break
-            if not records:
+            if not fields:
                 continue
-            for record in records:
-                if self.cancelled or self._failure is not None:
-                    break
-                item = {
-                    "topic": topic.name,
-                    "offset": record.offset,
-                    "timestamp": record.timestamp_ms,
-                    "value": record.value,
-                }
-                skipped = self.skipped.pop(topic, 0)
-                if skipped:
-                    item["skipped"] = skipped
-                self.positions[topic] = record.offset + 1
-                if self.requested != MAX_DEMAND:
-                    self.requested -= 1
-                emitted += 1
-                topic.records_out += 1
-                if not deliver_safely(self.subscriber.on_next, item):  # type: ignore[union-attr]
-                    self.cancel()
-                    break
+            name = topic.name
+            items = [
+                {"topic": name, "offset": offset, "timestamp": timestamp, "value": value}
+                for offset, timestamp, value, _producer, _sequence in fields
+            ]
+            skipped = self.skipped.pop(topic, 0)
+            if skipped:
+                items[0]["skipped"] = skipped
+            emitted += self._deliver(topic, position, items, self._many)
             topic.reader_moved()
         self._next += 1
         self.delivered += emitted
         return emitted
+
+    def _deliver(self, topic: Topic, position: int, items: list[Any], many: Callable[[list[Any]], None] | None) -> int:
+        """Hand ``items`` (the records from ``position`` on) to the subscriber, in one call
+        if it takes a list; returns how many it was given."""
+        if many is not None:
+            count = len(items)
+            self._advance(topic, position + count, count)
+            if not deliver_safely(many, items):
+                self.cancel()
+            return count
+        on_next = self.subscriber.on_next  # type: ignore[union-attr]
+        delivered = 0
+        for item in items:
+            if self.cancelled or self._failure is not None:  # ended inside on_next
+                break
+            delivered += 1
+            self._advance(topic, position + delivered, 1)
+            if not deliver_safely(on_next, item):
+                self.cancel()
+                break
+        return delivered
+
+    def _advance(self, topic: Topic, position: int, count: int) -> None:
+        self.positions[topic] = position
+        if self.requested != MAX_DEMAND:
+            self.requested -= count
+        topic.records_out += count
 
     def _terminate(self, error: BaseException) -> None:
         subscriber = self.subscriber

@@ -43,6 +43,7 @@ from ..protocol import (
     Connection,
     ConnectionClosed,
     ConnError,
+    Encoded,
     Error,
     ErrorCode,
     GoAway,
@@ -133,6 +134,7 @@ class _Outbound(Subscriber[Any]):
         "_refill_queued",
         "_session",
         "done",
+        "encoded",
         "local",
         "on_end",
         "pending",
@@ -159,6 +161,7 @@ class _Outbound(Subscriber[Any]):
         self.on_end = on_end
         self._refill_queued = False
         self.pending: list[Any] = []  # items taken, not yet encoded (at most one window)
+        self.encoded = False  # whether pending items may be Encoded (see on_next_encoded)
 
     def on_subscribe(self, subscription: Subscription) -> None:
         if not validate_subscription(self.subscription, subscription, wanted=not self.done):
@@ -215,6 +218,12 @@ class _Outbound(Subscriber[Any]):
         if self.remote != MAX_DEMAND:
             self.remote -= count
 
+    def on_next_encoded(self, items: list[Encoded]) -> None:
+        """``on_next_many`` for items already encoded (the broker shares each recent record's
+        bytes among its subscribers this way): they go on the wire as they are."""
+        self.encoded = True
+        self.on_next_many(items)
+
     def _taken(self, first: bool) -> None:
         """Items were taken: the first since the last flush (``first``: queue a flush), or the
         first since the last refill (queue a refill after the write)."""
@@ -235,7 +244,7 @@ class _Outbound(Subscriber[Any]):
         for start in range(0, len(items), BATCH_ITEMS):
             chunk = items if len(items) <= BATCH_ITEMS else items[start : start + BATCH_ITEMS]
             try:
-                conn.send_batch(stream_id, chunk)
+                conn.send_batch(stream_id, chunk, encoded=self.encoded)
             except LocalProtocolError:
                 # An item a batch cannot carry (FRAME_TOO_LARGE, APPLICATION_ERROR): send the
                 # items before it, then end the stream with the reason; the connection lives.

@@ -28,6 +28,20 @@ defaults are 256 KiB per packer and max_buffer_size per unpacker: 1.3 MiB for ev
 idle or not). Buffers grow on demand, and keep the size of the largest frame they handled."""
 
 
+class Encoded(bytes):
+    """One item, already encoded: the msgpack bytes of a value (not nil), given to
+    ``Connection.send_next``/``send_batch`` in place of the value itself.
+
+    The bytes go on the wire as they are, so a value encoded once can be sent to any number
+    of subscribers without packing it again (the broker shares each recent record this way).
+    Whoever makes one vouches that it holds exactly one msgpack value that SPEC 3 allows as an
+    item; the connection does not decode it again. Only subscribers that declare
+    ``takes_encoded = True`` (rsnet's network session does) may be handed one.
+    """
+
+    __slots__ = ()
+
+
 def new_packer() -> msgpack.Packer:
     """A ``msgpack.Packer`` configured as the spec requires (str as str, bytes as bin, float64).
 

@@ -261,6 +261,11 @@ class TopicLog(abc.ABC):
         not yet durable are included: cap reads at ``durable_offset`` to show only
         acknowledged records.
         """
+        return [Record(*fields) for fields in self.read_fields(offset, max_count)]
+
+    def read_fields(self, offset: int, max_count: int) -> list[list[Any]]:
+        """:meth:`read`, each record as its list ``[offset, timestamp_ms, value, producer,
+        sequence]``: the broker's subscriptions read this way, without an object per record."""
         self._check_open()
         if type(offset) is not int or offset < 0:
             raise ValueError(f"offset must be an int >= 0, not {offset!r}")
@@ -327,7 +332,7 @@ class TopicLog(abc.ABC):
         """
 
     @abc.abstractmethod
-    def _read(self, offset: int, count: int) -> list[Record]:
+    def _read(self, offset: int, count: int) -> list[list[Any]]:
         """Exactly ``count`` records from ``offset``, all of which exist."""
 
     @abc.abstractmethod

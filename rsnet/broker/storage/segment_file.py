@@ -270,7 +270,7 @@ def _record_offset(view: memoryview, position: int) -> int | None:
     return offset
 
 
-def read_header(fd: int, found: Scan) -> Iterator[tuple[int, memoryview]] | None:
+def read_header(fd: int, found: Scan) -> Iterator[tuple[int, bytes]] | None:
     """Check the segment's preamble and header; then ``found.segment`` holds no records yet and
     the frames after the header are returned. None (and ``found.header_problem`` set) if the
     header is unreadable. Raises StorageError for a format version this code does not know."""
@@ -336,7 +336,7 @@ def file_crc(fd: int | None, path: str, end: int) -> int | None:
 
 def frames(
     fd: int, position: int, end: int, chunk: int, first_chunk: int | None = None, skip: int = 0
-) -> Iterator[tuple[int, memoryview]]:
+) -> Iterator[tuple[int, bytes]]:
     """(position, body) of each checked frame from ``position`` up to ``end`` in the file.
 
     The first ``skip`` frames are hopped over by their length fields alone, unchecked: a
@@ -347,30 +347,31 @@ def frames(
     """
     buffer = b""
     start = position  # file position of buffer[0]; the buffer never extends past end
+    head = FRAME_HEAD.size
     while position < end:
         here = position - start
-        if skip and len(buffer) - here >= FRAME_HEAD.size:
-            position += FRAME_HEAD.size + int.from_bytes(buffer[here : here + 4], "big")
-            skip -= 1
-            continue
-        need = FRAME_HEAD.size if skip else _frame_bytes(buffer, here)
-        while len(buffer) - here < need and start + len(buffer) < end:
-            wanted = min(max(first_chunk or chunk, need), end - position)
-            first_chunk = None
-            buffer = os.pread(fd, wanted, position)
-            if len(buffer) < wanted:  # the file is shorter than it should be
-                end = position + len(buffer)
-            start, here = position, 0
-            need = FRAME_HEAD.size if skip else _frame_bytes(buffer, 0)
-        if skip and len(buffer) - here >= FRAME_HEAD.size:
-            continue
-        body = check_frame(buffer, here)
-        yield position, body
-        position += FRAME_HEAD.size + len(body)
-
-
-def _frame_bytes(buffer: bytes, here: int) -> int:
-    """Bytes of the frame at ``here``, as far as the buffer tells (its head, or head and body)."""
-    if len(buffer) - here < FRAME_HEAD.size:
-        return FRAME_HEAD.size
-    return FRAME_HEAD.size + int.from_bytes(buffer[here : here + 4], "big")
+        held = len(buffer) - here
+        if held >= head:
+            length = int.from_bytes(buffer[here : here + 4], "big")
+            if skip:
+                position += head + length
+                skip -= 1
+                continue
+            if held >= head + length:  # the whole frame is in the buffer: the common case
+                body = check_frame(buffer, here)
+                yield position, body
+                position += head + len(body)
+                continue
+            need = head + length
+        else:
+            need = head
+        if start + len(buffer) >= end:  # nothing more to read: the frame is cut off
+            check_frame(buffer, here)  # raises, saying how
+        wanted = min(max(first_chunk or chunk, need), end - position)
+        first_chunk = None
+        buffer = os.pread(fd, wanted, position)
+        if len(buffer) < wanted:  # the file is shorter than it should be
+            end = position + len(buffer)
+            if not buffer:
+                check_frame(buffer, 0)  # raises: cut off
+        start = position
