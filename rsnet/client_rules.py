@@ -355,7 +355,9 @@ class AdaptiveDemand:
       brings them back to the window (one REQUEST per three quarters of a window, as
       :class:`Refill`). Each top-up is a decision point for the window:
     - **grow**: the consumer had to wait for items since the last decision (:meth:`starved`):
-      the window doubles (up to :data:`MAX_WINDOW` and the byte budget);
+      the window doubles (up to :data:`MAX_WINDOW` and the byte budget). A slow publisher makes
+      its consumer wait too, and gets a large window it does not fill: harmless, as TCP's
+      window for a receiver that keeps up, since the budget still bounds what a burst can bring;
     - **shrink**: it never waited, and a window of ``HEADROOM x rate x rtt`` (the items it
       consumed per second since the last decision, the round trip measured as below) is under
       half the window: the window becomes that (at least :data:`MIN_WINDOW`);
