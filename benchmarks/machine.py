@@ -46,6 +46,16 @@ def _git(*args: str) -> str:
         return ""
 
 
+def _node() -> str | None:
+    """Node's version (for the JavaScript client's scenario), or None without node."""
+    try:
+        return subprocess.run(
+            ["node", "--version"], capture_output=True, text=True, timeout=10, check=True
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
 def describe(command: str) -> dict[str, Any]:
     versions = {}
     for name in PACKAGES:
@@ -64,6 +74,7 @@ def describe(command: str) -> dict[str, Any]:
         "os": f"{platform.system()} {platform.release()}",
         "python": f"{platform.python_implementation()} {platform.python_version()}",
         "executable": sys.executable,
+        "node": _node(),
         "packages": versions,
         "commit": commit + (" (with uncommitted changes)" if dirty else ""),
         "load_average": [round(x, 2) for x in os.getloadavg()],

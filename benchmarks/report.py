@@ -12,13 +12,20 @@ from typing import Any
 
 from .systems import SYSTEMS
 
-COLORS = {"rsnet": "#1f77b4", "rsocket-py": "#d62728", "ceiling": "#7f7f7f", "rsnet-broker": "#2ca02c"}
+COLORS = {
+    "rsnet": "#1f77b4",
+    "rsocket-py": "#d62728",
+    "ceiling": "#7f7f7f",
+    "rsnet-js": "#ff7f0e",
+    "rsnet-broker": "#2ca02c",
+}
 SCENARIOS = {
     1: "Scenario 1: one stream, throughput",
     2: "Scenario 2: stop-and-wait and round trip",
     3: "Scenario 3: many streams, many connections",
     4: "Scenario 4: slow consumer, memory",
     5: "Scenario 5: broker fan-out",
+    6: "Scenario 6: the JavaScript client in Node against the Python client",
 }
 CPU_KEYS = ("server_cpu_us", "client_cpu_us")
 CHART = "results.png"
@@ -99,13 +106,14 @@ def counts(entry: dict[str, Any]) -> str:
 
 
 def scenario_table(entries: list[dict[str, Any]], systems: list[str], runs: int) -> list[str]:
-    peers = [s for s in systems if s != "rsnet"]
-    head = ["", "N", *systems, *(f"rsnet vs {p}" for p in peers if "rsnet" in systems)]
+    subject = entries[0].get("subject", "rsnet")  # whose advantage the ratios are (one per scenario)
+    peers = [s for s in systems if s != subject]
+    head = ["", "N", *systems, *(f"{subject} vs {p}" for p in peers if subject in systems)]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for entry in entries:
         cells = [entry["title"], counts(entry)]
         cells += [cell(entry["systems"].get(s), entry["metrics"], runs) for s in systems]
-        if "rsnet" in systems:
+        if subject in systems:
             cells += [ratio_cell(entry.get("ratios", {}).get(p)) for p in peers]
         lines.append("| " + " | ".join(cells) + " |")
     return lines
@@ -221,7 +229,16 @@ def targets(document: dict[str, Any]) -> list[str]:
             verdict(drift[0], ok),
         )
     )
-    lines = ["| target (issue 6) | measured | |", "|---|---|---|"]
+    for transport, name in (("tcp", "TCP"), ("ws", "WebSocket")):
+        r = ratio_of(find(document, f"s6-js-16-{transport}"), "rsnet")
+        rows.append(
+            (
+                f"6, {name}, 16 B: the Node client >= the Python client (issue 11)",
+                f"{r:.2f}x" if r else "–",
+                verdict(r, r and r >= 1),
+            )
+        )
+    lines = ["| target (issue 6 unless said) | measured | |", "|---|---|---|"]
     lines += [f"| {a} | {b} | {c} |" for a, b, c in rows]
     return lines
 
@@ -356,7 +373,8 @@ def write(document: dict[str, Any], out_dir: str) -> str:
         " **ceiling** (a minimal trio program: msgpack frames packed by one reused Packer into batched"
         " 64 KiB writes, decoded by msgpack's `Unpacker`, no handshake or protocol logic, the client's"
         " whole demand granted up front); **rsnet-broker** (scenario 5: rsnet's broker, in memory and"
-        " durable under each fsync policy).",
+        " durable under each fsync policy); **rsnet-js** (scenario 6: rsnet's JavaScript client, `client/js`,"
+        " in Node, `for await` over `conn.subscribe(..., {prefetch: 4096})`, against rsnet's Python server).",
         "",
     ]
     if has_chart:
@@ -411,6 +429,22 @@ def write(document: dict[str, Any], out_dir: str) -> str:
             *scenario_table(fanout, present(fanout), config["runs"]),
             "",
             *cpu_table(fanout, present(fanout), per="delivery"),
+        ]
+    js = [e for e in document["rows"] if e["scenario"] == 6 and e["systems"]]
+    if js:
+        lines += [
+            f"## {SCENARIOS[6]}",
+            "",
+            "The same server (rsnet's, as in scenario 1) read by the Python client (`rsnet`) and by the"
+            f" JavaScript one in Node {document['meta'].get('node') or ''} (`rsnet-js`), each in its own"
+            " process, one after the other in every round; neither is warmed up before the clock starts."
+            " Node runs as a plain program (`node benchmarks/systems/rsnet_js.mjs`), not under `node --test`,"
+            ' whose async hooks make every await 3-4x dearer. "rsnet-js vs rsnet" is the Node client\'s rate'
+            " ÷ the Python client's, run by run.",
+            "",
+            *scenario_table(js, present(js), config["runs"]),
+            "",
+            *cpu_table(js, present(js)),
         ]
     lines.append("")
     failures = [

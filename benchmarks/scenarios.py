@@ -1,4 +1,4 @@
-"""The scenarios of issue 6, as rows: one row is one thing measured on every system.
+"""The scenarios of issues 6 and 11, as rows: one row is one thing measured on every system.
 
 A row has a client ``kind`` (what the client process does, see :mod:`benchmarks.systems`),
 a transport, its parameters (full and ``--quick`` sizes), and how its raw result becomes
@@ -14,6 +14,8 @@ Kinds and their parameters:
 - ``first_item``: ``iterations`` times: open a stream of one item, time to its item.
 - ``many_streams``: ``streams`` concurrent streams of ``items`` items on one connection.
 - ``many_connections``: ``connections`` concurrent connections, one stream of ``items`` each.
+- scenario 6 (``rsnet`` and ``rsnet-js``): ``stream`` again, read by the Python client and by the
+  Node one from the same server: the ratio is the Node client's advantage (``subject``).
 - ``fanout`` (scenario 5, ``rsnet-broker`` only): ``subscribers`` connections subscribed from
   the earliest offset with ``prefetch``, one producer publishing ``count`` records of ``size``
   bytes to the broker; the broker's ``storage`` and ``fsync`` are server parameters.
@@ -77,6 +79,7 @@ class Row:
     max_runs: int | None = None  # memory rows: one long run is enough
     chart: bool = True  # plotted as throughput (items/s)
     systems: tuple[str, ...] = PEERS
+    subject: str = "rsnet"  # the ratios are its advantage over each other system of the row
 
     @property
     def primary(self) -> Metric:
@@ -222,6 +225,20 @@ def build(quick: bool) -> list[Row]:
         )
     )
     rows += broker_rows(quick)
+    for transport, name in TRANSPORTS.items():
+        rows.append(
+            Row(
+                id=f"s6-js-16-{transport}",
+                scenario=6,
+                title=f"one stream, 16 B items, {name}: Node client vs Python client",
+                kind="stream",
+                transport=transport,
+                params={"count": 20_000 if q else 1_000_000, "size": 16, "prefetch": PREFETCH},
+                metrics=(ITEMS_S, MB_S, CPU_SERVER, CPU_CLIENT),
+                systems=("rsnet", "rsnet-js"),
+                subject="rsnet-js",
+            )
+        )
     if quick:
         rows = [Row(**{**row.__dict__, "timeout": 30.0}) for row in rows]
     return rows

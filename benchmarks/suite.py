@@ -17,7 +17,7 @@ from . import scenarios
 from .report import number
 from .runner import MeasurementError, measure
 from .scenarios import Row
-from .systems import broker
+from .systems import broker, rsnet_js
 
 Progress = Callable[[str], None]
 
@@ -68,10 +68,14 @@ def run_suite(
         | {("rsocket-py", transport): rsocket_unavailable(transport) for transport in ("tcp", "ws")}
         | {("rsnet-broker", transport): rsnet_unavailable() or broker.unavailable() for transport in ("tcp", "ws")}
     )
+    if "rsnet-js" in systems and any("rsnet-js" in row.systems for row in rows):
+        js = rsnet_unavailable() or rsnet_js.unavailable()  # compiles client/js first if needed
+        unavailable |= {("rsnet-js", transport): js for transport in ("tcp", "ws")}
     table: list[dict[str, Any]] = []
     for row in rows:
         entry: dict[str, Any] = {
             "id": row.id,
+            "subject": row.subject,
             "scenario": row.scenario,
             "title": row.title,
             "kind": row.kind,
@@ -147,15 +151,16 @@ def run_suite(
 
 
 def ratios(row: Row, entry: dict[str, Any]) -> dict[str, Any]:
-    """rsnet's advantage over each other system on the primary metric, run by run."""
+    """The row's subject's (rsnet's, mostly) advantage over each other system on the primary
+    metric, run by run."""
     key = row.primary.key
-    mine = entry["systems"].get("rsnet")
+    mine = entry["systems"].get(row.subject)
     if not mine:
         return {}
     by_run = {r["run"]: r["metrics"].get(key) for r in mine["runs"] if "metrics" in r}
     out = {}
     for system, record in entry["systems"].items():
-        if system == "rsnet":
+        if system == row.subject:
             continue
         values = [
             advantage(row, by_run[r["run"]], r["metrics"].get(key))

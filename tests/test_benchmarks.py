@@ -8,6 +8,8 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import pathlib
+import shutil
 import signal
 import subprocess
 import sys
@@ -84,3 +86,18 @@ def test_quick_run_measures_every_system(tmp_path):
             assert run["raw"]["items"] == params["count"] * params["subscribers"]
         policies.add(row["id"].rsplit("-", 1)[0])
     assert policies == {"s5-memory", "s5-always", "s5-interval", "s5-never"}
+
+    # Scenario 6: the JavaScript client in Node against the Python client, on the same server.
+    scenario_6 = {row["id"]: row for row in rows if row["scenario"] == 6}
+    assert set(scenario_6) == {"s6-js-16-tcp", "s6-js-16-ws"}
+    node_ready = shutil.which("node") and (pathlib.Path(ROOT) / "client" / "js" / "node_modules").is_dir()
+    for row in scenario_6.values():
+        assert set(row["systems"]) == {"rsnet", "rsnet-js"}
+        assert measured(row["systems"]["rsnet"], "items_per_s"), row
+        js = row["systems"]["rsnet-js"]
+        if node_ready:  # make test installs client/js's packages wherever npm is
+            assert measured(js, "items_per_s"), (row["id"], js)
+            assert all(run["raw"]["items"] == js["params"]["count"] for run in js["runs"])
+            assert set(row["ratios"]) == {"rsnet"}  # the Node client's rate over the Python client's
+        else:
+            assert js["status"] == "not available" and js["reason"], js

@@ -13,6 +13,8 @@ Every server publishes the same thing: a stream named ``items`` of ``count`` cop
 - :mod:`.ceiling`: pre-framed msgpack over a trio socket with batched writes (no rsnet code);
 - :mod:`.rsocket_peer`: rsocket-py on asyncio (TCP: its asyncio transport; WebSocket: aiohttp);
 - :mod:`.rsnet_system`: rsnet's ``Server`` and ``connect``;
+- :mod:`.rsnet_js` (``rsnet-js``): scenario 6 only, rsnet's JavaScript client in Node against
+  :mod:`.rsnet_system`'s server; reported "not available" without node or ``client/js/node_modules``;
 - :mod:`.broker` (``rsnet-broker``): scenario 5 only, rsnet's broker serving a topic to
   1, 10 and 100 subscribers (its server takes ``storage`` and ``fsync``, its client kind is
   ``fanout``); reported "not available" if ``rsnet.broker`` cannot be imported.
@@ -21,11 +23,12 @@ Every server publishes the same thing: a stream named ``items`` of ``count`` cop
 PEERS = ("rsnet", "rsocket-py", "ceiling")
 """The systems compared side by side in scenarios 1-4."""
 
-SYSTEMS = (*PEERS, "rsnet-broker")
+SYSTEMS = (*PEERS, "rsnet-js", "rsnet-broker")
 
 MODULES = {
     "rsnet": "benchmarks.systems.rsnet_system",
     "rsocket-py": "benchmarks.systems.rsocket_peer",
     "ceiling": "benchmarks.systems.ceiling",
+    "rsnet-js": "benchmarks.systems.rsnet_js",
     "rsnet-broker": "benchmarks.systems.broker",
 }

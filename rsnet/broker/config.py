@@ -38,6 +38,9 @@ Schema (``server/rsnet.toml`` is a commented example of every key)::
     storage = "memory"              # any key left out comes from [topic_defaults];
     retention = { max_records = 100000 }   # a table (retention, slow_subscriber) replaces the
                                     # default's table whole: here no byte or age limit
+                                    # (settings an admin gives one topic, rsnet topics create
+                                    # --policy ..., win over all of these, key by key: see
+                                    # rsnet.broker.overrides)
 
     [auth]                          # no tokens: auth is off (a warning is logged at startup)
     [[auth.tokens]]
@@ -47,7 +50,7 @@ Schema (``server/rsnet.toml`` is a commented example of every key)::
     subscribe = []                  # patterns it may subscribe to (a subscription must lie within one)
 
     [metrics]                       # omitted: no metrics endpoint
-    listen = "127.0.0.1:9100"       # GET /metrics (Prometheus), GET /health
+    listen = "127.0.0.1:9100"       # GET /metrics (Prometheus), GET /health, GET / (live view)
 
     [log]
     format = "text"                 # text | json (one JSON object per line)
@@ -396,6 +399,10 @@ class TopicConfig:
     slow_subscriber: SlowSubscriberConfig
     rule: str | None
     """The pattern of the ``[[topics]]`` entry that matched, or None (``topic_defaults``)."""
+    sources: dict[str, str] = dataclasses.field(default_factory=dict)
+    """Where each setting comes from, by dotted key (``storage``, ``retention.max_records``,
+    ``slow_subscriber.policy``...): ``[[topics]] PATTERN``, ``[topic_defaults]`` (set in the
+    configuration) or ``built-in``. A table (retention, slow_subscriber) comes whole from one place."""
 
 
 def topic_config(config: BrokerConfig, topic: str) -> TopicConfig:
@@ -412,6 +419,18 @@ def topic_config(config: BrokerConfig, topic: str) -> TopicConfig:
         value = getattr(rule, name) if rule is not None else None
         return getattr(defaults, name) if value is None else value
 
+    def source(name: str) -> str:
+        if rule is not None and getattr(rule, name) is not None:
+            return f"[[topics]] {rule.pattern}"
+        return "[topic_defaults]" if name in defaults.model_fields_set else "built-in"
+
+    sources = {"storage": source("storage")}
+    for table, keys in (
+        ("retention", RetentionConfig.model_fields),
+        ("slow_subscriber", SlowSubscriberConfig.model_fields),
+    ):
+        sources.update((f"{table}.{key}", source(table)) for key in keys)
+
     storage = pick("storage")
     if storage == "default":
         storage = "durable" if config.data_dir is not None else "memory"
@@ -422,6 +441,7 @@ def topic_config(config: BrokerConfig, topic: str) -> TopicConfig:
         retention=pick("retention"),
         slow_subscriber=pick("slow_subscriber"),
         rule=rule.pattern if rule is not None else None,
+        sources=sources,
     )
 
 

@@ -67,25 +67,27 @@ class RecordBatches:
             "struct<topic:string,offset:bigint,timestamp:timestamp,value:string>"
         )
 
-    def build(self, records: list[dict[str, Any]]) -> pa.RecordBatch:
+    def build(self, topic: str, records: list[list[Any]]) -> pa.RecordBatch:
+        """The batch of ``records`` of ``topic``, each ``[offset, timestamp, value]`` (a
+        subscription with ``items: "arrays"``)."""
         if self.default:
-            return self._default(records)
+            return self._default(topic, records)
         return self._fields(records)
 
-    def _default(self, records: list[dict[str, Any]]) -> pa.RecordBatch:
+    def _default(self, topic: str, records: list[list[Any]]) -> pa.RecordBatch:
         schema = self.arrow_schema
         to_json = _to_json
-        # One topic per range read, so the topic column is one repeated string.
-        topics = pa.array([record["topic"] for record in records], schema.field("topic").type)
-        offsets = pa.array([record["offset"] for record in records], pa.int64())
-        stamps = pa.array([record["timestamp"] for record in records], pa.timestamp("ms", tz="UTC"))
-        values = pa.array([to_json(record["value"]) for record in records], pa.string())
-        return pa.RecordBatch.from_arrays(
-            [topics, offsets, stamps.cast(schema.field("timestamp").type), values], schema=schema
-        )
+        offsets, stamps, values = zip(*records, strict=True) if records else ((), (), ())
+        columns = [
+            pa.array([topic] * len(records), schema.field("topic").type),
+            pa.array(offsets, pa.int64()),
+            pa.array(stamps, pa.timestamp("ms", tz="UTC")).cast(schema.field("timestamp").type),
+            pa.array([to_json(value) for value in values], pa.string()),
+        ]
+        return pa.RecordBatch.from_arrays(columns, schema=schema)
 
-    def _fields(self, records: list[dict[str, Any]]) -> pa.RecordBatch:
-        values = [record["value"] for record in records]
+    def _fields(self, records: list[list[Any]]) -> pa.RecordBatch:
+        values = [record[2] for record in records]
         maps = [value if type(value) is dict else {} for value in values]
         columns = []
         for field in self.arrow_schema:
