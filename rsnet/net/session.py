@@ -374,14 +374,22 @@ class _Inbound(Subscription):
 
     # called by the session's dispatch
 
-    def deliver(self, items: list[Any]) -> None:
+    def deliver(self, items: list[Any], nbytes: int = 0) -> None:
+        """Hand ``items`` (``nbytes`` on the wire) to the subscriber."""
         subscriber = self.subscriber
         if subscriber is None:
             return
+        sized = getattr(subscriber, "on_next_sized", None)
         many = getattr(subscriber, "on_next_many", None)
         self._delivering = True
         try:
-            if many is not None:
+            if sized is not None:
+                # rsnet's client iterator (rsnet.net.iterator): the batch with its wire bytes,
+                # which its demand policy sizes the window by.
+                if not deliver_safely(sized, items, nbytes):
+                    self.cancel()
+                    return
+            elif many is not None:
                 # A subscriber that takes a batch in one call (rsnet's iterator): the same
                 # signals as on_next per item, in order, without a call per item.
                 if not deliver_safely(many, items):
@@ -785,7 +793,7 @@ class Session:
             if kind is Items:
                 inbound = self._inbound.get(event.stream_id)
                 if inbound is not None:
-                    inbound.deliver(event.items)
+                    inbound.deliver(event.items, event.nbytes)
             elif kind is Request:
                 outbound = self._outbound.get(event.stream_id)
                 if outbound is not None:

@@ -95,6 +95,16 @@ class FrameDecoder:
         """Bytes of the unfinished frame held so far; always below ``max_frame_size``."""
         return self._fed - self._frame_start
 
+    @property
+    def position(self) -> int:
+        """Bytes of whole frames decoded so far (between calls of :meth:`frames`)."""
+        return self._frame_start
+
+    def frame_end(self) -> int:
+        """Where the frame a :meth:`frames` generator has just yielded ends, counted as
+        :attr:`position` is: only valid while the generator is suspended after a frame."""
+        return self._unpacker.tell()
+
     def frames(self, data: bytes | bytearray | memoryview) -> Iterator[Any]:
         """Yield every frame that ``data`` completes, in order.
 

@@ -29,6 +29,7 @@ class Probe:
 
     requested: int = 0
     emitted: int = 0
+    peer: str | None = None  # the subscriber's address, as the server's session names it
     items: list[Any] = dataclasses.field(default_factory=list)
     error: BaseException | None = None
     cancelled: threading.Event = dataclasses.field(default_factory=threading.Event)
@@ -122,17 +123,23 @@ QUOTA_EXCEEDED = rsnet.StreamError(4711, "quota exceeded", {"limit": 10})
 
 def make_server(probes: Probes, **settings: Any) -> rsnet.Server:
     """``range`` (start, count); ``fail`` (n items, then QUOTA_EXCEEDED); ``endless`` (0, 1, 2...
-    probed under ``tag``); ``late`` (one item after ``delay`` seconds); and the sink ``sink``
-    (``tag``, ``window``, ``cancel_after``)."""
+    probed under ``tag``); ``blobs`` (endless items of ``size`` bytes, probed under ``tag``);
+    ``late`` (one item after ``delay`` seconds); and the sink ``sink`` (``tag``, ``window``,
+    ``cancel_after``)."""
     server = rsnet.Server(**settings)
     server.add_publisher("range", lambda params, ctx: rsnet.range_(params.get("start", 0), params["count"]))
     server.add_publisher(
         "fail",
         lambda params, ctx: rsnet.ops.concat(rsnet.range_(0, params["n"]), rsnet.error(QUOTA_EXCEEDED)),
     )
-    server.add_publisher(
-        "endless", lambda params, ctx: Probed(rsnet.from_iterable(itertools.count()), probes[params["tag"]])
-    )
+
+    def probed(items: Any, params: dict, ctx: rsnet.StreamContext) -> rsnet.Publisher:
+        probe = probes[params["tag"]]
+        probe.peer = ctx.peer
+        return Probed(rsnet.from_iterable(items), probe)
+
+    server.add_publisher("endless", lambda params, ctx: probed(itertools.count(), params, ctx))
+    server.add_publisher("blobs", lambda params, ctx: probed(itertools.repeat(b"x" * params["size"]), params, ctx))
 
     def late(params: dict, ctx: rsnet.StreamContext) -> rsnet.Publisher:
         async def one_item_late():
@@ -149,6 +156,15 @@ def make_server(probes: Probes, **settings: Any) -> rsnet.Server:
         ),
     )
     return server
+
+
+def wire_demand(server: rsnet.Server, probe: Probe) -> int:
+    """The demand a client has granted on the first stream of its connection (stream id 1,
+    SPEC 7.1), as the server has received it: what the server may still send plus what its
+    publisher has emitted. Exact once the items emitted are written, which every later item
+    on the connection shows (the session encodes every stream's items before each write)."""
+    (session,) = [session for session in list(server.sessions) if session.peer == probe.peer]
+    return session.conn.outstanding_demand(1) + probe.emitted
 
 
 @dataclasses.dataclass(frozen=True)
