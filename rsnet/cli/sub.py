@@ -91,7 +91,12 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         default="json",
         help="json (default), value, raw, or a template like '{offset} {value}' (fields: topic offset timestamp time value)",
     )
-    sub.add_argument("--prefetch", type=positive_int, default=256, help="items in flight at most (default 256)")
+    sub.add_argument(
+        "--prefetch",
+        type=positive_int,
+        default=None,
+        help="items in flight at most (default: adaptive, within a 4 MiB budget; see the README's Demand)",
+    )
     sub.add_argument("-q", "--quiet", action="store_true", help="no progress line on a terminal, no notices")
     add_connection_options(sub)
 
