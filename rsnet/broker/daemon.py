@@ -44,7 +44,11 @@ def build_broker(config: BrokerConfig, authorizer: Authorizer) -> Broker:
         return TopicSettings(
             durable=configured.storage == "durable",
             retention=Retention(
-                max_records=retention.max_records, max_bytes=retention.max_bytes, max_age_ms=retention.max_age_ms
+                max_records=retention.max_records,
+                max_bytes=retention.max_bytes,
+                max_age_ms=retention.max_age_ms,
+                max_producers=retention.max_producers,
+                producer_max_age_ms=retention.producer_max_age_ms,
             ),
             policy=SlowPolicy(configured.slow_subscriber.policy),
             max_lag=configured.slow_subscriber.max_lag,

@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 
 import rsnet
-from rsnet.broker.broker import MAX_ID_LENGTH, Broker
+from rsnet.broker.broker import MAX_ID_LENGTH, Broker, TopicSettings
 from rsnet.broker.client import commit, publish
+from rsnet.broker.storage import Retention
 from rsnet.protocol import ErrorCode, Next, Offer, Request
 
 from .support import RawClient, broker_running, take
@@ -75,3 +76,28 @@ async def test_a_producer_is_granted_at_most_the_sink_window_of_unwritten_record
             granted += frame.n
             assert granted <= 8
         await client.aclose()
+
+
+async def test_invented_producer_ids_are_forgotten_oldest_first_within_the_bound_across_a_restart(tmp_path):
+    settings = TopicSettings(durable=True, retention=Retention(max_producers=5))
+
+    def broker() -> Broker:
+        return Broker(data_dir=tmp_path, settings_for=lambda name: settings)
+
+    async with broker_running(first := broker()) as url, rsnet.connect(url) as conn:
+        for n in range(20):
+            await publish(conn, "orders", [n], producer=f"invented-{n}")
+        log = first.topics["orders"].log
+        assert (log.producer_count, log.next_offset) == (5, 20)
+        # A producer still remembered is deduplicated: its resend is dropped.
+        await publish(conn, "orders", [19], producer="invented-19")
+        assert log.next_offset == 20
+    async with broker_running(second := broker()) as url, rsnet.connect(url) as conn:
+        acks = await take(conn, "$acks", 1, producer="invented-19", topic="orders")
+        assert acks == [{"topic": "orders", "producer": "invented-19", "sequence": 0}]
+        log = second.topic("orders", create=False).log
+        assert log.producer_count == 5 and log.last_sequence("invented-14") is None
+        # What a forgotten producer sees: no first acknowledgement, and its resend is new.
+        await publish(conn, "orders", [0], producer="invented-0")
+        assert log.next_offset == 21 and log.producer_count == 5
+        assert log.last_sequence("invented-15") is None  # the least recently written made room
