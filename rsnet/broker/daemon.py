@@ -27,6 +27,7 @@ from ..net.server import Server
 from .auth import Authorizer, Principal
 from .broker import Broker, TopicSettings
 from .config import BrokerConfig, ConfigError, declared_topics, load_config, topic_config
+from .heap import Heap, release_free_memory
 from .logging import JsonFormatter, configure_logging
 from .metrics import BrokerMetrics, serve_http
 from .storage import FsyncPolicy, Retention, StorageError
@@ -183,6 +184,8 @@ async def run_broker(args: argparse.Namespace) -> int:
         print(f"rsnet broker: {error}", file=sys.stderr)
         return 2
     configure_logging(config.log.format == "json", config.log.level)
+    heap = Heap()
+    heap.fix_mmap_threshold()  # this process is the broker's own: see rsnet/broker/heap.py
     authorizer = Authorizer(config.auth)
     broker = build_broker(config, authorizer)
     server = Server(
@@ -214,6 +217,7 @@ async def run_broker(args: argparse.Namespace) -> int:
             except StorageError as error:  # before saying anything is served or durable
                 _announce(f"cannot start: {error}")
                 return 1
+            nursery.start_soon(release_free_memory, heap)
             for name in declared_topics(config):  # named outright: exist even without auto_create
                 broker.topic(name, create=True)
             log.info("configuration: %s", json.dumps(config.describe()))
