@@ -255,9 +255,9 @@ class TopicLog(abc.ABC):
         already stored for ``producer``: a producer's retry is stored once. Gaps in a
         producer's sequences are allowed. Producers whose last stored record is older than
         ``retention.producer_max_age_ms`` at ``timestamp_ms`` are forgotten first, so a
-        producer that comes back after that long is deduplicated as a new one. The whole batch is checked and encoded before
-        anything is written: a value that cannot be stored (None, not msgpack) raises
-        ValueError or TypeError and nothing is appended.
+        producer that comes back after that long is deduplicated as a new one. The whole
+        batch is checked and encoded before anything is written: a value that cannot be
+        stored (None, not msgpack) raises ValueError or TypeError and nothing is appended.
 
         A duplicate's original has an offset below the ``next_offset`` seen when this returns;
         under ``FsyncPolicy.INTERVAL`` acknowledge the duplicate only once ``durable_offset``
