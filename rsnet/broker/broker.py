@@ -68,6 +68,10 @@ log = logging.getLogger("rsnet.broker")
 DEFAULT_SINK_WINDOW = 1024
 """Records a producer may have sent that are not yet stored (per OFFER stream)."""
 
+DEFAULT_SINK_WINDOW_BYTES = 4 << 20
+"""About how many bytes of records a producer may have sent that are not yet stored (per
+OFFER stream; see :class:`~rsnet.broker.topic.TopicSink` for how records are sized)."""
+
 MAX_ID_LENGTH = 255
 """Longest producer id or cursor name, in characters (they are stored with records and cursors)."""
 
@@ -142,6 +146,7 @@ class Broker:
         settings_for: Callable[[str], TopicSettings] | None = None,
         authorize: Callable[[Any, str, str], bool] | None = None,
         sink_window: int = DEFAULT_SINK_WINDOW,
+        sink_window_bytes: int = DEFAULT_SINK_WINDOW_BYTES,
         retention_sweep_s: float = 1.0,
         max_topics: int = DEFAULT_MAX_TOPICS,
         idle_close_s: float = DEFAULT_IDLE_CLOSE_S,
@@ -159,6 +164,7 @@ class Broker:
         self.overrides = OverrideStore(self.data_dir)  # settings an admin set on a topic ($admin)
         self.authorize = authorize
         self.sink_window = sink_window
+        self.sink_window_bytes = sink_window_bytes
         self.retention_sweep_s = retention_sweep_s
         self.max_topics = max_topics
         self.idle_close_s = idle_close_s
@@ -647,7 +653,13 @@ class Broker:
         topic = self.topic(name, create=self.settings_for(name).auto_create)
         if topic is None:
             raise StreamError(ErrorCode.UNKNOWN_PUBLISHER, f"no topic named {name!r}")
-        return TopicSink(topic, window=self.sink_window, producer=producer, first_sequence=sequence)
+        return TopicSink(
+            topic,
+            window=self.sink_window,
+            window_bytes=self.sink_window_bytes,
+            producer=producer,
+            first_sequence=sequence,
+        )
 
     def snapshot(self) -> list[dict[str, Any]]:
         """What ``$topics`` and ``rsnet topics`` show: every topic, open or closed (a closed

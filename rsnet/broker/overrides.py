@@ -42,7 +42,7 @@ import pathlib
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from .storage import Retention, StorageError
+from .storage import StorageError
 from .storage.files import FileOps, unlink_if_present
 from .storage.settings import SettingsUnreadable, path_in, read_settings, write_settings
 from .topic import SlowPolicy
@@ -211,7 +211,8 @@ def apply(settings: TopicSettings, values: Mapping[str, Any], *, hold_retention:
     return dataclasses.replace(
         settings,
         durable=values["storage"] == "durable" if "storage" in values else settings.durable,
-        retention=Retention(
+        retention=dataclasses.replace(  # the producer bounds are the configuration's
+            retention,
             max_records=limits["retention.max_records"],
             max_bytes=limits["retention.max_bytes"],
             max_age_ms=limits["retention.max_age_ms"],

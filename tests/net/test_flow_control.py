@@ -95,7 +95,7 @@ async def test_the_servers_window_for_a_stream_is_bounded_in_bytes_as_well_as_it
     held: list[int] = []
     async with running(server) as urls, rsnet.connect(urls["tcp"]) as conn:
         (session,) = server.sessions
-        for name, publisher in (("large", large), ("small", small)):
+        for name in ("large", "small"):
             async with conn.subscribe(name, prefetch=10_000) as items:
                 received = 0
                 async for _ in items:
