@@ -244,7 +244,7 @@ export class ItemStream<T = unknown> implements AsyncIterableIterator<T>, Subscr
 
   /** @internal Items of one frame, in order, and the frame's bytes on the wire (0: unknown). */
   receive(items: T[], nbytes: number): void {
-    if (this.finished) return; // rule 2.8: in flight when we cancelled
+    if (this.finished || items.length === 0) return; // rule 2.8: in flight when we cancelled
     this.demand.received(items.length, nbytes);
     let first = 0;
     const waiting = this.waiting;

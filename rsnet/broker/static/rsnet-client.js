@@ -3151,7 +3151,7 @@ var ItemStream = class {
   }
   /** @internal Items of one frame, in order, and the frame's bytes on the wire (0: unknown). */
   receive(items, nbytes) {
-    if (this.finished) return;
+    if (this.finished || items.length === 0) return;
     this.demand.received(items.length, nbytes);
     let first = 0;
     const waiting = this.waiting;
