@@ -73,6 +73,12 @@ _T = TypeVar("_T")
 DEFAULT_SEND_WINDOW = 1024
 """Items a hosted publisher may have requested and not yet delivered, per stream."""
 
+DEFAULT_SEND_WINDOW_BYTES = 4 << 20
+"""Bytes of items a stream may hold between its publisher and the socket, about: the window in
+items is this over the size of the stream's items as encoded so far (before the first are
+encoded, the size of the largest frame the peer takes), so a publisher of 1 MiB items gets
+requests for 4 at a time, one of small items for ``send_window``."""
+
 BATCH_ITEMS = 256
 """The most items one BATCH frame carries (a hosted publisher's items go out in BATCH frames)."""
 
@@ -135,6 +141,7 @@ class _Outbound(Subscriber[Any]):
         "_session",
         "done",
         "encoded",
+        "item_bytes",
         "local",
         "on_end",
         "pending",
@@ -162,6 +169,7 @@ class _Outbound(Subscriber[Any]):
         self._refill_queued = False
         self.pending: list[Any] = []  # items taken, not yet encoded (at most one window)
         self.encoded = False  # whether pending items may be Encoded (see on_next_encoded)
+        self.item_bytes = 0  # encoded size of an item as measured at the last flush; 0: none yet
 
     def on_subscribe(self, subscription: Subscription) -> None:
         if not validate_subscription(self.subscription, subscription, wanted=not self.done):
@@ -177,7 +185,10 @@ class _Outbound(Subscriber[Any]):
         self._refill_queued = False
         if self.done or self.subscription is None:
             return
-        amount = min(self._session.send_window, self.remote) - self.local
+        session = self._session
+        size = self.item_bytes or session.conn.peer_max_frame_size  # the largest an item can be
+        window = min(session.send_window, max(1, session.send_window_bytes // size))
+        amount = min(window, self.remote) - self.local
         if amount > 0:
             self.local += amount
             self.subscription.request(amount)
@@ -241,6 +252,13 @@ class _Outbound(Subscriber[Any]):
             return
         self.pending = []
         conn, stream_id = self._session.conn, self.stream_id
+        before = conn.buffered
+        self._encode(conn, stream_id, items)
+        # The window follows the items' size: up at once, down by at most half a flush.
+        measured = max(1, (conn.buffered - before) // len(items))
+        self.item_bytes = measured if not self.item_bytes else max(measured, self.item_bytes // 2)
+
+    def _encode(self, conn: Connection, stream_id: int, items: list[Any]) -> None:
         for start in range(0, len(items), BATCH_ITEMS):
             chunk = items if len(items) <= BATCH_ITEMS else items[start : start + BATCH_ITEMS]
             try:
@@ -473,10 +491,12 @@ class Session:
         host: Host | None = None,
         principal: Any = None,
         send_window: int = DEFAULT_SEND_WINDOW,
+        send_window_bytes: int = DEFAULT_SEND_WINDOW_BYTES,
         keepalive_fallback: float = 0.0,
     ) -> None:
         self.transport = transport
         self.send_window = send_window
+        self.send_window_bytes = send_window_bytes
         self.conn = conn
         self.host: Host = host if host is not None else NoHost()
         self.principal = principal

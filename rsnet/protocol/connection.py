@@ -319,6 +319,16 @@ class Connection:
 
     # ------------------------------------------------------------------ output
 
+    @property
+    def peer_max_frame_size(self) -> int:
+        """The largest frame the peer accepts (the smallest any peer must, until it said)."""
+        return self._peer_max_frame_size
+
+    @property
+    def buffered(self) -> int:
+        """Bytes written and not yet taken by ``data_to_send``."""
+        return len(self._out)
+
     def data_to_send(self) -> bytearray:
         """All bytes written since the last call (whole frames); the caller owns the buffer."""
         out = self._out
