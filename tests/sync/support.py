@@ -158,13 +158,19 @@ def make_server(probes: Probes, **settings: Any) -> rsnet.Server:
     return server
 
 
-def wire_demand(server: rsnet.Server, probe: Probe) -> int:
+def wire_demand(thread: ServerThread, server: rsnet.Server, probe: Probe) -> int:
     """The demand a client has granted on the first stream of its connection (stream id 1,
-    SPEC 7.1), as the server has received it: what the server may still send plus what its
-    publisher has emitted. Exact once the items emitted are written, which every later item
-    on the connection shows (the session encodes every stream's items before each write)."""
-    (session,) = [session for session in list(server.sessions) if session.peer == probe.peer]
-    return session.conn.outstanding_demand(1) + probe.emitted
+    SPEC 7.1), as the server has received it: what the server may still send plus the items
+    it has encoded for sending (emitted by its publisher, less those not encoded yet). Read in
+    the servers' own loop, so the three counts are of one moment."""
+
+    def granted() -> int:
+        (session,) = [session for session in list(server.sessions) if session.peer == probe.peer]
+        outbound = session._outbound.get(1)
+        not_encoded = len(outbound.pending) if outbound is not None else 0
+        return session.conn.outstanding_demand(1) + probe.emitted - not_encoded
+
+    return thread.run_sync(granted)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -203,6 +209,28 @@ class ServerThread:
             self._token.run_sync_soon(self._nursery.cancel_scope.cancel)
         self._thread.join(JOIN_TIMEOUT)
         assert not self._thread.is_alive(), "the test server did not stop"
+
+    def run_sync(self, fn: Callable[[], Any]) -> Any:
+        """``fn()`` run in the servers' loop, its result; callable from any other thread, even
+        one running a trio loop of its own (a trio client's), which waits meanwhile."""
+        done = threading.Event()
+        outcome: list[Any] = []
+
+        def run() -> None:
+            try:
+                outcome.append(fn())
+            except Exception as failure:  # raised again in the caller's thread, not the loop's
+                outcome.append(failure)
+                raise_it.append(True)
+            finally:
+                done.set()
+
+        raise_it: list[bool] = []
+        self._token.run_sync_soon(run)
+        assert done.wait(JOIN_TIMEOUT), "the servers' loop did not answer"
+        if raise_it:
+            raise outcome[0]
+        return outcome[0]
 
     def start_soon(self, async_fn: Callable[..., Any], *args: Any) -> None:
         """Start ``async_fn(*args)`` as a task of the servers' loop (from the test's thread)."""

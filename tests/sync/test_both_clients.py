@@ -149,11 +149,17 @@ def servers(probes) -> dict[str, rsnet.Server]:
 
 
 @pytest.fixture(scope="module")
-def urls(servers):
-    """("plain" | "guarded" (needs TOKEN), scheme) -> URL."""
+def server_thread(servers):
     keys = [(name, scheme) for name in servers for scheme in SCHEMES]
     with ServerThread([Listener(servers[name], scheme) for name, scheme in keys]) as thread:
-        yield dict(zip(keys, thread.urls, strict=True))
+        yield thread
+
+
+@pytest.fixture(scope="module")
+def urls(servers, server_thread):
+    """("plain" | "guarded" (needs TOKEN), scheme) -> URL."""
+    keys = [(name, scheme) for name in servers for scheme in SCHEMES]
+    return dict(zip(keys, server_thread.urls, strict=True))
 
 
 @pytest.mark.parametrize("scheme", SCHEMES)
@@ -279,7 +285,7 @@ BLOB = 1024 * 1024 - 64
 @pytest.mark.parametrize("scheme", SCHEMES)
 @pytest.mark.parametrize("budget", [None, 2 * 1024 * 1024])
 def test_by_default_1_mib_items_keep_demand_on_the_wire_within_the_byte_budget(
-    checked, urls, servers, probes, scheme, budget, request
+    checked, urls, server_thread, servers, probes, scheme, budget, request
 ):
     """The default demand (no prefetch) counts bytes: at every item, what the client has
     requested and not yet consumed, as the server received it, is at most the budget's worth of
@@ -289,7 +295,7 @@ def test_by_default_1_mib_items_keep_demand_on_the_wire_within_the_byte_budget(
     outstanding: list[int] = []
 
     def check(taken: int) -> None:
-        outstanding.append(wire_demand(servers["plain"], probe) - taken)
+        outstanding.append(wire_demand(server_thread, servers["plain"], probe) - taken)
 
     checked(urls["plain", scheme], "blobs", {"tag": tag, "size": BLOB}, take=12, every=1, check=check, budget=budget)
     limit = (budget or DEFAULT_BUDGET) // BLOB
@@ -299,14 +305,16 @@ def test_by_default_1_mib_items_keep_demand_on_the_wire_within_the_byte_budget(
 
 
 @pytest.mark.parametrize("scheme", SCHEMES)
-def test_by_default_demand_on_the_wire_stays_bounded_for_small_items(checked, urls, servers, probes, scheme, request):
+def test_by_default_demand_on_the_wire_stays_bounded_for_small_items(
+    checked, urls, server_thread, servers, probes, scheme, request
+):
     """Small items: the adaptive window may grow, never beyond MAX_WINDOW items outstanding."""
     tag = request.node.name
     probe = probes[tag]
     outstanding: list[int] = []
 
     def check(taken: int) -> None:
-        outstanding.append(wire_demand(servers["plain"], probe) - taken)
+        outstanding.append(wire_demand(server_thread, servers["plain"], probe) - taken)
 
     checked(urls["plain", scheme], "endless", {"tag": tag}, take=30_000, every=10_000, check=check)
     assert len(outstanding) == 3
