@@ -1,7 +1,8 @@
 # Two commands do everything on a fresh machine with python3 and make:
 #   make demo   - install rsnet (no extras) into .venv and run the live demo
 #   make test   - install into .venv (with the test and benchmark extras), client/js's npm
-#                 packages (npm ci), Java 17 and Chromium where missing (as root, through apt);
+#                 packages (npm ci), Java 17, Chromium, zsh and fish where missing (as root,
+#                 through apt);
 #                 lint (ruff), check the format (ruff format) and the types (mypy); then run the
 #                 whole test suite, which includes one quick run of the benchmark suite and the
 #                 JavaScript client's node tests
@@ -9,14 +10,14 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test clean java
+.PHONY: demo test clean java shells
 
 # The demo needs rsnet alone: a venv of its own extras-free install (fast on a fresh clone).
 # `make test` later adds the test and benchmark extras to the same .venv.
 demo: $(VENV)/.demo-installed
 	$(BIN)/rsnet demo
 
-test: $(VENV)/.installed java client/js/node_modules/.package-lock.json
+test: $(VENV)/.installed java shells client/js/node_modules/.package-lock.json
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
@@ -33,6 +34,15 @@ java:
 		echo "  sudo apt-get install -y openjdk-17-jre-headless   (or set JAVA_HOME)" >&2; \
 		exit 1; \
 	fi
+
+# zsh and fish, whose completion scripts the CLI tests load in the real shells (through apt, as
+# root, where missing; else those tests skip, saying so).
+shells:
+	@for shell in zsh fish; do \
+	  if ! command -v $$shell >/dev/null && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$shell >/dev/null \
+	    || (apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$shell >/dev/null) \
+	    || echo "could not install $$shell: its completion test will be skipped"; fi; done
 
 # The JavaScript client's packages, exactly as locked (its tests run inside pytest), and
 # Chromium for its browser test (through apt, as root, where missing; else that test skips).

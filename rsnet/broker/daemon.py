@@ -27,6 +27,7 @@ from ..net.server import Server
 from .auth import Authorizer, Principal
 from .broker import Broker, TopicSettings
 from .config import BrokerConfig, ConfigError, declared_topics, load_config, topic_config
+from .heap import Heap, release_free_memory
 from .live import Endpoint, LiveView
 from .logging import JsonFormatter, configure_logging
 from .metrics import BrokerMetrics, serve_http
@@ -45,12 +46,17 @@ def build_broker(config: BrokerConfig, authorizer: Authorizer) -> Broker:
         return TopicSettings(
             durable=configured.storage == "durable",
             retention=Retention(
-                max_records=retention.max_records, max_bytes=retention.max_bytes, max_age_ms=retention.max_age_ms
+                max_records=retention.max_records,
+                max_bytes=retention.max_bytes,
+                max_age_ms=retention.max_age_ms,
+                max_producers=retention.max_producers,
+                producer_max_age_ms=retention.producer_max_age_ms,
             ),
             policy=SlowPolicy(configured.slow_subscriber.policy),
             max_lag=configured.slow_subscriber.max_lag,
             auto_create=configured.auto_create == "publish",
             wait_if_missing=configured.subscribe_missing == "wait",
+            sources=configured.sources,
         )
 
     def authorize(principal: Principal | None, action: str, name: str) -> bool:
@@ -181,6 +187,8 @@ async def run_broker(args: argparse.Namespace) -> int:
         print(f"rsnet broker: {error}", file=sys.stderr)
         return 2
     configure_logging(config.log.format == "json", config.log.level)
+    heap = Heap()
+    heap.fix_mmap_threshold()  # this process is the broker's own: see rsnet/broker/heap.py
     authorizer = Authorizer(config.auth)
     broker = build_broker(config, authorizer)
     server = Server(
@@ -212,6 +220,7 @@ async def run_broker(args: argparse.Namespace) -> int:
             except StorageError as error:  # before saying anything is served or durable
                 _announce(f"cannot start: {error}")
                 return 1
+            nursery.start_soon(release_free_memory, heap)
             for name in declared_topics(config):  # named outright: exist even without auto_create
                 broker.topic(name, create=True)
             log.info("configuration: %s", json.dumps(config.describe()))

@@ -84,6 +84,12 @@ _T = TypeVar("_T")
 DEFAULT_SEND_WINDOW = 1024
 """Items a hosted publisher may have requested and not yet delivered, per stream."""
 
+DEFAULT_SEND_WINDOW_BYTES = 4 << 20
+"""Bytes of items a stream may hold between its publisher and the socket, about: the window in
+items is this over the size of the stream's items as encoded so far (before the first are
+encoded, the size of the largest frame the peer takes), so a publisher of 1 MiB items gets
+requests for 4 at a time, one of small items for ``send_window``."""
+
 BATCH_ITEMS = 256
 """The most items one BATCH frame carries (a hosted publisher's items go out in BATCH frames)."""
 
@@ -146,6 +152,7 @@ class _Outbound(Subscriber[Any]):
         "_session",
         "done",
         "encoded",
+        "item_bytes",
         "local",
         "on_end",
         "pending",
@@ -173,6 +180,7 @@ class _Outbound(Subscriber[Any]):
         self._refill_queued = False
         self.pending: list[Any] = []  # items taken, not yet encoded (at most one window)
         self.encoded = False  # whether pending items may be Encoded (see on_next_encoded)
+        self.item_bytes = 0  # encoded size of an item as measured at the last flush; 0: none yet
 
     def on_subscribe(self, subscription: Subscription) -> None:
         if not validate_subscription(self.subscription, subscription, wanted=not self.done):
@@ -188,16 +196,21 @@ class _Outbound(Subscriber[Any]):
         self._refill_queued = False
         if self.done or self.subscription is None:
             return
-        amount = min(self._session.send_window, self.remote) - self.local
+        amount = min(self._window(), self.remote) - self.local
         if amount > 0:
             self.local += amount
             self.subscription.request(amount)
 
     def refill_wanted(self) -> bool:
         """Whether :meth:`refill` would request anything now."""
-        return (
-            not self.done and self.subscription is not None and min(self._session.send_window, self.remote) > self.local
-        )
+        return not self.done and self.subscription is not None and min(self._window(), self.remote) > self.local
+
+    def _window(self) -> int:
+        """Items the local publisher may have requested and not delivered: the session's item
+        window, within its byte window at the stream's item size."""
+        session = self._session
+        size = self.item_bytes or session.conn.peer_max_frame_size  # the largest an item can be
+        return min(session.send_window, max(1, session.send_window_bytes // size))
 
     def on_next(self, item: Any) -> None:
         if item is None:
@@ -258,6 +271,13 @@ class _Outbound(Subscriber[Any]):
             return
         self.pending = []
         conn, stream_id = self._session.conn, self.stream_id
+        before = conn.buffered
+        self._encode(conn, stream_id, items)
+        # The window follows the items' size: up at once, down by at most half a flush.
+        measured = max(1, (conn.buffered - before) // len(items))
+        self.item_bytes = measured if not self.item_bytes else max(measured, self.item_bytes // 2)
+
+    def _encode(self, conn: Connection, stream_id: int, items: list[Any]) -> None:
         for start in range(0, len(items), BATCH_ITEMS):
             chunk = items if len(items) <= BATCH_ITEMS else items[start : start + BATCH_ITEMS]
             try:
@@ -391,14 +411,22 @@ class _Inbound(Subscription):
 
     # called by the session's dispatch
 
-    def deliver(self, items: list[Any]) -> None:
+    def deliver(self, items: list[Any], nbytes: int = 0) -> None:
+        """Hand ``items`` (``nbytes`` on the wire) to the subscriber."""
         subscriber = self.subscriber
         if subscriber is None:
             return
+        sized = getattr(subscriber, "on_next_sized", None)
         many = getattr(subscriber, "on_next_many", None)
         self._delivering = True
         try:
-            if many is not None:
+            if sized is not None:
+                # rsnet's client iterator (rsnet.net.iterator): the batch with its wire bytes,
+                # which its demand policy sizes the window by.
+                if not deliver_safely(sized, items, nbytes):
+                    self.cancel()
+                    return
+            elif many is not None:
                 # A subscriber that takes a batch in one call (rsnet's iterator): the same
                 # signals as on_next per item, in order, without a call per item.
                 if not deliver_safely(many, items):
@@ -482,10 +510,12 @@ class Session:
         host: Host | None = None,
         principal: Any = None,
         send_window: int = DEFAULT_SEND_WINDOW,
+        send_window_bytes: int = DEFAULT_SEND_WINDOW_BYTES,
         keepalive_fallback: float = 0.0,
     ) -> None:
         self.transport = transport
         self.send_window = send_window
+        self.send_window_bytes = send_window_bytes
         self.conn = conn
         self.host: Host = host if host is not None else NoHost()
         self.principal = principal
@@ -864,7 +894,7 @@ class Session:
             if kind is Items:
                 inbound = self._inbound.get(event.stream_id)
                 if inbound is not None:
-                    inbound.deliver(event.items)
+                    inbound.deliver(event.items, event.nbytes)
             elif kind is Request:
                 outbound = self._outbound.get(event.stream_id)
                 if outbound is not None:

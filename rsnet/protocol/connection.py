@@ -118,8 +118,8 @@ _ROWS = {(side, state): (allowed(side, state), allowed(side.peer, state)) for si
 """Per stream end and state, the lifecycle rows a _Stream holds, computed once."""
 
 
-_Run = tuple[int, list[Any], _Stream]
-"""An Items event being filled: its stream id, its item list, and the stream."""
+_Run = tuple[int, list[Any], _Stream, Items]
+"""An Items event being filled: its stream id, its item list, the stream, and the event."""
 
 
 class Connection:
@@ -253,8 +253,14 @@ class Connection:
         run_id: Any = _NO_RUN
         run_items: list[Any] = []
         run_stream: Any = None
+        # Bytes per Items event (Items.nbytes): ``mark`` is where the last frame counted ended,
+        # ``counted`` how many of the run's items had arrived by then.
+        decoder = self._decoder
+        mark = decoder.position
+        counted = 0
+        run_event: Any = None
         try:
-            for fields in self._decoder.frames(data):
+            for fields in decoder.frames(data):
                 # Hot path: one more NEXT for the stream whose Items event is being filled.
                 # `is _NEXT` holds for the decoded int 21 because CPython shares small ints; a
                 # miss only means the slow path, which validates everything. The exact type
@@ -268,13 +274,27 @@ class Connection:
                                 run_stream.demand = demand - 1
                             run_items.append(item)
                             continue
+                # The bytes since ``mark`` are this frame's, after those of any NEXT frames the
+                # hot path took for the run: they count for that run, and (unless this frame
+                # extends the same run) for this frame's run as well.
+                end = decoder.frame_end()
+                span, mark = end - mark, end
+                fast = len(run_items) != counted
+                if fast:
+                    run_event.nbytes += span
                 run = self._receive_frame(fields)
                 if self._state is State.CLOSED:
                     return
                 if run is None:
                     run_id = _NO_RUN
                 else:
-                    run_id, run_items, run_stream = run
+                    run_id, run_items, run_stream, event = run
+                    if event is not run_event or not fast:
+                        event.nbytes += span
+                    run_event = event
+                counted = len(run_items)
+            if len(run_items) != counted:  # NEXT frames the hot path took up to the end of the data
+                run_event.nbytes += decoder.position - mark
         except RemoteProtocolError as exc:
             self._fail(exc.code, exc.message)
 
@@ -298,6 +318,16 @@ class Connection:
         return events
 
     # ------------------------------------------------------------------ output
+
+    @property
+    def peer_max_frame_size(self) -> int:
+        """The largest frame the peer accepts (the smallest any peer must, until it said)."""
+        return self._peer_max_frame_size
+
+    @property
+    def buffered(self) -> int:
+        """Bytes written and not yet taken by ``data_to_send``."""
+        return len(self._out)
 
     def data_to_send(self) -> bytearray:
         """All bytes written since the last call (whole frames); the caller owns the buffer."""
@@ -858,7 +888,7 @@ class Connection:
         else:
             last = Items(stream_id, list(items))
             events.append(last)
-        return stream_id, last.items, stream
+        return stream_id, last.items, stream, last
 
     def _on_complete(self, complete: Complete) -> None:
         step = self._receive_step(complete.stream_id, _COMPLETE)

@@ -71,7 +71,7 @@ def test_encoded_items_are_split_into_frames_the_peer_accepts() -> None:
 
 
 def test_encoded_items_obey_demand_and_rule_2_13_like_values() -> None:
-    client, server, stream_id = subscribed(demand=1)
+    _client, server, stream_id = subscribed(demand=1)
     with pytest.raises(LocalProtocolError) as refused:
         server.send_batch(stream_id, [encoded(1), encoded(2)], encoded=True)
     assert refused.value.code == ErrorCode.FLOW_CONTROL

@@ -2194,6 +2194,10 @@ var Connection = class {
   get peerGoingAway() {
     return this.goAwayReceived;
   }
+  /** This side's max_frame_size: no frame the peer sends can be larger. */
+  get frameLimit() {
+    return this.maxFrameSize;
+  }
   /** The peer's max_frame_size (16384 until its settings arrived). */
   get peerFrameLimit() {
     return this.peerMaxFrameSize;
@@ -2232,8 +2236,9 @@ var Connection = class {
         }
         if (frameEnd - start > limit) throw new ProtocolError(ErrorCode.FRAME_TOO_LARGE, `frame exceeds max_frame_size (${limit} bytes)`);
         const frame = this.reader.read(buf, start, frameEnd, scanner.flags);
+        const size = frameEnd - start;
         start = frameEnd;
-        if (frame !== null) this.receiveFrame(frame);
+        if (frame !== null) this.receiveFrame(frame, size);
         if (this._state === "CLOSED") return;
       }
     } catch (error) {
@@ -2498,14 +2503,15 @@ var Connection = class {
     if (this._state !== "OPEN") throw violation2(`the connection is ${this._state}`);
   }
   // ------------------------------------------------------------------ internals: receiving
-  receiveFrame(frame) {
-    if (this._state === "OPEN") return this.dispatch(frame);
+  /** One received frame of `size` bytes. */
+  receiveFrame(frame, size) {
+    if (this._state === "OPEN") return this.dispatch(frame, size);
     if (frame.type === "CONN_ERROR") return this.onConnError(frame);
     if (this._state === "AWAIT_HELLO" && frame.type === "HELLO") return this.onHello(frame);
     if (this._state === "AWAIT_WELCOME" && frame.type === "WELCOME") return this.onWelcome(frame);
     throw violation2(`${frame.type} in state ${this._state}`);
   }
-  dispatch(frame) {
+  dispatch(frame, size) {
     switch (frame.type) {
       case "HELLO":
       case "WELCOME":
@@ -2554,9 +2560,9 @@ var Connection = class {
         return;
       }
       case "NEXT":
-        return this.onItems(frame.stream_id, [frame.item], "NEXT");
+        return this.onItems(frame.stream_id, [frame.item], "NEXT", size);
       case "BATCH":
-        return this.onItems(frame.stream_id, frame.items, "BATCH");
+        return this.onItems(frame.stream_id, frame.items, "BATCH", size);
       case "COMPLETE":
         if (this.itemsStream(frame.stream_id, "COMPLETE") !== void 0) {
           this.closeStream(frame.stream_id);
@@ -2641,7 +2647,7 @@ var Connection = class {
     }
     return stream;
   }
-  onItems(streamId, items, kind) {
+  onItems(streamId, items, kind, nbytes) {
     const stream = this.itemsStream(streamId, kind);
     if (stream === void 0) return;
     for (const item of items) {
@@ -2651,7 +2657,7 @@ var Connection = class {
       return this.streamError(streamId, ErrorCode.FLOW_CONTROL, `rule 1.1: ${items.length} items with ${stream.demand} outstanding demand`);
     }
     if (stream.demand < UNBOUNDED) stream.demand -= items.length;
-    this.events.push({ event: "ITEMS", stream_id: streamId, items });
+    this.events.push({ event: "ITEMS", stream_id: streamId, items, nbytes });
   }
 };
 function checkUint(value, name) {
@@ -2673,6 +2679,176 @@ function checkMetadata(metadata) {
     throw violation2("metadata must be a plain object (string keys)");
   }
   return metadata;
+}
+
+// src/demand.ts
+var DEFAULT_BUDGET = 4 * 1024 * 1024;
+var INITIAL_WINDOW = 256;
+var MIN_WINDOW = 4;
+var MAX_WINDOW = 16384;
+var HEADROOM = 8;
+var NEVER = Infinity;
+function checkPrefetch(prefetch) {
+  if (!Number.isInteger(prefetch) || prefetch < 1) {
+    throw new RangeError(`prefetch must be a positive integer or undefined (adaptive), got ${String(prefetch)}`);
+  }
+  return prefetch;
+}
+function checkLimit(limit) {
+  if (!Number.isInteger(limit) || limit < 0) throw new RangeError(`limit must be an integer >= 0, got ${String(limit)}`);
+  return limit;
+}
+function checkBudget(budget) {
+  if (!Number.isInteger(budget) || budget < 1) throw new RangeError(`budget must be a positive integer (bytes), got ${String(budget)}`);
+  return budget;
+}
+var Refill = class {
+  prefetch;
+  batch;
+  initial;
+  unrequested;
+  count = 0;
+  constructor(prefetch, limit) {
+    this.prefetch = checkPrefetch(prefetch);
+    this.batch = this.prefetch - Math.floor(this.prefetch / 4);
+    const unrequested = limit == null ? NEVER : checkLimit(limit);
+    this.initial = Math.min(this.prefetch, unrequested);
+    this.unrequested = unrequested - this.initial;
+  }
+  consumed(count = 1) {
+    this.count += count;
+    if (this.count < this.batch || !this.unrequested) return 0;
+    const refills = Math.floor(this.count / this.batch);
+    this.count -= refills * this.batch;
+    const wanted = Math.min(refills * this.batch, this.unrequested);
+    this.unrequested -= wanted;
+    return wanted;
+  }
+  untilDue() {
+    return this.unrequested ? Math.max(0, this.batch - this.count) : NEVER;
+  }
+  /** Items arrived: a fixed window does not care. */
+  received(_count, _nbytes) {
+  }
+  /** The consumer waits: a fixed window does not care. */
+  starved() {
+  }
+};
+var AdaptiveDemand = class {
+  budget;
+  /** Wire bytes per item, as measured (until the first frame: the largest possible). */
+  itemBytes;
+  /** The target window in items, before the byte bound (`limitWindow()` applies it). */
+  window = INITIAL_WINDOW;
+  /** The round-trip estimate in the clock's unit (ms), once measured. */
+  rtt = null;
+  initial;
+  clock;
+  measured = false;
+  unrequested;
+  requested;
+  count = 0;
+  // items consumed
+  arrived = 0;
+  // items received
+  waited = false;
+  cycleStart;
+  cycleConsumed = 0;
+  // A round-trip sample in progress: sent at `probeSent` (null: none), done when more than
+  // `probeMark` items have arrived.
+  probeMark = 0;
+  probeSent;
+  dueAt = 0;
+  constructor(clock, options = {}) {
+    this.clock = clock;
+    this.budget = checkBudget(options.budget ?? DEFAULT_BUDGET);
+    this.itemBytes = Math.max(1, options.maxItemBytes ?? DEFAULT_MAX_FRAME_SIZE);
+    const unrequested = options.limit == null ? NEVER : checkLimit(options.limit);
+    this.initial = Math.min(this.limitWindow(), unrequested);
+    this.unrequested = unrequested - this.initial;
+    this.requested = this.initial;
+    const now2 = clock();
+    this.cycleStart = now2;
+    this.probeSent = this.initial ? now2 : null;
+    this.setDue();
+  }
+  /** The window in items now: the target, bounded by the byte budget. */
+  limitWindow() {
+    return Math.min(this.window, this.byteWindow());
+  }
+  /** The most items the byte budget allows at the measured size (at least 1). */
+  byteWindow() {
+    return Math.max(1, Math.floor(this.budget / this.itemBytes));
+  }
+  consumed(count = 1) {
+    this.count += count;
+    if (this.count < this.dueAt) return 0;
+    return this.decide();
+  }
+  untilDue() {
+    return Math.max(0, this.dueAt - this.count);
+  }
+  received(count, nbytes) {
+    this.arrived += count;
+    if (nbytes > 0 && count > 0) {
+      const size = nbytes / count;
+      if (!this.measured || size > this.itemBytes) {
+        this.measured = true;
+        this.itemBytes = size;
+      } else this.itemBytes += (size - this.itemBytes) / 8;
+      this.setDue();
+    }
+    if (this.probeSent !== null && this.arrived > this.probeMark) {
+      const sample = this.clock() - this.probeSent;
+      this.probeSent = null;
+      this.rtt = this.rtt === null ? sample : Math.min(sample, this.rtt * 1.25);
+    }
+  }
+  starved() {
+    this.waited = true;
+  }
+  decide() {
+    if (!this.unrequested) {
+      this.dueAt = NEVER;
+      return 0;
+    }
+    const now2 = this.clock();
+    const cap = this.byteWindow();
+    let window2 = Math.min(this.window, cap);
+    if (this.waited) window2 = Math.min(2 * window2, MAX_WINDOW);
+    else if (this.rtt !== null && now2 > this.cycleStart) {
+      const rate = (this.count - this.cycleConsumed) / (now2 - this.cycleStart);
+      const target = Math.max(MIN_WINDOW, Math.ceil(HEADROOM * rate * this.rtt));
+      if (2 * target < window2) window2 = target;
+    }
+    this.window = Math.max(1, Math.min(window2, cap));
+    this.waited = false;
+    this.cycleStart = now2;
+    this.cycleConsumed = this.count;
+    let wanted = Math.min(this.limitWindow() - (this.requested - this.count), this.unrequested);
+    if (wanted > 0) {
+      if (this.probeSent === null) {
+        this.probeMark = this.requested;
+        this.probeSent = now2;
+      }
+      this.requested += wanted;
+      this.unrequested -= wanted;
+    } else wanted = 0;
+    this.setDue();
+    return wanted;
+  }
+  /** The consumed count at which the next top-up is due: a quarter of the window left. */
+  setDue() {
+    this.dueAt = this.unrequested ? this.requested - Math.floor(this.limitWindow() / 4) : NEVER;
+  }
+};
+function demandPolicy(clock, options = {}) {
+  const { prefetch, limit, budget, maxItemBytes } = options;
+  if (prefetch != null) {
+    if (budget != null) throw new RangeError("budget sizes the adaptive window: give it without prefetch, or give no budget");
+    return new Refill(prefetch, limit);
+  }
+  return new AdaptiveDemand(clock, { limit, budget, maxItemBytes });
 }
 
 // src/transport.ts
@@ -2840,8 +3016,8 @@ async function openBrowserWebSocket(url) {
 
 // src/client.ts
 var MAX_DEMAND = MAX_INT;
-var DEFAULT_PREFETCH = 256;
 var HIGH_WATER = 1 << 20;
+var now = () => performance.now();
 var schedule = typeof setImmediate === "function" ? (fn) => setImmediate(fn) : (fn) => setTimeout(fn, 0);
 function addDemand2(a, n) {
   const sum = a + n;
@@ -2876,7 +3052,13 @@ var Inbound = class {
     this.client.endInbound(this, true);
   }
   // Signals from the connection.
-  deliver(items) {
+  /** A frame's items and its size on the wire (what an ItemStream's demand is sized by). */
+  deliver(items, nbytes) {
+    const target = this.subscriber;
+    if (target instanceof ItemStream) {
+      target.receive(items, nbytes);
+      return;
+    }
     for (const item of items) {
       const subscriber = this.subscriber;
       if (subscriber === null) return;
@@ -2933,35 +3115,57 @@ var RemotePublisher = class {
   }
 };
 var ItemStream = class {
-  constructor(publisher, prefetch = DEFAULT_PREFETCH) {
-    this.prefetch = prefetch;
-    if (!Number.isInteger(prefetch) || prefetch < 1) throw new RangeError("prefetch must be a positive integer");
-    this.batch = prefetch - Math.floor(prefetch / 4);
-    publisher.subscribe(this);
-  }
-  prefetch;
   queue = [];
   head = 0;
   subscription = null;
-  consumed = 0;
-  batch;
+  demand;
+  left;
+  // items the limit still allows
   finished = false;
   error = null;
   waiting = null;
+  /** Subscribes to `publisher` at once. `maxItemBytes`: the largest item the connection can
+   *  receive (its `maxFrameSize`), which adaptive demand assumes until items arrive. */
+  constructor(publisher, options = {}) {
+    this.demand = demandPolicy(now, options);
+    this.left = options.limit ?? Infinity;
+    if (this.left === 0) {
+      this.finished = true;
+      return;
+    }
+    publisher.subscribe(this);
+  }
   [Symbol.asyncIterator]() {
     return this;
   }
   onSubscribe(subscription) {
+    if (this.finished) {
+      subscription.cancel();
+      return;
+    }
     this.subscription = subscription;
-    subscription.request(this.prefetch);
+    if (this.demand.initial) subscription.request(this.demand.initial);
   }
   onNext(item) {
+    this.receive([item], 0);
+  }
+  /** @internal Items of one frame, in order, and the frame's bytes on the wire (0: unknown). */
+  receive(items, nbytes) {
+    if (this.finished || items.length === 0) return;
+    this.demand.received(items.length, nbytes);
+    let first = 0;
     const waiting = this.waiting;
     if (waiting !== null) {
       this.waiting = null;
-      this.consume();
-      waiting.resolve({ value: item, done: false });
-    } else this.queue.push(item);
+      first = 1;
+      this.taken();
+      waiting.resolve({ value: items[0], done: false });
+      if (this.finished) return;
+    }
+    if (this.head === this.queue.length) {
+      this.queue = items;
+      this.head = first;
+    } else for (let i = first; i < items.length; i++) this.queue.push(items[i]);
   }
   onError(error) {
     this.finished = true;
@@ -2981,13 +3185,11 @@ var ItemStream = class {
     if (this.error) waiting.reject(this.error);
     else waiting.resolve({ value: void 0, done: true });
   }
-  /** One item was handed out: replenish demand in batches, never per item. */
-  consume() {
-    if (++this.consumed >= this.batch && this.subscription !== null) {
-      const n = this.consumed;
-      this.consumed = 0;
-      this.subscription.request(n);
-    }
+  /** One item was handed out: the policy decides whether to request (never per item). */
+  taken() {
+    const wanted = this.demand.consumed(1);
+    if (wanted > 0) this.subscription?.request(wanted);
+    if (--this.left === 0) this.cancel();
   }
   next() {
     if (this.head < this.queue.length) {
@@ -2996,7 +3198,7 @@ var ItemStream = class {
         this.queue = [];
         this.head = 0;
       }
-      this.consume();
+      this.taken();
       return Promise.resolve({ value, done: false });
     }
     if (this.finished) {
@@ -3007,6 +3209,7 @@ var ItemStream = class {
       }
       return Promise.resolve({ value: void 0, done: true });
     }
+    this.demand.starved();
     return new Promise((resolve, reject) => this.waiting = { resolve, reject });
   }
   /** Leaving the loop early: cancel the stream (rule 3.12). */
@@ -3104,9 +3307,14 @@ var Client = class {
   publisher(name, params = null, metadata) {
     return new RemotePublisher(this, name, params, metadata);
   }
-  /** `for await (const item of conn.subscribe(name, params, {prefetch}))`. */
+  /**
+   * `for await (const item of conn.subscribe(name, params, {prefetch, budget, limit}))`: the
+   * publisher's items, with adaptive demand within `budget` bytes by default (see
+   * `SubscribeOptions`). Throws RangeError for a bad option, or `budget` with `prefetch`.
+   */
   subscribe(name, params = null, options = {}) {
-    return new ItemStream(this.publisher(name, params, options.metadata), options.prefetch);
+    const demand = { prefetch: options.prefetch, budget: options.budget, limit: options.limit, maxItemBytes: this.conn.frameLimit };
+    return new ItemStream(this.publisher(name, params, options.metadata), demand);
   }
   /**
    * Serve `source` to the server under `name` (OFFER): the server pulls items with its own
@@ -3304,7 +3512,7 @@ var Client = class {
     for (const event of events) {
       switch (event.event) {
         case "ITEMS":
-          this.inbound.get(event.stream_id)?.deliver(event.items);
+          this.inbound.get(event.stream_id)?.deliver(event.items, event.nbytes);
           break;
         case "COMPLETE": {
           const inbound = this.inbound.get(event.stream_id);
@@ -3371,15 +3579,15 @@ var Client = class {
     if (!k) return;
     const tick = () => {
       if (this.conn.state !== "OPEN") return;
-      const now = Date.now();
-      if (now - this.lastReceived >= 3 * k) {
+      const now2 = Date.now();
+      if (now2 - this.lastReceived >= 3 * k) {
         this.conn.sendConnError(ErrorCode.TIMEOUT, `nothing received for ${3 * k} ms`);
         this.lostWith(new ConnectionLost(`nothing received for ${3 * k} ms`, ErrorCode.TIMEOUT));
         this.flush();
         this.transport.end();
         return;
       }
-      if (now - this.lastSent >= k) {
+      if (now2 - this.lastSent >= k) {
         this.conn.sendPing(0);
         this.flush();
       }
@@ -3522,7 +3730,7 @@ async function* follow(url, topic, options = {}) {
       conn = await connect(url, options);
       const params = { from: position2 };
       if (cursor !== void 0) params.cursor = cursor;
-      for await (const record of conn.subscribe(topic, params, { prefetch: options.prefetch })) {
+      for await (const record of conn.subscribe(topic, params, { prefetch: options.prefetch, budget: options.budget })) {
         delay = initialDelay;
         cursor = void 0;
         position2 = typeof record.offset === "bigint" ? record.offset + 1n : record.offset + 1;
@@ -3541,9 +3749,11 @@ async function* follow(url, topic, options = {}) {
   }
 }
 export {
+  AdaptiveDemand,
   Client,
   Connection,
   ConnectionLost,
+  DEFAULT_BUDGET,
   DEFAULT_KEEPALIVE_INTERVAL,
   DEFAULT_MAX_FRAME_SIZE,
   DEFAULT_MAX_STREAMS,
@@ -3553,7 +3763,9 @@ export {
   FIRST_EXTENSION_TYPE,
   Float64,
   FrameReader,
+  HEADROOM,
   HandshakeError,
+  INITIAL_WINDOW,
   ItemStream,
   LAYOUTS,
   MAGIC,
@@ -3562,9 +3774,12 @@ export {
   MAX_MAX_FRAME_SIZE,
   MAX_SETTING,
   MAX_VERSIONS,
+  MAX_WINDOW,
   MIN_MAX_FRAME_SIZE,
+  MIN_WINDOW,
   PROTOCOL_VERSION,
   ProtocolError,
+  Refill,
   RemotePublisher,
   RsnetError,
   Scanner,
@@ -3574,6 +3789,7 @@ export {
   commit,
   connect,
   decode2 as decode,
+  demandPolicy,
   encode,
   follow,
   publish,

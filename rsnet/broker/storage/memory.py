@@ -43,6 +43,7 @@ class MemoryLog(TopicLog):
 
     def enforce_retention(self, now_ms: int) -> int:
         self._check_open()
+        self._expire_producers(now_ms)
         retention = self.retention
         head, frames = self._head, self._frames
         count = len(frames) - head

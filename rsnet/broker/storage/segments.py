@@ -18,8 +18,8 @@ Other files (a cursor store, for instance) are left alone. The pieces, one modul
 - this module: :class:`SegmentLog`, which appends, rolls, reads, syncs and enforces retention.
 
 The header's sequences make idempotency survive both restarts and retention: when older
-segments are deleted, the first remaining segment's header still knows every producer they
-held.
+segments are deleted, the remaining segments' headers still know every producer remembered
+(``Retention.max_producers`` bounds them).
 
 Rolling: a batch goes to the active segment while it fits in ``segment_bytes``; the next
 record that does not fit starts a new segment (a segment holds at least one record, even
@@ -167,6 +167,7 @@ class SegmentLog(TopicLog):
 
     def _enforce_retention(self, now_ms: int) -> int:
         self._check_usable()
+        self._expire_producers(now_ms)
         retention = self.retention
         expired = 0
         bytes_after = self._size_bytes
@@ -512,7 +513,7 @@ class SegmentLog(TopicLog):
         self._damaged = recovered.damaged
         self._segments = recovered.segments
         self._bases = [segment.base_offset for segment in self._segments]
-        self._producers = recovered.producers
+        self._adopt_producers(recovered.producers)
         self._first_offset = recovered.first_offset
         self._next_offset = recovered.next_offset
         self._active_fd = recovered.active_fd
