@@ -706,7 +706,7 @@ def write(document: dict[str, Any], out_dir: str) -> str:
         f"- **Python**: {meta['python']}; {pkgs}",
         f"- **Commit**: {meta['commit'] or 'unknown'}",
         f"- **Method**: every measurement starts a fresh server process and a separate client process on"
-        f" 127.0.0.1; {config['runs']} run(s) per row (scenario 4: one), taken round-robin over rows and systems;"
+        f" 127.0.0.1; {config['runs']} run(s) per row (scenario 4 and the traced row of scenario 7: one), taken round-robin over rows and systems;"
         f" cells show the median and (min–max); \"rsnet vs X\" is rsnet's advantage over X on the row's first"
         f" metric (rate ÷ rate, or time ÷ time inverted; above 1 is better for rsnet), computed run by run"
         f" between measurements of the same round, median (min–max). MB/s counts payload bytes only.",
