@@ -447,14 +447,14 @@ def _bars(
     ax.legend(loc="lower right", fontsize=7)
 
 
-def _row_labels(ax: Any, entries: list[dict[str, Any]]) -> None:
+def _row_labels(ax: Any, entries: list[dict[str, Any]], room: float = 2.5) -> None:
     """Wrapped row titles on the y axis, log x axis with room on the right for the value labels."""
     ax.set_yticks(range(len(entries)))
     ax.set_yticklabels([textwrap.fill(f"{e['scenario']}: {e['title']}", 50) for e in entries], fontsize=7)
     ax.invert_yaxis()
     ax.set_xscale("log")
     low, high = ax.get_xlim()
-    ax.set_xlim(low, high * 2.5)
+    ax.set_xlim(low, high * room)
     ax.grid(axis="x", which="both", alpha=0.25)
 
 
@@ -490,9 +490,9 @@ def _percentiles(ax: Any, entries: list[dict[str, Any]], systems: list[str]) -> 
             for value, _, marker in points:
                 ax.plot([value], [y], marker=marker, color=COLORS.get(system), markersize=5)
             ax.text(points[-1][0] * 1.15, y, " / ".join(duration(p[0]) for p in points), va="center", fontsize=6)
-    _row_labels(ax, entries)
+    _row_labels(ax, entries, room=12)
     ax.set_xlabel("latency, µs (log scale; ● p50, ■ p99, ▲ p99.9, medians over runs)")
-    ax.legend(loc="lower right", fontsize=7)
+    ax.legend(loc="lower left", fontsize=7)
 
 
 def chart(document: dict[str, Any], path: str) -> bool:

@@ -175,7 +175,7 @@ def build(quick: bool) -> list[Row]:
                 kind="first_item",
                 transport=transport,
                 params={"iterations": 50 if q else 2_000, "size": 16},
-                metrics=(P50, P99),
+                metrics=(P50, P99, P999),
                 chart=False,
             )
         )
