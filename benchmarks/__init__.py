@@ -10,13 +10,13 @@ Every measurement starts a fresh server process and a separate client process ov
 - ``rsocket-py``: the ``rsocket`` package from PyPI, the RSocket implementation for Python;
 - ``ceiling``: a minimal trio program that sends pre-framed msgpack frames with batched writes,
   so rsnet / ceiling shows how much room is left;
-- ``rsnet-broker``: scenarios 5 and 6, rsnet's broker: one producer fanned out to 1, 10 and 100
+- ``rsnet-broker``: scenarios 5 and 7, rsnet's broker: one producer fanned out to 1, 10 and 100
   subscribers, in memory and durable under each fsync policy; acknowledged publishing, replay,
   publish -> subscriber latency;
-- ``jetstream``: scenario 6, NATS JetStream (``nats-server``, Debian's package) driven by
+- ``jetstream``: scenario 7, NATS JetStream (``nats-server``, Debian's package) driven by
   nats-py: the broker a Python application would pick instead, on the same rows.
 
-Scenario 7 opens 10,000 connections to one server, each with a live stream, and reads the
+Scenario 8 opens 10,000 connections to one server, each with a live stream, and reads the
 server's memory per connection (RSS, and tracemalloc in a traced row).
 
 The scenarios are in :mod:`benchmarks.scenarios`; the suite (:mod:`benchmarks.suite`) runs

@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
         description=profile.__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    flame.add_argument("row", metavar="ROW", help="a row id, e.g. s1-16-tcp, s5-memory-100, s7-live-10000")
+    flame.add_argument("row", metavar="ROW", help="a row id, e.g. s1-16-tcp, s5-memory-100, s8-live-10000")
     flame.add_argument("--system", default=None, help="which system of the row (default: rsnet's)")
     flame.add_argument("--quick", action="store_true", help="the row's --quick sizes")
     flame.add_argument("--rate", type=int, default=250, help="py-spy samples per second (default 250)")

@@ -16,7 +16,7 @@ PACKAGES = ("rsnet", "trio", "msgpack", "websockets", "rsocket", "aiohttp", "mat
 
 
 def _nats_server() -> str | None:
-    """The version of the ``nats-server`` scenario 6 runs, or None if it is not installed."""
+    """The version of the ``nats-server`` scenario 7 runs, or None if it is not installed."""
     from .systems.jetstream import server_binary
 
     binary = server_binary()
@@ -60,6 +60,16 @@ def _git(*args: str) -> str:
         return ""
 
 
+def _node() -> str | None:
+    """Node's version (for the JavaScript client's scenario), or None without node."""
+    try:
+        return subprocess.run(
+            ["node", "--version"], capture_output=True, text=True, timeout=10, check=True
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
 def describe(command: str) -> dict[str, Any]:
     versions = {}
     for name in PACKAGES:
@@ -78,6 +88,7 @@ def describe(command: str) -> dict[str, Any]:
         "os": f"{platform.system()} {platform.release()}",
         "python": f"{platform.python_implementation()} {platform.python_version()}",
         "executable": sys.executable,
+        "node": _node(),
         "packages": versions,
         "tools": {"nats-server": _nats_server()},
         "commit": commit + (" (with uncommitted changes)" if dirty else ""),

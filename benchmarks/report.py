@@ -19,6 +19,7 @@ COLORS = {
     "rsnet": "#1f77b4",
     "rsocket-py": "#d62728",
     "ceiling": "#7f7f7f",
+    "rsnet-js": "#ff7f0e",
     "rsnet-broker": "#2ca02c",
     "jetstream": "#9467bd",
 }
@@ -28,8 +29,9 @@ SCENARIOS = {
     3: "Scenario 3: many streams, many connections",
     4: "Scenario 4: slow consumer, memory",
     5: "Scenario 5: broker fan-out",
-    6: "Scenario 6: rsnet's broker against NATS JetStream",
-    7: "Scenario 7: connections at scale",
+    6: "Scenario 6: the JavaScript client in Node against the Python client",
+    7: "Scenario 7: rsnet's broker against NATS JetStream",
+    8: "Scenario 8: connections at scale",
 }
 LABELLED = {
     "p50_us",
@@ -127,14 +129,14 @@ def counts(entry: dict[str, Any]) -> str:
 
 
 def scenario_table(entries: list[dict[str, Any]], systems: list[str], runs: int) -> list[str]:
-    mine = next((s for s in ("rsnet", "rsnet-broker") if s in systems), None)
-    peers = [s for s in systems if s != mine]
-    head = ["", "N", *systems, *(f"{mine} vs {p}" for p in peers if mine)]
+    subject = entries[0].get("subject", "rsnet")  # whose advantage the ratios are (one per scenario)
+    peers = [s for s in systems if s != subject]
+    head = ["", "N", *systems, *(f"{subject} vs {p}" for p in peers if subject in systems)]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for entry in entries:
         cells = [entry["title"], counts(entry)]
         cells += [cell(entry["systems"].get(s), entry["metrics"], runs) for s in systems]
-        if mine:
+        if subject in systems:
             cells += [ratio_cell(entry.get("ratios", {}).get(p)) for p in peers]
         lines.append("| " + " | ".join(cells) + " |")
     return lines
@@ -264,7 +266,16 @@ def targets(document: dict[str, Any]) -> list[str]:
             verdict(drift[0], ok),
         )
     )
-    lines = ["| target (issue 6) | measured | |", "|---|---|---|"]
+    for transport, name in (("tcp", "TCP"), ("ws", "WebSocket")):
+        r = ratio_of(find(document, f"s6-js-16-{transport}"), "rsnet")
+        rows.append(
+            (
+                f"6, {name}, 16 B: the Node client >= the Python client (issue 11)",
+                f"{r:.2f}x" if r else "–",
+                verdict(r, r and r >= 1),
+            )
+        )
+    lines = ["| target (issue 6 unless said) | measured | |", "|---|---|---|"]
     lines += [f"| {a} | {b} | {c} |" for a, b, c in rows]
     return lines
 
@@ -352,7 +363,7 @@ def targets_13(document: dict[str, Any]) -> list[str]:
         run_values(fan_memory, "rsnet-broker", "deliveries_per_s"),
     )
     check("3. fan-out 1 -> 100, durable fsync interval ÷ in memory", r, ">= 0.8x", lambda v: v >= 0.8)
-    live = find_prefix(document, "s7-live-", exclude="traced")
+    live = find_prefix(document, "s8-live-", exclude="traced")
     if live is not None:
         wanted = int(live["id"].split("-")[2])
         served = run_values(live, "rsnet", "served")
@@ -394,7 +405,7 @@ def targets_13(document: dict[str, Any]) -> list[str]:
             run_values(find(document, f"s1-{size}-tcp"), "rsnet", "items_per_s"),
         )
         check(f"5. WebSocket ÷ TCP throughput, {label}", r, ">= 0.9x", lambda v: v >= 0.9)
-    for entry in (e for e in document["rows"] if e["scenario"] == 6):
+    for entry in (e for e in document["rows"] if e["scenario"] == 7):
         stats = entry.get("ratios", {}).get("jetstream")
         if entry["kind"] == "latency":
             p50 = run_ratio(run_values(entry, "jetstream", "p50_us"), run_values(entry, "rsnet-broker", "p50_us"))
@@ -497,7 +508,7 @@ def _percentiles(ax: Any, entries: list[dict[str, Any]], systems: list[str]) -> 
 
 def chart(document: dict[str, Any], path: str) -> bool:
     """One PNG, up to three panels: items/s per row and system (scenarios 1-3), rsnet's broker
-    against JetStream (scenario 6's rates), and latency percentiles (p50/p99/p99.9)."""
+    against JetStream (scenario 7's rates), and latency percentiles (p50/p99/p99.9)."""
     try:
         import matplotlib
 
@@ -514,7 +525,7 @@ def chart(document: dict[str, Any], path: str) -> bool:
         ]
 
     throughput = measured([e for e in document["rows"] if e["chart"]], "items_per_s")
-    brokers = measured([e for e in document["rows"] if e["scenario"] == 6 and e["kind"] != "latency"])
+    brokers = measured([e for e in document["rows"] if e["scenario"] == 7 and e["kind"] != "latency"])
     latency = measured([e for e in document["rows"] if any(m["key"] == "p50_us" for m in e["metrics"])], "p50_us")
     panels = [
         (n, entries)
@@ -591,11 +602,11 @@ def memory_chart(document: dict[str, Any], path: str) -> bool:
 def jetstream_section(
     document: dict[str, Any], present: Callable[[list[dict[str, Any]]], list[str]], runs: int
 ) -> list[str]:
-    entries = [e for e in document["rows"] if e["scenario"] == 6 and e["systems"]]
+    entries = [e for e in document["rows"] if e["scenario"] == 7 and e["systems"]]
     if not entries:
         return []
     lines = [
-        f"## {SCENARIOS[6]}",
+        f"## {SCENARIOS[7]}",
         "",
         "The broker a Python application would otherwise pick: NATS JetStream (`nats-server` with JetStream,"
         " file storage in a fresh directory, one server, 127.0.0.1), driven by **nats-py** on asyncio, against"
@@ -642,11 +653,11 @@ def jetstream_section(
 def connections_section(
     document: dict[str, Any], present: Callable[[list[dict[str, Any]]], list[str]], runs: int
 ) -> list[str]:
-    entries = [e for e in document["rows"] if e["scenario"] == 7 and e["systems"]]
+    entries = [e for e in document["rows"] if e["scenario"] == 8 and e["systems"]]
     if not entries:
         return []
     lines = [
-        f"## {SCENARIOS[7]}",
+        f"## {SCENARIOS[8]}",
         "",
         "One server process; one client process opens the connections (at most 200 in their handshake at"
         " once) and on each subscribes to a stream of 2 items with demand 1. Once every connection has its"
@@ -706,7 +717,7 @@ def write(document: dict[str, Any], out_dir: str) -> str:
         f"- **Python**: {meta['python']}; {pkgs}",
         f"- **Commit**: {meta['commit'] or 'unknown'}",
         f"- **Method**: every measurement starts a fresh server process and a separate client process on"
-        f" 127.0.0.1; {config['runs']} run(s) per row (scenario 4 and the traced row of scenario 7: one), taken round-robin over rows and systems;"
+        f" 127.0.0.1; {config['runs']} run(s) per row (scenario 4 and the traced row of scenario 8: one), taken round-robin over rows and systems;"
         f" cells show the median and (min–max); \"rsnet vs X\" is rsnet's advantage over X on the row's first"
         f" metric (rate ÷ rate, or time ÷ time inverted; above 1 is better for rsnet), computed run by run"
         f" between measurements of the same round, median (min–max). MB/s counts payload bytes only.",
@@ -715,8 +726,10 @@ def write(document: dict[str, Any], out_dir: str) -> str:
         " `StreamFromGenerator` with the same demand policy; its round trip is `request_response`);"
         " **ceiling** (a minimal trio program: msgpack frames packed by one reused Packer into batched"
         " 64 KiB writes, decoded by msgpack's `Unpacker`, no handshake or protocol logic, the client's"
-        " whole demand granted up front); **rsnet-broker** (scenarios 5 and 6: rsnet's broker, in memory and"
-        " durable under each fsync policy); **jetstream** (scenario 6: NATS JetStream, `nats-server`"
+        " whole demand granted up front); **rsnet-broker** (scenarios 5 and 7: rsnet's broker, in memory and"
+        " durable under each fsync policy); **rsnet-js** (scenario 6: rsnet's JavaScript client, `client/js`,"
+        " in Node, `for await` over `conn.subscribe(..., {prefetch: 4096})`, against rsnet's Python server);"
+        " **jetstream** (scenario 7: NATS JetStream, `nats-server`"
         f" {meta.get('tools', {}).get('nats-server') or '(not installed)'} from Debian, driven by nats-py).",
         "",
     ]
@@ -770,6 +783,22 @@ def write(document: dict[str, Any], out_dir: str) -> str:
             *scenario_table(fanout, present(fanout), config["runs"]),
             "",
             *cpu_table(fanout, present(fanout), per="delivery"),
+        ]
+    js = [e for e in document["rows"] if e["scenario"] == 6 and e["systems"]]
+    if js:
+        lines += [
+            f"## {SCENARIOS[6]}",
+            "",
+            "The same server (rsnet's, as in scenario 1) read by the Python client (`rsnet`) and by the"
+            f" JavaScript one in Node {document['meta'].get('node') or ''} (`rsnet-js`), each in its own"
+            " process, one after the other in every round; neither is warmed up before the clock starts."
+            " Node runs as a plain program (`node benchmarks/systems/rsnet_js.mjs`), not under `node --test`,"
+            ' whose async hooks make every await 3-4x dearer. "rsnet-js vs rsnet" is the Node client\'s rate'
+            " ÷ the Python client's, run by run.",
+            "",
+            *scenario_table(js, present(js), config["runs"]),
+            "",
+            *cpu_table(js, present(js)),
         ]
     lines.append("")
     lines += jetstream_section(document, present, config["runs"])

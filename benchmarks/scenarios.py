@@ -1,4 +1,4 @@
-"""The scenarios of issue 6, as rows: one row is one thing measured on every system.
+"""The scenarios of issues 6, 11 and 13, as rows: one row is one thing measured on every system.
 
 A row has a client ``kind`` (what the client process does, see :mod:`benchmarks.systems`),
 a transport, its parameters (full and ``--quick`` sizes), and how its raw result becomes
@@ -8,20 +8,23 @@ are per second, and the count is printed next to each number.
 Kinds and their parameters:
 
 - ``stream``: one stream of ``count`` items of ``size`` bytes, ``prefetch`` demand window
-  (the ceiling grants everything up front); ``pace`` > 0 makes a slow consumer (items/s).
+  (None: rsnet's default, adaptive demand; the ceiling grants everything up front); ``pace`` > 0
+  makes a slow consumer (items/s).
 - ``stop_and_wait``: one stream, request(1) per item.
 - ``first_item``: ``iterations`` times: open a stream of one item, time to its item.
 - ``many_streams``: ``streams`` concurrent streams of ``items`` items on one connection.
 - ``many_connections``: ``connections`` concurrent connections, one stream of ``items`` each.
-- ``fanout`` (scenarios 5 and 6, brokers only): ``subscribers`` connections subscribed from
+- scenario 6 (``rsnet`` and ``rsnet-js``): ``stream`` again, read by the Python client and by the
+  Node one from the same server: the ratio is the Node client's advantage (``subject``).
+- ``fanout`` (scenarios 5 and 7, brokers only): ``subscribers`` connections subscribed from
   the earliest offset with ``prefetch``, one producer publishing ``count`` records of ``size``
   bytes to the broker; the broker's ``storage`` and ``fsync`` are server parameters.
-- ``publish`` (scenario 6): one producer publishes ``count`` records and waits for every
+- ``publish`` (scenario 7): one producer publishes ``count`` records and waits for every
   acknowledgement; ``replay``: ``count`` records stored first (not timed), one subscriber reads
   them all from the start; ``latency``: a producer paced at ``rate`` records/s for ``seconds``,
   one subscriber measuring publish -> delivery for every record. A latency row's ``rate`` is
   ``rate_from``: a fraction of the same system's rate in another row, in the same run.
-- ``live_connections`` (scenario 7): ``connections`` connections to one server, each with an open
+- ``live_connections`` (scenario 8): ``connections`` connections to one server, each with an open
   stream (demand 1, the first item received) at once; the client reads the server's memory
   (RSS from /proc, and tracemalloc's count when the server traces) before and with them all live.
 
@@ -39,6 +42,9 @@ from .systems import PEERS, broker
 
 PREFETCH = 4096
 """The "realistic prefetch" of issue 6: demand granted 4096 up front, then 3072 at a time."""
+
+MIB_ITEM = 1024 * 1024 - 64
+"""A "1 MiB" item: as large as fits one frame under the default max_frame_size."""
 
 
 @dataclass(frozen=True)
@@ -91,6 +97,7 @@ class Row:
     chart: bool = True  # plotted as throughput (items/s)
     systems: tuple[str, ...] = PEERS
     rate_from: tuple[str, float] | None = None  # (row id, fraction): params["rate"] from that row, same run
+    subject: str = "rsnet"  # the ratios are its advantage over each other system of the row
 
     @property
     def primary(self) -> Metric:
@@ -139,19 +146,38 @@ def build(quick: bool) -> list[Row]:
                     metrics=(ITEMS_S, MB_S, CPU_SERVER, CPU_CLIENT),
                 )
             )
+    # Default against tuned demand (issue 13, target 2): prefetch None is what an application
+    # gets that never sets one (adaptive demand within a 4 MiB budget); the rows above are the
+    # tuned 4096. rsocket-py has no such default: it gets 256. The ceiling has no window to vary.
+    for transport, name in TRANSPORTS.items():
+        for size, label, fast_count in ((16, "16 B", 1_000_000), (1024, "1 KiB", 300_000)):
+            with_peer = size == 16 and transport == "tcp"
+            rows.append(
+                Row(
+                    id=f"s1-{size}-{transport}-default",
+                    scenario=1,
+                    title=f"one stream, {label} items, {name}, prefetch not set (rsnet's default"
+                    + ("; rsocket-py: 256)" if with_peer else ")"),
+                    kind="stream",
+                    transport=transport,
+                    params={"count": 20_000 if q else fast_count, "size": size, "prefetch": None},
+                    per_system={"rsocket-py": {"count": 2_000 if q else 50_000, "prefetch": 256}},
+                    metrics=(ITEMS_S, MB_S, CPU_SERVER, CPU_CLIENT),
+                    systems=("rsnet", "rsocket-py") if with_peer else ("rsnet",),
+                )
+            )
     rows.append(
         Row(
-            id="s1-16-tcp-default",
+            id="s1-1mib-tcp-default",
             scenario=1,
-            title="one stream, 16 B items, TCP, prefetch not set (rsnet's default; rsocket-py: 256)",
+            title="one stream, 1 MiB items, TCP, prefetch not set (rsnet's default): client memory",
             kind="stream",
             transport="tcp",
-            # prefetch None: rsnet's subscribe() gets no prefetch argument, as an application that
-            # never sets one (issue 13, target 2); rsocket-py has no such default, it gets 256.
-            params={"count": 20_000 if q else 1_000_000, "size": 16, "prefetch": None},
-            per_system={"rsocket-py": {"count": 2_000 if q else 50_000, "prefetch": 256}},
-            metrics=(ITEMS_S, MB_S, CPU_SERVER, CPU_CLIENT),
-            systems=("rsnet", "rsocket-py"),  # the ceiling has no demand window to vary
+            # 1 MiB less 64 bytes: an item and its frame fit the default max_frame_size (1 MiB).
+            params={"count": 20 if q else 300, "size": MIB_ITEM, "prefetch": None},
+            metrics=(ITEMS_S, MB_S, CLIENT_PEAK, CPU_CLIENT),
+            systems=("rsnet",),
+            chart=False,
         )
     )
     for transport, name in TRANSPORTS.items():
@@ -221,6 +247,20 @@ def build(quick: bool) -> list[Row]:
         )
     )
     rows += broker_rows(quick)
+    for transport, name in TRANSPORTS.items():
+        rows.append(
+            Row(
+                id=f"s6-js-16-{transport}",
+                scenario=6,
+                title=f"one stream, 16 B items, {name}: Node client vs Python client",
+                kind="stream",
+                transport=transport,
+                params={"count": 20_000 if q else 1_000_000, "size": 16, "prefetch": PREFETCH},
+                metrics=(ITEMS_S, MB_S, CPU_SERVER, CPU_CLIENT),
+                systems=("rsnet", "rsnet-js"),
+                subject="rsnet-js",
+            )
+        )
     rows += jetstream_rows(quick)
     rows += connection_rows(quick)
     if quick:
@@ -276,7 +316,7 @@ def select(rows: list[Row], only: list[str]) -> list[Row]:
 
 
 RECORD = 100
-"""Bytes per record in scenario 6 (rsnet's broker against JetStream)."""
+"""Bytes per record in scenario 7 (rsnet's broker against JetStream)."""
 
 JETSTREAM_COUNTS = {
     # row: (rsnet-broker records, jetstream records, --quick records): a second or a few per run.
@@ -298,7 +338,7 @@ POLICIES = {
 
 
 def jetstream_rows(quick: bool) -> list[Row]:
-    """Scenario 6: rsnet's broker (durable topics) against NATS JetStream (file storage), 100 B records.
+    """Scenario 7: rsnet's broker (durable topics) against NATS JetStream (file storage), 100 B records.
 
     Every row names rsnet's fsync policy; JetStream's acknowledgement is the same in every row
     (written to its file store, not fsynced: see :mod:`benchmarks.systems.jetstream`), which is
@@ -314,7 +354,8 @@ def jetstream_rows(quick: bool) -> list[Row]:
     def broker_row(id: str, title: str, kind: str, fsync: str, params: dict[str, Any], **more: Any) -> Row:
         return Row(
             id=id,
-            scenario=6,
+            scenario=7,
+            subject="rsnet-broker",
             title=title,
             kind=kind,
             transport="tcp",
@@ -330,7 +371,7 @@ def jetstream_rows(quick: bool) -> list[Row]:
         params, per_system = counts("publish")
         rows.append(
             broker_row(
-                f"s6-publish-{fsync}",
+                f"s7-publish-{fsync}",
                 f"publish with acknowledgement, 1 producer, rsnet {POLICIES[fsync]}",
                 "publish",
                 fsync,
@@ -343,7 +384,7 @@ def jetstream_rows(quick: bool) -> list[Row]:
         params, per_system = counts(subscribers)
         rows.append(
             broker_row(
-                f"s6-fanout-{subscribers}" + ("" if fsync == "always" else f"-{fsync}"),
+                f"s7-fanout-{subscribers}" + ("" if fsync == "always" else f"-{fsync}"),
                 f"1 producer to {subscribers} subscriber{'s' if subscribers > 1 else ''}, rsnet {POLICIES[fsync]}",
                 "fanout",
                 fsync,
@@ -355,7 +396,7 @@ def jetstream_rows(quick: bool) -> list[Row]:
     params, per_system = counts("replay")
     rows.append(
         broker_row(
-            "s6-replay",
+            "s7-replay",
             f"replay {params['count']:,} stored records to 1 subscriber",
             "replay",
             "never",  # only the filling (not timed) depends on it
@@ -368,14 +409,14 @@ def jetstream_rows(quick: bool) -> list[Row]:
     for fsync in ("always", "interval"):
         rows.append(
             broker_row(
-                f"s6-latency-{fsync}",
+                f"s7-latency-{fsync}",
                 f"latency publish -> subscriber at half the max rate, rsnet {POLICIES[fsync]}",
                 "latency",
                 fsync,
                 {"seconds": LATENCY_SECONDS[1] if q else LATENCY_SECONDS[0]},
                 # The max rate of a producer with one subscriber (publishing alone is faster, and
                 # half of that can be more than the pair sustains: the backlog would be measured).
-                rate_from=("s6-fanout-1" + ("" if fsync == "always" else f"-{fsync}"), 0.5),
+                rate_from=("s7-fanout-1" + ("" if fsync == "always" else f"-{fsync}"), 0.5),
                 metrics=(P99, P50, P999, RECORDS_S, CPU_SERVER, CPU_CLIENT),
             )
         )
@@ -383,12 +424,12 @@ def jetstream_rows(quick: bool) -> list[Row]:
 
 
 LIVE_CONNECTIONS = (10_000, 200)
-"""Scenario 7's connections (full, --quick): issue 13's "10,000 concurrent connections"."""
+"""Scenario 8's connections (full, --quick): issue 13's "10,000 concurrent connections"."""
 TRACED_CONNECTIONS = (1_000, 50)
 
 
 def connection_rows(quick: bool) -> list[Row]:
-    """Scenario 7: connections at scale, one server process, each connection with a live stream."""
+    """Scenario 8: connections at scale, one server process, each connection with a live stream."""
     rows = []
     for n, traced in (
         (LIVE_CONNECTIONS[1] if quick else LIVE_CONNECTIONS[0], False),
@@ -396,8 +437,8 @@ def connection_rows(quick: bool) -> list[Row]:
     ):
         rows.append(
             Row(
-                id=f"s7-live-{n}" + ("-traced" if traced else ""),
-                scenario=7,
+                id=f"s8-live-{n}" + ("-traced" if traced else ""),
+                scenario=8,
                 title=f"{n:,} connections, each with a live stream, one server"
                 + (" (server under tracemalloc)" if traced else ""),
                 kind="live_connections",

@@ -8,17 +8,23 @@ A real ``rsnet broker`` process (durable topics, fsync interval) runs behind a f
 proxy (tests/faults/proxy.py) that resets every connection through it every ``--cut-every``
 seconds. Producers publish paced records with the idempotent producer and resume from their
 last acknowledgement after each cut; followers (``rsnet.broker.client.follow``) resume after
-their last offset. Every ``--sample`` seconds it prints the broker's RSS and open file
+their last offset. Every ``--sample`` seconds it prints the broker's RSS (and the part of it
+in glibc's brk heap, ``[heap]`` in smaps, where allocator fragmentation shows), its open file
 descriptors and each follower's lag; at the end it checks that every follower saw every record
 exactly once, in order, and reports whether RSS, fds and lag stayed flat (last minute vs first).
+``--pad`` sets the bytes of padding per record (64): large records mean large frames and
+buffers, the allocations that fragment a heap. The broker's stderr is read throughout (a full
+pipe would stall it) and its last lines are printed at the end.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -39,8 +45,31 @@ def _rss_mib(pid: int) -> float:
     return float("nan")
 
 
+def _heap_mib(pid: int) -> float:
+    """Resident MiB of the process's brk heap (``[heap]`` in smaps): glibc's main arena."""
+    resident = 0
+    in_heap = False
+    with open(f"/proc/{pid}/smaps") as smaps:
+        for line in smaps:
+            key = line.split(None, 1)[0]
+            if not key.endswith(":"):  # a mapping's first line: addresses, permissions, ..., name
+                in_heap = line.rstrip().endswith("[heap]")
+            elif in_heap and key == "Rss:":
+                resident += int(line.split()[1])
+    return resident / 1024
+
+
 def _fds(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+async def _read_stderr(broker: trio.Process, lines: collections.deque[str]) -> None:
+    """Keep reading the broker's stderr (it must never block on a full pipe); keep the last lines."""
+    assert broker.stderr is not None
+    pending = b""
+    while data := await broker.stderr.receive_some(65536):
+        *whole, pending = (pending + data).split(b"\n")
+        lines.extend(line.decode(errors="replace") for line in whole)
 
 
 async def _start_broker(data_dir: str) -> tuple[trio.Process, int]:
@@ -77,6 +106,8 @@ async def soak(args: argparse.Namespace) -> int:
     seen: list[list[int]] = [[] for _ in range(args.followers)]
     problems: list[str] = []
     samples: list[dict] = []
+    log_lines: collections.deque[str] = collections.deque(maxlen=20)
+    pad = "x" * args.pad
     started = time.monotonic()
     deadline = started + args.seconds
 
@@ -90,8 +121,8 @@ async def soak(args: argparse.Namespace) -> int:
                 for value in range(start, 10**12):
                     if time.monotonic() >= deadline:
                         return
-                    yield {"n": value, "pad": "x" * 64}
-                    produced[index] = value + 1
+                    yield {"n": value, "pad": pad}
+                    produced[index] = max(produced[index], value + 1)  # a resume may go back
                     if value % 50 == 0:
                         await trio.sleep(50 / args.rate)
 
@@ -123,12 +154,14 @@ async def soak(args: argparse.Namespace) -> int:
         for index in range(args.followers):
             nursery.start_soon(consume, index)
         nursery.start_soon(cut)
+        nursery.start_soon(_read_stderr, broker, log_lines)
         while time.monotonic() < deadline + 5:
             await trio.sleep(args.sample)
             lag = [produced[i % args.producers] - len(seen[i]) for i in range(args.followers)]
             sample = {
                 "t": round(time.monotonic() - started),
                 "rss_mib": round(_rss_mib(broker.pid), 1),
+                "heap_mib": round(_heap_mib(broker.pid), 1),
                 "fds": _fds(broker.pid),
                 "produced": sum(produced),
                 "max_lag": max(lag),
@@ -140,6 +173,7 @@ async def soak(args: argparse.Namespace) -> int:
 
     broker.terminate()
     await broker.wait()
+    shutil.rmtree(data_dir, ignore_errors=True)  # hundreds of MB after ten minutes
     for index, values in enumerate(seen):
         total = produced[index % args.producers]
         if values != list(range(len(values))) or len(values) < total:
@@ -154,6 +188,8 @@ async def soak(args: argparse.Namespace) -> int:
         "cuts": samples[-1]["cuts"],
         "rss_mib_first_minute": max(s["rss_mib"] for s in first),
         "rss_mib_last_minute": max(s["rss_mib"] for s in last),
+        "heap_mib_first_minute": max(s["heap_mib"] for s in first),
+        "heap_mib_last_minute": max(s["heap_mib"] for s in last),
         "fds_first_minute": max(s["fds"] for s in first),
         "fds_last_minute": max(s["fds"] for s in last),
         "max_lag_first_minute": max(s["max_lag"] for s in first),
@@ -161,6 +197,8 @@ async def soak(args: argparse.Namespace) -> int:
         "exactly_once_in_order": not problems,
     }
     print(json.dumps(summary, indent=1))
+    for line in log_lines:
+        print("broker:", line, file=sys.stderr)
     for problem in problems:
         print("PROBLEM:", problem, file=sys.stderr)
     return 1 if problems else 0
@@ -172,6 +210,7 @@ def main() -> int:
     parser.add_argument("--producers", type=int, default=2)
     parser.add_argument("--followers", type=int, default=4)
     parser.add_argument("--rate", type=float, default=2000, help="records/s per producer")
+    parser.add_argument("--pad", type=int, default=64, help="bytes of padding in each record")
     parser.add_argument("--cut-every", type=float, default=2.0, help="seconds between connection resets")
     parser.add_argument("--sample", type=float, default=10.0, help="seconds between samples")
     return trio.run(soak, parser.parse_args())

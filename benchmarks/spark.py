@@ -135,9 +135,9 @@ def run(records: int, runs: int, work: pathlib.Path) -> dict[str, Any]:
         def deliver(build: bool) -> None:
             batches = RecordBatches(spark_schema) if build else None
             with rsnet.sync.connect(url) as client:
-                for chunk in blocking.read_range(client, "bench.readings", 0, records):
+                for chunk in blocking.read_range(client, "bench.readings", 0, records, arrays=True):
                     if batches is not None:
-                        batches.build(chunk)
+                        batches.build("bench.readings", chunk)
 
         spark = session()
         from pyspark.sql import functions as F

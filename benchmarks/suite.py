@@ -17,7 +17,7 @@ from . import scenarios
 from .report import number
 from .runner import MeasurementError, measure
 from .scenarios import Row
-from .systems import broker, jetstream
+from .systems import broker, jetstream, rsnet_js
 
 Progress = Callable[[str], None]
 
@@ -69,10 +69,14 @@ def run_suite(
         | {("rsnet-broker", transport): rsnet_unavailable() or broker.unavailable() for transport in ("tcp", "ws")}
         | {("jetstream", "tcp"): jetstream.unavailable()}
     )
+    if "rsnet-js" in systems and any("rsnet-js" in row.systems for row in rows):
+        js = rsnet_unavailable() or rsnet_js.unavailable()  # compiles client/js first if needed
+        unavailable |= {("rsnet-js", transport): js for transport in ("tcp", "ws")}
     table: list[dict[str, Any]] = []
     for row in rows:
         entry: dict[str, Any] = {
             "id": row.id,
+            "subject": row.subject,
             "scenario": row.scenario,
             "title": row.title,
             "kind": row.kind,
@@ -166,22 +170,17 @@ def paced_rate(row: Row, system: str, run: int, primary: dict[tuple[str, str, in
     return reached * fraction
 
 
-def mine_of(entry: dict[str, Any]) -> str | None:
-    """The rsnet system of a row (``rsnet``, or ``rsnet-broker`` in the broker rows)."""
-    return next((s for s in ("rsnet", "rsnet-broker") if s in entry["systems"]), None)
-
-
 def ratios(row: Row, entry: dict[str, Any]) -> dict[str, Any]:
-    """rsnet's advantage over each other system on the primary metric, run by run."""
+    """The row's subject's (rsnet's, mostly) advantage over each other system on the primary
+    metric, run by run."""
     key = row.primary.key
-    me = mine_of(entry)
-    mine = entry["systems"].get(me) if me else None
+    mine = entry["systems"].get(row.subject)
     if not mine:
         return {}
     by_run = {r["run"]: r["metrics"].get(key) for r in mine["runs"] if "metrics" in r}
     out = {}
     for system, record in entry["systems"].items():
-        if system == me:
+        if system == row.subject:
             continue
         values = [
             advantage(row, by_run[r["run"]], r["metrics"].get(key))

@@ -12,10 +12,12 @@ lives here, free of I/O and of any event loop, so they cannot drift apart (as we
 - :class:`Keepalive`: when to PING and when the server counts as dead, as a pure timer;
 - :func:`close_connection`: the close policy (GO_AWAY when idle, CONN_ERROR GOING_AWAY when
   streams are still open);
-- :class:`Refill`: the prefetch refill rule of an iterating subscriber;
+- :func:`demand_policy`: what an iterating subscriber requests and when: adaptive demand
+  within a byte budget by default (:class:`AdaptiveDemand`), a fixed ``prefetch`` on request
+  (:class:`Refill`);
 - :func:`connection_lost`: how the end of a connection is reported;
 - :func:`stream_params`: publisher parameters are one mapping;
-- and one copy of each constant (:data:`SCHEMES`, :data:`DEFAULT_PREFETCH`,
+- and one copy of each constant (:data:`SCHEMES`, :data:`DEFAULT_BUDGET`,
   :data:`FLUSH_TIMEOUT`).
 
 Units: seconds (float) in the Python API; milliseconds only inside the protocol.
@@ -27,8 +29,9 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import math
 import urllib.parse
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from .errors import ConnectionLost, HandshakeError, StreamError
@@ -45,9 +48,6 @@ from .protocol import (
 
 SCHEMES = ("tcp", "tls", "ws", "wss")
 """URL schemes a client dials: TCP, TLS over TCP, WebSocket, WebSocket over TLS."""
-
-DEFAULT_PREFETCH = 256
-"""Items an iterating subscriber requests up front when the caller does not say."""
 
 FLUSH_TIMEOUT = 1.0
 """Seconds a closing client waits for its last frames to leave and for the server to close."""
@@ -258,7 +258,7 @@ def stream_params(params: Mapping[str, Any] | None) -> dict[str, Any] | None:
 def check_prefetch(prefetch: int) -> int:
     """``prefetch`` if usable (a positive int, capped at 2^63-1); ValueError otherwise."""
     if type(prefetch) is not int or prefetch < 1:
-        raise ValueError(f"prefetch must be a positive int, got {prefetch!r}")
+        raise ValueError(f"prefetch must be a positive int or None (adaptive), got {prefetch!r}")
     return min(prefetch, MAX_INT)
 
 
@@ -269,12 +269,28 @@ def check_limit(limit: int) -> int:
     return limit
 
 
+def check_budget(budget: int) -> int:
+    """``budget`` (bytes) if usable: a positive int; ValueError otherwise."""
+    if type(budget) is not int or budget < 1:
+        raise ValueError(f"budget must be a positive int (bytes), got {budget!r}")
+    return budget
+
+
 class Refill:
-    """The prefetch refill rule: request ``prefetch`` up front, then ``prefetch - prefetch // 4``
-    each time that many items were consumed (one REQUEST per batch, never per item).
+    """The fixed prefetch rule (``subscribe(prefetch=N)``): request ``prefetch`` up front, then
+    ``prefetch - prefetch // 4`` each time that many items were consumed (one REQUEST per
+    batch, never per item). Item sizes and waits play no part.
 
     With ``limit``, the total requested never exceeds ``limit`` (exact demand for a known
-    count: nothing beyond it is ever sent), and :attr:`initial` is capped likewise."""
+    count: nothing beyond it is ever sent), and :attr:`initial` is capped likewise.
+
+    The driver's side, the same for :class:`AdaptiveDemand`: send :attr:`initial` with the
+    SUBSCRIBE; call :meth:`consumed` as the consumer takes items and request what it returns;
+    report each batch of items as it arrives (:meth:`received`) and each time the consumer
+    finds nothing buffered and has to wait (:meth:`starved`); :meth:`until_due` says how many
+    items may be taken before :meth:`consumed` can return demand (a driver that counts items
+    in runs, as the trio iterator does, ends each run there).
+    """
 
     __slots__ = ("_consumed", "_unrequested", "batch", "initial", "prefetch")
 
@@ -295,3 +311,221 @@ class Refill:
         wanted = min(refills * self.batch, self._unrequested)
         self._unrequested -= wanted
         return wanted
+
+    def until_due(self) -> int:
+        """Items that may be consumed before :meth:`consumed` can return demand."""
+        return max(0, self.batch - self._consumed) if self._unrequested else MAX_INT
+
+    def received(self, count: int, nbytes: int) -> None:
+        """Items arrived (``nbytes`` on the wire): a fixed window does not care."""
+
+    def starved(self) -> None:
+        """The consumer waits for items: a fixed window does not care."""
+
+
+DEFAULT_BUDGET = 4 * 1024 * 1024
+"""Bytes (as encoded on the wire) that a stream with adaptive demand may have requested and not
+yet consumed: in flight and buffered together."""
+
+INITIAL_WINDOW = 256
+"""Items an adaptive window starts at (the fixed default of earlier versions), once the byte
+budget allows it (see :class:`AdaptiveDemand`)."""
+
+MIN_WINDOW = 4
+"""Items an adaptive window shrinks to at the least (fewer only where the byte budget says so)."""
+
+MAX_WINDOW = 16384
+"""Items an adaptive window grows to at the most, however small the items: decoded Python
+objects take several times their wire size (a 16-byte item is a ~50-byte ``bytes``)."""
+
+HEADROOM = 8
+"""A window of HEADROOM x (items consumed per second) x (round trip) is enough: demand is
+topped up when a quarter of the window is left, and that quarter must last a round trip
+(4x), with a margin of 2x."""
+
+
+class AdaptiveDemand:
+    """Adaptive demand, the default of an iterating subscriber: a window of outstanding items
+    (requested and not yet consumed) that grows while the consumer keeps up and the round trip
+    dominates, shrinks for a slow consumer, and never holds more than ``budget`` bytes by the
+    item sizes measured so far. The spirit is TCP's receive-window auto-tuning; it is client
+    policy only: what goes on the wire is ordinary REQUEST frames.
+
+    - **Top-up**: once the outstanding items fall to a quarter of the window, request what
+      brings them back to the window (one REQUEST per three quarters of a window, as
+      :class:`Refill`). Each top-up is a decision point for the window:
+    - **grow**: the consumer had to wait for items since the last decision (:meth:`starved`):
+      the window doubles (up to :data:`MAX_WINDOW` and the byte budget). A slow publisher makes
+      its consumer wait too, and gets a large window it does not fill: harmless, as TCP's
+      window for a receiver that keeps up, since the budget still bounds what a burst can bring;
+    - **shrink**: it never waited, and a window of ``HEADROOM x rate x rtt`` (the items it
+      consumed per second since the last decision, the round trip measured as below) is under
+      half the window: the window becomes that (at least :data:`MIN_WINDOW`);
+    - **bytes**: the window never exceeds ``budget // item_bytes``. ``item_bytes`` is the
+      size the items take on the wire (``Items.nbytes`` over the count, per batch received):
+      it follows a rise at once and a fall by an eighth per batch; until the first batch it
+      is ``max_item_bytes`` (the client's ``max_frame_size``, which no item can exceed), so
+      the first request is ``budget // max_item_bytes`` items (4 with the defaults) and grows
+      to :data:`INITIAL_WINDOW` when the first items show they are small.
+    - **round trip**: from a top-up to the arrival of the first item it made requestable
+      (the SUBSCRIBE counts too); the estimate is the smallest sample, allowed to rise by a
+      quarter per sample, so it follows a slower path without keeping an outlier.
+
+    With ``limit``, the total requested never exceeds it. ``clock`` is called (at decisions
+    and when a round-trip sample completes, never per item) for seconds from any origin.
+
+    The byte bound holds for the sizes seen: a stream whose items suddenly grow may briefly
+    hold its window (at most :data:`MAX_WINDOW` items) of the new size, until it has consumed
+    what was requested before it saw them.
+    """
+
+    __slots__ = (
+        "_clock",
+        "_consumed",
+        "_cycle_consumed",
+        "_cycle_start",
+        "_due_at",
+        "_measured",
+        "_probe_mark",
+        "_probe_sent",
+        "_received",
+        "_requested",
+        "_starved",
+        "_unrequested",
+        "budget",
+        "initial",
+        "item_bytes",
+        "rtt",
+        "window",
+    )
+
+    def __init__(
+        self,
+        clock: Callable[[], float],
+        *,
+        limit: int | None = None,
+        budget: int = DEFAULT_BUDGET,
+        max_item_bytes: int = DEFAULT_MAX_FRAME_SIZE,
+    ) -> None:
+        self._clock = clock
+        self.budget = check_budget(budget)
+        self.item_bytes = float(max(1, max_item_bytes))
+        """Wire bytes per item, as measured (until the first batch: the largest possible)."""
+        self._measured = False
+        self.window = INITIAL_WINDOW
+        """The target window in items, before the byte bound (:meth:`limit_window` applies it)."""
+        self.rtt: float | None = None
+        """The round-trip estimate in seconds, once measured."""
+        unrequested = MAX_INT if limit is None else check_limit(limit)
+        self.initial = min(self.limit_window(), unrequested)
+        self._unrequested = unrequested - self.initial
+        self._requested = self.initial
+        self._consumed = 0
+        self._received = 0
+        self._starved = False
+        now = clock()
+        self._cycle_start = now
+        self._cycle_consumed = 0
+        # A round-trip sample in progress: sent at ``_probe_sent`` (None: none), done when
+        # more than ``_probe_mark`` items have arrived.
+        self._probe_mark = 0
+        self._probe_sent: float | None = now if self.initial else None
+        self._due_at = 0
+        self._set_due()
+
+    def limit_window(self) -> int:
+        """The window in items now: the target, bounded by the byte budget."""
+        return min(self.window, self._byte_window())
+
+    def _byte_window(self) -> int:
+        """The most items the byte budget allows at the measured size (at least 1)."""
+        return max(1, int(self.budget // self.item_bytes))
+
+    def consumed(self, count: int = 1) -> int:
+        """``count`` more items were consumed: how many to request now (0 for none yet)."""
+        self._consumed += count
+        if self._consumed < self._due_at:
+            return 0
+        return self._decide()
+
+    def until_due(self) -> int:
+        """Items that may be consumed before :meth:`consumed` can return demand."""
+        return max(0, self._due_at - self._consumed)
+
+    def received(self, count: int, nbytes: int) -> None:
+        """``count`` items arrived, ``nbytes`` on the wire (0: not measured)."""
+        self._received += count
+        if nbytes > 0 and count > 0:
+            size = nbytes / count
+            if not self._measured or size > self.item_bytes:
+                self._measured = True
+                self.item_bytes = size
+            else:
+                self.item_bytes += (size - self.item_bytes) / 8
+            self._set_due()
+        if self._probe_sent is not None and self._received > self._probe_mark:
+            sample = self._clock() - self._probe_sent
+            self._probe_sent = None
+            self.rtt = sample if self.rtt is None else min(sample, self.rtt * 1.25)
+
+    def starved(self) -> None:
+        """The consumer found nothing buffered and waits for items."""
+        self._starved = True
+
+    def _decide(self) -> int:
+        if not self._unrequested:
+            self._due_at = MAX_INT
+            return 0
+        now = self._clock()
+        cap = self._byte_window()
+        window = min(self.window, cap)
+        if self._starved:
+            window = min(2 * window, MAX_WINDOW)
+        elif self.rtt is not None and now > self._cycle_start:
+            rate = (self._consumed - self._cycle_consumed) / (now - self._cycle_start)
+            target = max(MIN_WINDOW, math.ceil(HEADROOM * rate * self.rtt))
+            if 2 * target < window:
+                window = target
+        self.window = max(1, min(window, cap))
+        self._starved = False
+        self._cycle_start = now
+        self._cycle_consumed = self._consumed
+        wanted = min(self.limit_window() - (self._requested - self._consumed), self._unrequested)
+        if wanted > 0:
+            if self._probe_sent is None:
+                self._probe_mark = self._requested
+                self._probe_sent = now
+            self._requested += wanted
+            self._unrequested -= wanted
+        else:
+            wanted = 0
+        self._set_due()
+        return wanted
+
+    def _set_due(self) -> None:
+        """The consumed count at which the next top-up is due: a quarter of the window left."""
+        self._due_at = self._requested - self.limit_window() // 4 if self._unrequested else MAX_INT
+
+
+Demand = Refill | AdaptiveDemand
+"""What an iterating subscriber's driver holds: the two policies have the same methods."""
+
+
+def demand_policy(
+    clock: Callable[[], float],
+    *,
+    prefetch: int | None = None,
+    limit: int | None = None,
+    budget: int | None = None,
+    max_item_bytes: int = DEFAULT_MAX_FRAME_SIZE,
+) -> Demand:
+    """The demand policy of ``subscribe``: :class:`Refill` for an explicit ``prefetch``, else
+    :class:`AdaptiveDemand` within ``budget`` bytes (default :data:`DEFAULT_BUDGET`). A
+    ``budget`` with a ``prefetch`` is a ValueError: a fixed window is counted in items."""
+    if prefetch is not None:
+        if budget is not None:
+            raise ValueError("budget sizes the adaptive window: give it with prefetch=None, or give no budget")
+        return Refill(prefetch, limit)
+    return AdaptiveDemand(
+        clock, limit=limit, budget=DEFAULT_BUDGET if budget is None else budget, max_item_bytes=max_item_bytes
+    )

@@ -8,6 +8,8 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import pathlib
+import shutil
 import signal
 import subprocess
 import sys
@@ -64,11 +66,11 @@ def test_quick_run_measures_every_system(tmp_path):
 
     scenario_1 = [row for row in rows if row["scenario"] == 1]
     assert {"s1-16-tcp", "s1-1024-tcp", "s1-16-ws", "s1-1024-ws"} <= {row["id"] for row in scenario_1}
-    for system in ("rsnet", "rsocket-py", "ceiling"):
-        for row in scenario_1:
-            if row["id"] == "s1-16-tcp-default" and system == "ceiling":
-                continue  # the ceiling has no demand window to vary
-            assert measured(row["systems"][system], "items_per_s"), (row["id"], system, row["systems"].get(system))
+    for row in scenario_1:
+        if "-default" not in row["id"]:  # default-demand rows are rsnet's (and rsocket-py's 256)
+            assert {"rsnet", "rsocket-py", "ceiling"} <= set(row["systems"]), row["id"]
+        for system, record in row["systems"].items():
+            assert measured(record, "items_per_s"), (row["id"], system, record)
     ratios = next(row for row in scenario_1 if row["id"] == "s1-16-tcp")["ratios"]
     assert {"rsocket-py", "ceiling"} <= set(ratios)
 
@@ -87,21 +89,36 @@ def test_quick_run_measures_every_system(tmp_path):
         policies.add(row["id"].rsplit("-", 1)[0])
     assert policies == {"s5-memory", "s5-always", "s5-interval", "s5-never"}
 
+    # Scenario 6: the JavaScript client in Node against the Python client, on the same server.
     scenario_6 = {row["id"]: row for row in rows if row["scenario"] == 6}
-    assert set(scenario_6) == {
-        "s6-publish-always",
-        "s6-publish-interval",
-        "s6-publish-never",
-        "s6-fanout-1",
-        "s6-fanout-10",
-        "s6-fanout-100",
-        "s6-fanout-1-interval",
-        "s6-replay",
-        "s6-latency-always",
-        "s6-latency-interval",
+    assert set(scenario_6) == {"s6-js-16-tcp", "s6-js-16-ws"}
+    node_ready = shutil.which("node") and (pathlib.Path(ROOT) / "client" / "js" / "node_modules").is_dir()
+    for row in scenario_6.values():
+        assert set(row["systems"]) == {"rsnet", "rsnet-js"}
+        assert measured(row["systems"]["rsnet"], "items_per_s"), row
+        js = row["systems"]["rsnet-js"]
+        if node_ready:  # make test installs client/js's packages wherever npm is
+            assert measured(js, "items_per_s"), (row["id"], js)
+            assert all(run["raw"]["items"] == js["params"]["count"] for run in js["runs"])
+            assert set(row["ratios"]) == {"rsnet"}  # the Node client's rate over the Python client's
+        else:
+            assert js["status"] == "not available" and js["reason"], js
+
+    scenario_7 = {row["id"]: row for row in rows if row["scenario"] == 7}
+    assert set(scenario_7) == {
+        "s7-publish-always",
+        "s7-publish-interval",
+        "s7-publish-never",
+        "s7-fanout-1",
+        "s7-fanout-10",
+        "s7-fanout-100",
+        "s7-fanout-1-interval",
+        "s7-replay",
+        "s7-latency-always",
+        "s7-latency-interval",
     }
     jetstream = document["jetstream"]["reason"]
-    for row_id, row in scenario_6.items():
+    for row_id, row in scenario_7.items():
         assert set(row["systems"]) == {"rsnet-broker", "jetstream"}, row_id
         primary = row["metrics"][0]["key"]
         assert measured(row["systems"]["rsnet-broker"], primary), (row_id, row["systems"]["rsnet-broker"])
@@ -111,50 +128,50 @@ def test_quick_run_measures_every_system(tmp_path):
             assert "jetstream" in row["ratios"], row_id
         else:  # nats-server missing (make test installs it as root): said so, not failed
             assert record["status"] == "not available" and "nats-server" in record["reason"], record
-    for fsync, fanout in (("always", "s6-fanout-1"), ("interval", "s6-fanout-1-interval")):
-        latency = scenario_6[f"s6-latency-{fsync}"]
+    for fsync, fanout in (("always", "s7-fanout-1"), ("interval", "s7-fanout-1-interval")):
+        latency = scenario_7[f"s7-latency-{fsync}"]
         for system, record in latency["systems"].items():
             if record["status"] == "not available":
                 continue
             (run,) = record["runs"]
             # paced at half of what the same system reached from one producer to one subscriber
-            reached = scenario_6[fanout]["systems"][system]["runs"][0]["metrics"]["deliveries_per_s"]
+            reached = scenario_7[fanout]["systems"][system]["runs"][0]["metrics"]["deliveries_per_s"]
             assert run["params"]["rate"] == reached / 2
             m = run["metrics"]
             assert m["p50_us"] <= m["p99_us"] <= m["p999_us"]
             assert run["raw"]["items"] == int(run["params"]["rate"] * run["params"]["seconds"])
 
-    scenario_7 = [row for row in rows if row["scenario"] == 7]
-    assert [row["id"] for row in scenario_7] == ["s7-live-200", "s7-live-50-traced"]
-    for row in scenario_7:
+    scenario_8 = [row for row in rows if row["scenario"] == 8]
+    assert [row["id"] for row in scenario_8] == ["s8-live-200", "s8-live-50-traced"]
+    for row in scenario_8:
         for system in ("rsnet", "ceiling"):
             record = row["systems"][system]
             assert measured(record, row["metrics"][0]["key"]), (row["id"], system, record)
             (run,) = record["runs"]
             assert run["metrics"]["served"] == row["systems"][system]["params"]["connections"]
             assert run["metrics"]["server_kib_per_conn"] > 0
-    traced = scenario_7[1]["systems"]["rsnet"]["runs"][0]
+    traced = scenario_8[1]["systems"]["rsnet"]["runs"][0]
     assert traced["metrics"]["server_traced_kib_per_conn"] > 0
     assert any(site.startswith("rsnet/") for site, _, _ in traced["raw"]["server_traced_top"])
 
     page = (tmp_path / "report" / "RESULTS.md").read_text()
-    for heading in ("| target (issue 13)", "## Scenario 6: rsnet's broker against NATS JetStream", "## Scenario 7"):
+    for heading in ("| target (issue 13)", "## Scenario 7: rsnet's broker against NATS JetStream", "## Scenario 8"):
         assert heading in page
     assert (tmp_path / "report" / "results.png").stat().st_size > 10_000
 
 
 def test_a_latency_row_brings_the_row_it_takes_its_rate_from():
     rows = scenarios.build(quick=True)
-    chosen = [row.id for row in scenarios.select(rows, ["s6-latency-interval"])]
-    assert chosen == ["s6-fanout-1-interval", "s6-latency-interval"]  # in suite order: the rate first
+    chosen = [row.id for row in scenarios.select(rows, ["s7-latency-interval"])]
+    assert chosen == ["s7-fanout-1-interval", "s7-latency-interval"]  # in suite order: the rate first
     assert [row.id for row in scenarios.select(rows, [])] == [row.id for row in rows]
 
 
 @pytest.mark.timeout(120)
 def test_profile_writes_a_flame_graph_of_the_server(tmp_path):
-    svg = tmp_path / "s7.svg"
+    svg = tmp_path / "s8.svg"
     # 200 connections: about a second of the server's work, enough samples to hold its frames
-    command = ["profile", "s7-live-200", "--quick", "--rate", "500", "--out", str(svg)]
+    command = ["profile", "s8-live-200", "--quick", "--rate", "500", "--out", str(svg)]
     done = subprocess.run(
         [sys.executable, "-m", "benchmarks", *command],
         cwd=ROOT,

@@ -1,4 +1,4 @@
-"""Scenario 6: NATS JetStream, the product a user would pick instead of rsnet's broker (issue 13).
+"""Scenario 7: NATS JetStream, the product a user would pick instead of rsnet's broker (issue 13).
 
 The server is ``nats-server`` (the Debian package, 2.9.10 here) with JetStream enabled, its
 store in a fresh directory under ``$RSNET_BENCH_SCRATCH``, listening on 127.0.0.1 only (an
@@ -30,7 +30,7 @@ memory stream), one replica;
   the subscriber records arrival minus that time (so a producer held back by flow control
   counts its wait: no coordinated omission).
 
-Records are ``size`` bytes (100 in scenario 6). ``unavailable()`` says why JetStream cannot be
+Records are ``size`` bytes (100 in scenario 7). ``unavailable()`` says why JetStream cannot be
 measured on this machine (no ``nats-server``, no ``nats-py``), and the rows say "not available".
 """
 
@@ -95,7 +95,7 @@ def _die_with_parent() -> Any:
 def serve(transport: str, ready: Any, storage: str = "durable", fsync: str | None = None) -> None:
     """Run nats-server with JetStream on 127.0.0.1 until killed.
 
-    ``storage`` and ``fsync`` are accepted because scenario 6's rows give every system the
+    ``storage`` and ``fsync`` are accepted because scenario 7's rows give every system the
     same server parameters (they configure rsnet's broker); a JetStream stream's storage is
     chosen by the client when it creates the stream, and 2.9 has no fsync setting.
     """

@@ -32,7 +32,7 @@ import pathlib
 import reprlib
 import resource
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import trio
@@ -47,14 +47,30 @@ from ..streams.subscriptions import deliver_safely
 from .admin import administer
 from .codes import BrokerCode
 from .names import is_valid_topic, is_wildcard, topic_matches, validate_pattern, validate_topic
+from .overrides import OverrideStore, effective, nest, sources
+from .recent import RecentBudget
 from .storage import CorruptData, CursorStore, FsyncPolicy, MemoryLog, Retention, SegmentLog, StorageError, TopicLog
 from .storage import files as storage_files
-from .topic import MAX_SEQUENCE, SlowPolicy, Topic, TopicReader, TopicSink, now_ms, resolve_start, storage_refusal
+from .topic import (
+    MAX_SEQUENCE,
+    Shape,
+    SlowPolicy,
+    Topic,
+    TopicReader,
+    TopicSink,
+    now_ms,
+    resolve_start,
+    storage_refusal,
+)
 
 log = logging.getLogger("rsnet.broker")
 
 DEFAULT_SINK_WINDOW = 1024
 """Records a producer may have sent that are not yet stored (per OFFER stream)."""
+
+DEFAULT_SINK_WINDOW_BYTES = 4 << 20
+"""About how many bytes of records a producer may have sent that are not yet stored (per
+OFFER stream; see :class:`~rsnet.broker.topic.TopicSink` for how records are sized)."""
 
 MAX_ID_LENGTH = 255
 """Longest producer id or cursor name, in characters (they are stored with records and cursors)."""
@@ -95,6 +111,9 @@ class TopicSettings:
     wait_if_missing: bool = True
     """Whether a subscription to the topic while it does not exist waits for it to be created
     (as a pattern subscription waits for matching topics), or is refused (UNKNOWN_PUBLISHER)."""
+    sources: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    """Where each setting comes from, by the dotted key of :data:`rsnet.broker.overrides.KEYS`
+    (``"[[topics]] sensors.>"``...), as ``$topics`` shows it; a key left out shows ``broker``."""
 
 
 @dataclasses.dataclass
@@ -127,6 +146,7 @@ class Broker:
         settings_for: Callable[[str], TopicSettings] | None = None,
         authorize: Callable[[Any, str, str], bool] | None = None,
         sink_window: int = DEFAULT_SINK_WINDOW,
+        sink_window_bytes: int = DEFAULT_SINK_WINDOW_BYTES,
         retention_sweep_s: float = 1.0,
         max_topics: int = DEFAULT_MAX_TOPICS,
         idle_close_s: float = DEFAULT_IDLE_CLOSE_S,
@@ -141,8 +161,10 @@ class Broker:
         self.fsync_interval = fsync_interval  # seconds between syncs under FsyncPolicy.INTERVAL
         default = TopicSettings(durable=self.data_dir is not None)
         self.settings_for = settings_for or (lambda name: default)
+        self.overrides = OverrideStore(self.data_dir)  # settings an admin set on a topic ($admin)
         self.authorize = authorize
         self.sink_window = sink_window
+        self.sink_window_bytes = sink_window_bytes
         self.retention_sweep_s = retention_sweep_s
         self.max_topics = max_topics
         self.idle_close_s = idle_close_s
@@ -159,6 +181,7 @@ class Broker:
         self._acks: dict[tuple[str, str], set[_AckSubscription]] = {}
         self._writers: dict[Topic, trio.CancelScope] = {}
         self._memory_logs: dict[str, MemoryLog] = {}
+        self._recent_budget = RecentBudget()  # encoded recent records, all topics together
         self._closed: dict[str, _ClosedTopic] = {}  # durable topics on disk whose log is closed
         self._idle_since: dict[Topic, float] = {}
         self._failure_log = RateLimitedLog(log, TRACEBACKS_PER_MINUTE)  # failures a client can repeat
@@ -188,6 +211,7 @@ class Broker:
                         if not is_valid_topic(directory.name):
                             log.warning("%s is not a topic (not a valid topic name): left alone", directory)
                             continue
+                        self.overrides.load(directory.name)  # before opening: they decide how
                         self._close_topic(self._open_topic(directory.name))
                 except StorageError as error:  # raised below, as itself, not in an exception group
                     failure = error
@@ -332,8 +356,14 @@ class Broker:
             log.error("topic %s cannot be opened: %s", name, failure)
             raise storage_refusal(name, failure, f"topic {name!r} cannot be opened: {failure}") from None
 
+    def settings(self, name: str) -> TopicSettings:
+        """The topic's effective settings: ``settings_for``'s, with those an administrator set
+        on the topic winning (:mod:`rsnet.broker.overrides`)."""
+        return self.overrides.apply(name, self.settings_for(name))
+
     def _open_topic(self, name: str) -> Topic:
-        settings = self.settings_for(name)
+        self.overrides.reload_if_changed(name)  # an unusable settings file an operator fixed since
+        settings = self.settings(name)
         new = not self.exists(name)
         if settings.durable and self.data_dir is not None:
             self._make_room(name)
@@ -346,6 +376,7 @@ class Broker:
             on_stored=self._stored,
             failure_log=self._failure_log,
             on_storage_failed=self._storage_failed,
+            recent_budget=self._recent_budget,
         )
         closed = self._closed.pop(name, None)
         if closed is not None:
@@ -432,6 +463,7 @@ class Broker:
         producers and readers (a pattern reader too) end with UNKNOWN_PUBLISHER."""
         self._memory_logs.pop(topic.name, None)
         self._cursors.pop(topic.name, None)
+        self.overrides.forget(topic.name)  # its file goes with the directory
         self._close_topic(topic)
         self._closed.pop(topic.name, None)
         topic.fail(StreamError(ErrorCode.UNKNOWN_PUBLISHER, f"topic {topic.name!r} was deleted", {"topic": topic.name}))
@@ -444,6 +476,7 @@ class Broker:
         if self.topics.get(topic.name) is topic:
             del self.topics[topic.name]
         self._idle_since.pop(topic, None)
+        topic.recent.clear()  # its bytes go back to the broker's budget
         scope = self._writers.pop(topic, None)
         if scope is not None:
             scope.cancel()
@@ -469,7 +502,7 @@ class Broker:
             self._failure_log.exception("closing the log of topic %s failed", topic.name)
 
     def _expiry(self, topic: Topic, now: int) -> int | None:
-        max_age = self.settings_for(topic.name).retention.max_age_ms
+        max_age = self.settings(topic.name).retention.max_age_ms
         if max_age is None or topic.log.first_offset == topic.log.next_offset:
             return None
         first = topic.log.first_offset
@@ -559,13 +592,13 @@ class Broker:
                 raise StreamError(ErrorCode.UNKNOWN_PUBLISHER, f"no topic named {topic_name!r}")
             self.commit(topic, cursor, offset)
             return just({"topic": topic_name, "cursor": cursor, "offset": offset})
-        if name == "$admin":  # create, delete, purge (rsnet.broker.admin), for an admin grant
+        if name == "$admin":  # create, alter, delete, purge (rsnet.broker.admin), for an admin grant
             topic_name = params.get("topic")
             if not isinstance(topic_name, str):
                 raise StreamError(ErrorCode.REJECTED, "$admin needs params action and topic (str)")
             _validated(validate_topic, topic_name)
             self._check(context, "admin", topic_name)
-            return just(administer(self, params.get("action"), topic_name))
+            return just(administer(self, params.get("action"), topic_name, params))
         if name == "$acks":
             producer, topic = params.get("producer"), params.get("topic")
             if not isinstance(producer, str) or not isinstance(topic, str):
@@ -578,6 +611,10 @@ class Broker:
         cursor = params.get("cursor")
         if cursor is not None:
             cursor = _identifier(cursor, "cursor")
+        shape = params.get("items", "maps")
+        if shape not in ("maps", "arrays"):
+            raise StreamError(ErrorCode.REJECTED, "items must be 'maps' (the default) or 'arrays'")
+        arrays = shape == "arrays"
         if is_wildcard(name):
             _validated(validate_pattern, name)
             if cursor is not None:
@@ -587,7 +624,7 @@ class Broker:
                     ErrorCode.REJECTED, "a pattern subscription starts at 'earliest', 'latest' or a timestamp"
                 )
             self._check(context, "subscribe", name)
-            return _PatternPublisher(self, name, start)
+            return _PatternPublisher(self, name, start, Shape(arrays, with_topic=True))
         _validated(validate_topic, name)
         self._check(context, "subscribe", name)
         topic = self.topic(name, create=False)
@@ -595,13 +632,14 @@ class Broker:
             if not self.settings_for(name).wait_if_missing:
                 raise StreamError(ErrorCode.UNKNOWN_PUBLISHER, f"no topic named {name!r}")
             _check_start_before_creation(name, start)
-            return _PatternPublisher(self, name, "earliest")  # waits, as for a pattern, from its first record
+            # Waits, as for a pattern, from its first record.
+            return _PatternPublisher(self, name, "earliest", Shape(arrays, with_topic=False))
         if cursor is not None:
             committed = self._cursors[name].get(cursor)
             if committed is not None:
                 start = committed
         position = resolve_start(topic, start)  # a trimmed offset is refused here, coded
-        return _TopicPublisher(self, topic, position)
+        return _TopicPublisher(self, topic, position, Shape(arrays, with_topic=False))
 
     def open_sink(self, name: str, params: Any, context: StreamContext) -> Subscriber[Any]:
         params = _params(params)
@@ -615,7 +653,13 @@ class Broker:
         topic = self.topic(name, create=self.settings_for(name).auto_create)
         if topic is None:
             raise StreamError(ErrorCode.UNKNOWN_PUBLISHER, f"no topic named {name!r}")
-        return TopicSink(topic, window=self.sink_window, producer=producer, first_sequence=sequence)
+        return TopicSink(
+            topic,
+            window=self.sink_window,
+            window_bytes=self.sink_window_bytes,
+            producer=producer,
+            first_sequence=sequence,
+        )
 
     def snapshot(self) -> list[dict[str, Any]]:
         """What ``$topics`` and ``rsnet topics`` show: every topic, open or closed (a closed
@@ -639,7 +683,7 @@ class Broker:
                     memory = self._memory_logs[name]
                     first, after, size = memory.first_offset, memory.next_offset, memory.size_bytes
                     counters = (0, 0, 0)
-                policy = self.settings_for(name).policy.value
+                policy = self.settings(name).policy.value
                 subscribers, producers = [], 0
                 report = self.recovery.get(name)  # as its last opening found it
                 damaged = [d for d in report.damaged_ranges if d.end > first] if report is not None else []
@@ -657,9 +701,24 @@ class Broker:
                     "producers": producers,
                     "cursors": self._committed(name),
                     "damaged": [{"first": d.first, "end": d.end, "problem": d.problem} for d in damaged],
+                    **self.describe_settings(name),
                 }
             )
         return result
+
+    def describe_settings(self, name: str) -> dict[str, Any]:
+        """The topic's effective settings as ``$topics`` shows them: ``settings`` (nested as in
+        the configuration), ``settings_from`` (dotted key -> source) and, if its settings file
+        cannot be used, ``settings_error``."""
+        settings = self.settings(name)
+        described: dict[str, Any] = {
+            "settings": nest(effective(settings, self.data_dir is not None)),
+            "settings_from": sources(settings),
+        }
+        problem = self.overrides.problem(name)
+        if problem is not None:
+            described["settings_error"] = problem
+        return described
 
     def _committed(self, name: str) -> dict[str, int]:
         """The topic's named cursors and their committed offsets (e.g. a Spark query's progress)."""
@@ -712,24 +771,24 @@ def _validated(check: Callable[[str], str], name: str) -> None:
 
 
 class _TopicPublisher(Publisher[Any]):
-    def __init__(self, broker: Broker, topic: Topic, position: int) -> None:
-        self._broker, self._topic, self._position = broker, topic, position
+    def __init__(self, broker: Broker, topic: Topic, position: int, shape: Shape) -> None:
+        self._broker, self._topic, self._position, self._shape = broker, topic, position, shape
 
     def subscribe(self, subscriber: Subscriber[Any]) -> None:
         check_subscriber(subscriber)
-        reader = TopicReader(subscriber, on_end=self._broker._reader_ended)
+        reader = TopicReader(subscriber, on_end=self._broker._reader_ended, shape=self._shape)
         subscriber.on_subscribe(reader)
         reader.add_topic(self._topic, self._position)
 
 
 class _PatternPublisher(Publisher[Any]):
-    def __init__(self, broker: Broker, pattern: str, start: Any) -> None:
-        self._broker, self._pattern, self._start = broker, pattern, start
+    def __init__(self, broker: Broker, pattern: str, start: Any, shape: Shape) -> None:
+        self._broker, self._pattern, self._start, self._shape = broker, pattern, start, shape
 
     def subscribe(self, subscriber: Subscriber[Any]) -> None:
         check_subscriber(subscriber)
         broker = self._broker
-        reader = TopicReader(subscriber, on_end=broker._reader_ended)
+        reader = TopicReader(subscriber, on_end=broker._reader_ended, shape=self._shape)
         subscriber.on_subscribe(reader)
         broker._watchers[reader] = self._pattern
         for name in broker.topic_names():

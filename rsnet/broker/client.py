@@ -100,7 +100,7 @@ async def follow(
     topic: str,
     *,
     start: Any = "latest",
-    prefetch: int = 256,
+    prefetch: int | None = None,
     token: str | None = None,
     retry_delay: float = 0.5,
     max_retry_delay: float = 5.0,
@@ -109,7 +109,8 @@ async def follow(
 
     After a reconnect it subscribes from the offset after the last record it yielded, so the
     records continue with no gap and no duplicate. Stream errors (e.g. the offset was
-    trimmed by retention) and refused credentials are raised, not retried.
+    trimmed by retention) and refused credentials are raised, not retried. ``prefetch`` as for
+    ``subscribe`` (None: adaptive demand within a byte budget).
     """
     position: Any = start
     delay = retry_delay

@@ -31,6 +31,8 @@ Schema (``server/rsnet.toml`` is a commented example of every key)::
     auto_create = "publish"         # publish: publishing to a missing topic creates it | never
     subscribe_missing = "wait"      # wait: a subscription to a missing topic waits for it | fail
     retention = { max_bytes = 1073741824, max_age_s = 604800 }   # also max_records; omitted = no limit
+                                    # and max_producers = 10000, producer_max_age_s = 604800: the
+                                    # idempotent producers remembered (see protocol/BROKER.md)
     slow_subscriber = { policy = "backpressure", max_lag = 10000 }  # backpressure | drop | disconnect
 
     [[topics]]                      # first entry whose pattern matches the topic wins
@@ -38,6 +40,9 @@ Schema (``server/rsnet.toml`` is a commented example of every key)::
     storage = "memory"              # any key left out comes from [topic_defaults];
     retention = { max_records = 100000 }   # a table (retention, slow_subscriber) replaces the
                                     # default's table whole: here no byte or age limit
+                                    # (settings an admin gives one topic, rsnet topics create
+                                    # --policy ..., win over all of these, key by key: see
+                                    # rsnet.broker.overrides)
 
     [auth]                          # no tokens: auth is off (a warning is logged at startup)
     [[auth.tokens]]
@@ -47,7 +52,7 @@ Schema (``server/rsnet.toml`` is a commented example of every key)::
     subscribe = []                  # patterns it may subscribe to (a subscription must lie within one)
 
     [metrics]                       # omitted: no metrics endpoint
-    listen = "127.0.0.1:9100"       # GET /metrics (Prometheus), GET /health
+    listen = "127.0.0.1:9100"       # GET /metrics (Prometheus), GET /health, GET / (live view)
 
     [log]
     format = "text"                 # text | json (one JSON object per line)
@@ -115,6 +120,7 @@ from pydantic_core import PydanticCustomError
 
 from .auth import is_token_hash
 from .names import InvalidName, is_wildcard, pattern_covers, topic_matches, validate_pattern, validate_topic
+from .storage.log import DEFAULT_MAX_PRODUCERS, DEFAULT_PRODUCER_MAX_AGE_MS
 
 ENV_PREFIX = "RSNET_BROKER__"
 
@@ -233,16 +239,27 @@ class ListenConfig(_Model):
 
 
 class RetentionConfig(_Model):
-    """Limits on what a topic keeps; the oldest records go first. None = no limit of that kind."""
+    """Limits on what a topic keeps; the oldest records go first. None = no limit of that kind.
+
+    ``max_producers`` and ``producer_max_age_s`` bound the idempotent producers the topic
+    remembers (the least recently written are forgotten first; see protocol/BROKER.md): the
+    count always has a limit, the age may be None."""
 
     max_records: PositiveInt | None = None
     max_bytes: PositiveInt | None = None
     max_age_s: PositiveFloat | None = None
+    max_producers: PositiveInt = DEFAULT_MAX_PRODUCERS
+    producer_max_age_s: PositiveFloat | None = DEFAULT_PRODUCER_MAX_AGE_MS / 1000
 
     @property
     def max_age_ms(self) -> int | None:
         """``max_age_s`` in whole milliseconds (at least 1), as the storage engine counts."""
         return None if self.max_age_s is None else max(1, round(self.max_age_s * 1000))
+
+    @property
+    def producer_max_age_ms(self) -> int | None:
+        """``producer_max_age_s`` in whole milliseconds (at least 1)."""
+        return None if self.producer_max_age_s is None else max(1, round(self.producer_max_age_s * 1000))
 
 
 class SlowSubscriberConfig(_Model):
@@ -396,6 +413,10 @@ class TopicConfig:
     slow_subscriber: SlowSubscriberConfig
     rule: str | None
     """The pattern of the ``[[topics]]`` entry that matched, or None (``topic_defaults``)."""
+    sources: dict[str, str] = dataclasses.field(default_factory=dict)
+    """Where each setting comes from, by dotted key (``storage``, ``retention.max_records``,
+    ``slow_subscriber.policy``...): ``[[topics]] PATTERN``, ``[topic_defaults]`` (set in the
+    configuration) or ``built-in``. A table (retention, slow_subscriber) comes whole from one place."""
 
 
 def topic_config(config: BrokerConfig, topic: str) -> TopicConfig:
@@ -412,6 +433,18 @@ def topic_config(config: BrokerConfig, topic: str) -> TopicConfig:
         value = getattr(rule, name) if rule is not None else None
         return getattr(defaults, name) if value is None else value
 
+    def source(name: str) -> str:
+        if rule is not None and getattr(rule, name) is not None:
+            return f"[[topics]] {rule.pattern}"
+        return "[topic_defaults]" if name in defaults.model_fields_set else "built-in"
+
+    sources = {"storage": source("storage")}
+    for table, keys in (
+        ("retention", RetentionConfig.model_fields),
+        ("slow_subscriber", SlowSubscriberConfig.model_fields),
+    ):
+        sources.update((f"{table}.{key}", source(table)) for key in keys)
+
     storage = pick("storage")
     if storage == "default":
         storage = "durable" if config.data_dir is not None else "memory"
@@ -422,6 +455,7 @@ def topic_config(config: BrokerConfig, topic: str) -> TopicConfig:
         retention=pick("retention"),
         slow_subscriber=pick("slow_subscriber"),
         rule=rule.pattern if rule is not None else None,
+        sources=sources,
     )
 
 

@@ -27,6 +27,8 @@ from ..net.server import Server
 from .auth import Authorizer, Principal
 from .broker import Broker, TopicSettings
 from .config import BrokerConfig, ConfigError, declared_topics, load_config, topic_config
+from .heap import Heap, release_free_memory
+from .live import Endpoint, LiveView
 from .logging import JsonFormatter, configure_logging
 from .metrics import BrokerMetrics, serve_http
 from .storage import FsyncPolicy, Retention, StorageError
@@ -44,12 +46,17 @@ def build_broker(config: BrokerConfig, authorizer: Authorizer) -> Broker:
         return TopicSettings(
             durable=configured.storage == "durable",
             retention=Retention(
-                max_records=retention.max_records, max_bytes=retention.max_bytes, max_age_ms=retention.max_age_ms
+                max_records=retention.max_records,
+                max_bytes=retention.max_bytes,
+                max_age_ms=retention.max_age_ms,
+                max_producers=retention.max_producers,
+                producer_max_age_ms=retention.producer_max_age_ms,
             ),
             policy=SlowPolicy(configured.slow_subscriber.policy),
             max_lag=configured.slow_subscriber.max_lag,
             auto_create=configured.auto_create == "publish",
             wait_if_missing=configured.subscribe_missing == "wait",
+            sources=configured.sources,
         )
 
     def authorize(principal: Principal | None, action: str, name: str) -> bool:
@@ -172,6 +179,7 @@ async def run_broker(args: argparse.Namespace) -> int:
         "listen.tcp": list(args.tcp) if args.tcp else None,
         "listen.ws": list(args.ws) if args.ws else None,
         "fsync": args.fsync,
+        "metrics.listen": args.metrics,
     }
     try:
         config = load_config(args.config, os.environ, overrides)
@@ -179,6 +187,8 @@ async def run_broker(args: argparse.Namespace) -> int:
         print(f"rsnet broker: {error}", file=sys.stderr)
         return 2
     configure_logging(config.log.format == "json", config.log.level)
+    heap = Heap()
+    heap.fix_mmap_threshold()  # this process is the broker's own: see rsnet/broker/heap.py
     authorizer = Authorizer(config.auth)
     broker = build_broker(config, authorizer)
     server = Server(
@@ -210,17 +220,20 @@ async def run_broker(args: argparse.Namespace) -> int:
             except StorageError as error:  # before saying anything is served or durable
                 _announce(f"cannot start: {error}")
                 return 1
+            nursery.start_soon(release_free_memory, heap)
             for name in declared_topics(config):  # named outright: exist even without auto_create
                 broker.topic(name, create=True)
             log.info("configuration: %s", json.dumps(config.describe()))
             scheme = "tls" if tls else "tcp"
             tcp, ws = config.listen.tcp, config.listen.ws
+            websocket = None  # where the live view's page connects
             if tcp is not None:
                 port = await _listen(nursery, functools.partial(server.serve_tcp, ssl_context=tls), tcp)
                 _announce(f"serving {scheme}://{tcp.host}:{port}")
             if ws is not None:
                 port = await _listen(nursery, functools.partial(server.serve_websocket, ssl_context=tls), ws)
                 _announce(f"serving {'wss' if tls else 'ws'}://{ws.host}:{port}/")
+                websocket = Endpoint("wss" if tls else "ws", None if _wildcard(ws.host) else ws.host, port)
             for address in (tcp, ws):
                 if address is not None and not authorizer.enabled and not _loopback(address.host):
                     log.warning(
@@ -229,12 +242,14 @@ async def run_broker(args: argparse.Namespace) -> int:
                         address,
                     )
             if config.metrics is not None:
+                live = LiveView(websocket, auth=authorizer.enabled)
+                http = config.metrics.listen
                 listeners = await nursery.start(
-                    serve_http, metrics, config.metrics.listen.host, config.metrics.listen.port, health
+                    functools.partial(serve_http, pages=live.respond), metrics, http.host, http.port, health
                 )
-                _announce(
-                    f"metrics on http://{config.metrics.listen.host}:{listeners[0].socket.getsockname()[1]}/metrics"
-                )
+                bound = http.model_copy(update={"port": listeners[0].socket.getsockname()[1]})  # port 0: the chosen one
+                _announce(f"metrics on http://{bound}/metrics")
+                _announce(f"live view on http://{bound}/")
             storage = f"durable in {config.data_dir} (fsync {config.fsync})" if config.data_dir else "in memory"
             _announce(f"topics {storage}; auth {'on' if authorizer.enabled else 'off'}")
             async for _ in signals:
@@ -254,6 +269,11 @@ async def _listen(nursery: trio.Nursery, serve: Any, address: Any) -> int:
         reason = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
         raise OSError(getattr(error, "errno", None), f"cannot listen on {address}: {reason}") from None
     return port
+
+
+def _wildcard(host: str) -> bool:
+    """Whether ``host`` means every address (then the page connects to the host it came from)."""
+    return host in ("0.0.0.0", "::")
 
 
 def _loopback(host: str) -> bool:

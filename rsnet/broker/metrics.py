@@ -1,4 +1,5 @@
-"""The broker's Prometheus metrics and its HTTP endpoint (``GET /metrics``, ``GET /health``).
+"""The broker's Prometheus metrics and its HTTP endpoint (``GET /metrics``, ``GET /health``,
+and the live view's page when given one).
 
     metrics = BrokerMetrics()                     # its own registry, not prometheus_client's global one
     metrics.connection_opened()
@@ -38,7 +39,8 @@ set at scrape time by a refresher (:meth:`~BrokerMetrics.add_refresher`).
 :func:`serve_http` is a trio task in the broker's nursery (no threads): HTTP/1.1 parsed by h11,
 keep-alive, ``GET``/``HEAD`` on ``/metrics`` (Prometheus text format, or OpenMetrics when the
 scraper asks for it) and ``/health`` (JSON; 200 when the ``health()`` callback says
-``"healthy": true``, else 503); 404 for other paths, 405 for other methods, 400 (or what h11
+``"healthy": true``, else 503); the paths of ``live`` when given (the live view of
+:mod:`rsnet.broker.live`: ``/`` and a few files under ``/live/``); 404 for other paths, 405 for other methods, 400 (or what h11
 suggests: 413, 431...) for malformed requests, which are then closed. A request must arrive
 whole within ``request_timeout`` seconds (an idle keep-alive connection is closed after as
 long), bodies are capped, and at most ``max_connections``
@@ -72,6 +74,10 @@ MAX_REQUEST_BODY = 8192
 RECEIVE_SIZE = 4096
 LINGER = 1.0
 """Seconds to drain a connection being closed after an error response."""
+
+Pages = Callable[[bytes, bytes | None], tuple[int, list[tuple[bytes, bytes]], bytes] | None]
+"""Extra ``GET`` routes: ``(path, if_none_match header) -> (status, headers, body)``, or None
+for a path that is not theirs (:meth:`rsnet.broker.live.LiveView.respond`)."""
 
 
 class BrokerMetrics:
@@ -287,9 +293,11 @@ async def serve_http(
     *,
     request_timeout: float = 10.0,
     max_connections: int = 64,
+    pages: Pages | None = None,
     task_status: trio.TaskStatus[list[trio.SocketListener]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve ``/metrics`` and ``/health`` on ``host:port`` until cancelled (see the module docstring).
+    """Serve ``/metrics``, ``/health`` (and ``pages``) on ``host:port`` until cancelled (see the
+    module docstring).
 
     ``health()`` returns a JSON-able dict; the response is 200 when its ``"healthy"`` is true,
     503 otherwise or when it raises. Reports the listeners to ``nursery.start`` (port 0 picks a
@@ -307,7 +315,7 @@ async def serve_http(
             return
         busy += 1
         try:
-            await _serve_connection(stream, metrics, health, request_timeout)
+            await _serve_connection(stream, metrics, health, request_timeout, pages)
         finally:
             busy -= 1
 
@@ -319,6 +327,7 @@ async def _serve_connection(
     metrics: BrokerMetrics,
     health: Callable[[], dict[str, Any]],
     request_timeout: float,
+    pages: Pages | None,
 ) -> None:
     conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_REQUEST_HEAD)
     try:
@@ -328,7 +337,7 @@ async def _serve_connection(
                 request = await _receive_request(stream, conn)
             if request is None:
                 return  # closed by the client, or too slow
-            status, headers, body = _respond(request, metrics, health)
+            status, headers, body = _respond(request, metrics, health, pages)
             with trio.move_on_after(request_timeout) as sending:  # a client that does not read
                 await _send(stream, conn, status, headers, body, head=request.method == b"HEAD")
             if sending.cancelled_caught or conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
@@ -391,13 +400,18 @@ async def _receive_request(stream: trio.SocketStream, conn: h11.Connection) -> h
 
 
 def _respond(
-    request: h11.Request, metrics: BrokerMetrics, health: Callable[[], dict[str, Any]]
+    request: h11.Request, metrics: BrokerMetrics, health: Callable[[], dict[str, Any]], pages: Pages | None
 ) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
     path = request.target.split(b"?", 1)[0]
-    if path not in (b"/metrics", b"/health"):
-        return 404, _text_headers(), b"404 Not Found: try /metrics or /health\n"
+    own = path in (b"/metrics", b"/health")
+    page = None if own or pages is None else pages(path, dict(request.headers).get(b"if-none-match"))
+    if not own and page is None:
+        hint = b"/, /metrics or /health" if pages is not None else b"/metrics or /health"
+        return 404, _text_headers(), b"404 Not Found: try " + hint + b"\n"
     if request.method not in (b"GET", b"HEAD"):
         return 405, [*_text_headers(), (b"allow", b"GET, HEAD")], b"405 Method Not Allowed\n"
+    if page is not None:
+        return page
     if path == b"/metrics":
         accept = dict(request.headers).get(b"accept", b"").decode("latin-1")
         body, content_type = metrics.render(accept)
@@ -420,7 +434,8 @@ async def _send(
     body: bytes,
     head: bool = False,
 ) -> None:
-    headers = [*headers, (b"content-length", str(len(body)).encode())]
+    if status != 304:  # a 304's length, if given, would have to be the 200's (RFC 9110 8.6)
+        headers = [*headers, (b"content-length", str(len(body)).encode())]
     data = conn.send(h11.Response(status_code=status, headers=headers, reason=_reason(status).encode()))
     if body and not head:  # a response to HEAD has the headers of the GET, and no body
         data += conn.send(h11.Data(data=body))
@@ -445,6 +460,7 @@ def _text_headers(close: bool = False) -> list[tuple[bytes, bytes]]:
 
 _REASONS = {
     200: "OK",
+    304: "Not Modified",
     400: "Bad Request",
     404: "Not Found",
     405: "Method Not Allowed",

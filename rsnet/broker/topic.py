@@ -19,6 +19,7 @@ which batches what producers sent into one ``append`` (one fsync) per turn of th
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import errno
 import logging
@@ -31,11 +32,12 @@ import trio
 
 from ..errors import StreamError
 from ..net.failures import TRACEBACKS_PER_MINUTE, RateLimitedLog
-from ..protocol import MAX_INT, ErrorCode
+from ..protocol import DEFAULT_MAX_FRAME_SIZE, MAX_INT, ErrorCode
 from ..streams import Subscriber, Subscription
 from ..streams.rules import MAX_DEMAND, add_demand, check_signal_argument, invalid_request, validate_subscription
 from ..streams.subscriptions import DrainLoop, deliver_safely
 from .codes import BrokerCode
+from .recent import RecentBudget, RecentItems
 from .storage import OffsetDamaged, StorageError, TopicLog, WriteFailed
 
 log = logging.getLogger("rsnet.broker")
@@ -71,9 +73,12 @@ class Topic:
         on_stored: Callable[[Topic, list[tuple[str, int]]], None] | None = None,
         failure_log: RateLimitedLog | None = None,
         on_storage_failed: Callable[[Topic, StreamError, list[str]], None] | None = None,
+        recent_budget: RecentBudget | None = None,
     ) -> None:
         self.name = name
         self.log = log
+        self.recent = RecentItems(name, recent_budget or RecentBudget())
+        """The newest records as encoded items, shared by the subscribers at the head."""
         self.policy = policy
         self.max_lag = max_lag
         self.readers: set[TopicReader] = set()
@@ -146,10 +151,12 @@ class Topic:
                 return
         pending, self._pending = self._pending, []
         timestamp = now_ms()
+        recent = self.recent if self.readers else None
         for sink in pending:
             values, sink.buffer = sink.buffer, []
             if not values:
                 continue
+            size = self.log.size_bytes
             try:
                 offsets = self.log.append(
                     values,
@@ -161,16 +168,12 @@ class Topic:
                 self._storage_failed(failure)
                 break
             self.storage_failure = None
-            # A duplicate's original is somewhere below the head: count it stored once
-            # everything appended so far is durable (under INTERVAL that may be later).
-            head = self.log.next_offset - 1
-            sink.sent_offsets.extend(head if offset is None else offset for offset in offsets)
-            sink.next_sequence += len(values)
-            sink.in_flight -= len(values)
-            # Demand is about room, acknowledgement about durability: the producer may send
-            # more as soon as these are written, while $acks waits for the fsync policy.
-            sink.refill()
+            if recent is not None:
+                recent.add(timestamp, [(o, v) for o, v in zip(offsets, values, strict=True) if o is not None])
+            sink.appended(offsets, self.log.next_offset - 1, self.log.size_bytes - size)
             self.records_in += sum(offset is not None for offset in offsets)
+        if recent is None:
+            self.recent.clear()  # nobody to share them with; a new reader starts from storage
         for reader in list(self.readers):
             reader.appended(self)
 
@@ -194,6 +197,7 @@ class Topic:
             log.error("topic %s: storage failed, producers refused until it works again: %s", self.name, failure)
         self.storage_failure = str(failure)
         self.storage_failures += 1
+        self.recent.clear()  # offsets not acknowledged may now go to other records
         refused = []
         for sink in list(self.sinks) + self._pending:
             sink.buffer.clear()
@@ -219,6 +223,9 @@ class Topic:
 
     def reader_moved(self) -> None:
         """A reader advanced or left: under backpressure, producers may send more."""
+        recent = self.recent
+        if recent.items:
+            recent.trim(min((reader.positions[self] for reader in self.readers), default=recent.end))
         if self.policy is SlowPolicy.BACKPRESSURE:
             for sink in list(self.sinks):
                 sink.refill()
@@ -233,6 +240,7 @@ class Topic:
             sink.fail(error)
         self.sinks.clear()
         self._pending.clear()
+        self.recent.clear()
         for reader in list(self.readers):
             reader.fail(error)
 
@@ -245,18 +253,33 @@ class FailableSubscription(Protocol):
     def fail(self, error: StreamError) -> None: ...
 
 
+ASSUMED_RECORD_BYTES = DEFAULT_MAX_FRAME_SIZE
+"""Bytes a producer's record is assumed to take until some of its records are stored: as
+many as a frame may hold (a record is one NEXT frame)."""
+
+
 class TopicSink(Subscriber[Any]):
     """Subscribed to a producer's publisher; feeds a topic under the topic's capacity.
 
-    It grants the producer at most ``window`` records that are not yet written to the log,
-    and never more than the topic's capacity; records count as acknowledged (``settle``) once
-    the log's fsync policy made them durable. ``producer`` and the running ``sequence`` make retries
-    idempotent: the log drops a (producer, sequence) it already stored.
+    It grants the producer records that are not yet written to the log: at most ``window`` of
+    them, at most about ``window_bytes`` of them, and never more than the topic's capacity.
+    Demand counts records (rule 3.9), not bytes, so the byte window is kept at the size the
+    stream's records take in the log: the average of the batch it last stored, or, before
+    any is stored, the most a record may be (``ASSUMED_RECORD_BYTES``). A producer of large
+    records therefore gets demand only as its bytes are stored (at least one record at a
+    time); one that switches from small records to large ones may have what it was granted
+    in flight once. Records count as acknowledged (``settle``) once the log's fsync policy
+    made them durable. ``producer`` and the running ``sequence`` make retries idempotent: the
+    log drops a (producer, sequence) it already stored.
     """
 
-    def __init__(self, topic: Topic, *, window: int, producer: str | None, first_sequence: int = 0) -> None:
+    def __init__(
+        self, topic: Topic, *, window: int, window_bytes: int, producer: str | None, first_sequence: int = 0
+    ) -> None:
         self.topic = topic
         self.window = window
+        self.window_bytes = window_bytes
+        self.record_bytes = ASSUMED_RECORD_BYTES  # what one record takes in the log, as last stored
         self.producer = producer
         self.next_sequence = first_sequence  # sequence of the next record handed to the log
         self.subscription: Subscription | None = None
@@ -323,10 +346,27 @@ class TopicSink(Subscriber[Any]):
             self.topic.sinks.discard(self)
             self.finished.set()
 
+    def appended(self, offsets: list[int | None], head: int, stored_bytes: int) -> None:
+        """The topic's writer appended this sink's buffered records: ``offsets`` as the log
+        returned them (None for a duplicate), ``head`` the log's last offset after it, and
+        ``stored_bytes`` what they added to the log."""
+        # A duplicate's original is somewhere below the head: count it stored once
+        # everything appended so far is durable (under INTERVAL that may be later).
+        self.sent_offsets.extend(head if offset is None else offset for offset in offsets)
+        self.next_sequence += len(offsets)
+        self.in_flight -= len(offsets)
+        stored = sum(offset is not None for offset in offsets)
+        if stored:
+            self.record_bytes = max(1, -(-stored_bytes // stored))
+        # Demand is about room, acknowledgement about durability: the producer may send
+        # more as soon as these are written, while $acks waits for the fsync policy.
+        self.refill()
+
     def refill(self) -> None:
         if self.done or self.subscription is None:
             return
-        amount = min(self.window - self.in_flight, self.topic.capacity())
+        window = min(self.window, max(1, self.window_bytes // self.record_bytes))
+        amount = min(window - self.in_flight, self.topic.capacity())
         if amount > 0:
             self.in_flight += amount
             self.subscription.request(amount)
@@ -344,10 +384,30 @@ class TopicSink(Subscriber[Any]):
         return self.next_sequence - len(offsets) - 1
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class Shape:
+    """What a subscription's items look like (its ``items`` param, protocol/BROKER.md)."""
+
+    arrays: bool = False
+    """``[offset, timestamp, value]`` instead of the map ``{"topic", "offset", "timestamp",
+    "value"}``: half the bytes to decode for a reader that knows its topic."""
+    with_topic: bool = False
+    """Arrays end with the topic's name (a pattern subscription interleaves topics)."""
+
+
+MAPS = Shape()
+
+
 class TopicReader(DrainLoop, Subscription):
     """A subscription reading one or more topics (a wildcard) from its own positions."""
 
-    def __init__(self, subscriber: Subscriber[Any], *, on_end: Callable[[TopicReader], None] | None = None) -> None:
+    def __init__(
+        self,
+        subscriber: Subscriber[Any],
+        *,
+        on_end: Callable[[TopicReader], None] | None = None,
+        shape: Shape = MAPS,
+    ) -> None:
         self.subscriber: Subscriber[Any] | None = subscriber
         self.positions: dict[Topic, int] = {}
         self.skipped: dict[Topic, int] = {}
@@ -359,6 +419,14 @@ class TopicReader(DrainLoop, Subscription):
         self._failure: BaseException | None = None
         self._next = 0  # round-robin start among topics
         self._on_end = on_end
+        # A subscriber that takes a list of items in one call (rsnet's session, iterator) is
+        # given each read as one list; one that also takes encoded items (the network session)
+        # gets the records at a topic's head as the bytes shared by every subscriber there.
+        self._many: Callable[[list[Any]], None] | None = getattr(subscriber, "on_next_many", None)
+        self._encoded: Callable[[list[Any]], None] | None = (
+            None if shape.arrays else getattr(subscriber, "on_next_encoded", None)
+        )
+        self._shape = shape
 
     def add_topic(self, topic: Topic, position: int) -> None:
         if self.cancelled:
@@ -467,8 +535,15 @@ class TopicReader(DrainLoop, Subscription):
             visible = log.durable_offset - position
             if visible <= 0:
                 continue
+            wanted = min(self.requested, READ_BATCH, visible)
+            if self._encoded is not None and topic not in self.skipped:
+                shared = topic.recent.get(position, wanted)
+                if shared:  # at the head: the bytes every subscriber there gets
+                    emitted += self._deliver(topic, position, shared, self._encoded)
+                    topic.reader_moved()
+                    continue
             try:
-                records = log.read(position, min(self.requested, READ_BATCH, visible))
+                fields = log.read_fields(position, wanted)
             except OffsetDamaged as damaged:  # everything before it was delivered; end here, coded
                 self._failure = offset_damaged(topic.name, damaged)
                 self._missed = True  # the drain loop goes round once more and delivers the error
@@ -479,32 +554,56 @@ class TopicReader(DrainLoop, Subscription):
                 )
                 self._missed = True
                 break
-            if not records:
+            if not fields:
                 continue
-            for record in records:
-                if self.cancelled or self._failure is not None:
-                    break
-                item = {
-                    "topic": topic.name,
-                    "offset": record.offset,
-                    "timestamp": record.timestamp_ms,
-                    "value": record.value,
-                }
-                skipped = self.skipped.pop(topic, 0)
+            name = topic.name
+            skipped = self.skipped.pop(topic, 0)
+            items: list[Any]
+            if not self._shape.arrays:
+                items = [
+                    {"topic": name, "offset": offset, "timestamp": timestamp, "value": value}
+                    for offset, timestamp, value, _producer, _sequence in fields
+                ]
                 if skipped:
-                    item["skipped"] = skipped
-                self.positions[topic] = record.offset + 1
-                if self.requested != MAX_DEMAND:
-                    self.requested -= 1
-                emitted += 1
-                topic.records_out += 1
-                if not deliver_safely(self.subscriber.on_next, item):  # type: ignore[union-attr]
-                    self.cancel()
-                    break
+                    items[0]["skipped"] = skipped
+            elif self._shape.with_topic:
+                items = [[offset, timestamp, value, name] for offset, timestamp, value, _, _ in fields]
+            else:  # skipped records show as a gap in the offsets
+                items = fields
+                for record in items:
+                    del record[3:]  # producer and sequence stay in the broker
+            emitted += self._deliver(topic, position, items, self._many)
             topic.reader_moved()
         self._next += 1
         self.delivered += emitted
         return emitted
+
+    def _deliver(self, topic: Topic, position: int, items: list[Any], many: Callable[[list[Any]], None] | None) -> int:
+        """Hand ``items`` (the records from ``position`` on) to the subscriber, in one call
+        if it takes a list; returns how many it was given."""
+        if many is not None:
+            count = len(items)
+            self._advance(topic, position + count, count)
+            if not deliver_safely(many, items):
+                self.cancel()
+            return count
+        on_next = self.subscriber.on_next  # type: ignore[union-attr]
+        delivered = 0
+        for item in items:
+            if self.cancelled or self._failure is not None:  # ended inside on_next
+                break
+            delivered += 1
+            self._advance(topic, position + delivered, 1)
+            if not deliver_safely(on_next, item):
+                self.cancel()
+                break
+        return delivered
+
+    def _advance(self, topic: Topic, position: int, count: int) -> None:
+        self.positions[topic] = position
+        if self.requested != MAX_DEMAND:
+            self.requested -= count
+        topic.records_out += count
 
     def _terminate(self, error: BaseException) -> None:
         subscriber = self.subscriber

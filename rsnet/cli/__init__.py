@@ -4,10 +4,12 @@
     rsnet serve [--tcp H:P] [--ws H:P] [--demo] [module:attr ...]
     rsnet sub [URL] NAME [-p key=value ...] [--from POSITION] [--until-end] [--count N] [--format F]
     rsnet pub [URL] TOPIC [--raw] [--producer ID] [--sequence N]   lines from stdin, as they arrive
-    rsnet topics [URL] [--json]
-    rsnet broker [--config FILE] [--data-dir DIR] [--tcp H:P] [--ws H:P] [--fsync POLICY]
+    rsnet topics [URL] [--json]                  topics, offsets, lag, settings
+    rsnet topics create|alter [URL] TOPIC [--policy P] [--max-lag N] [--retention LIMITS] [--storage S]
+    rsnet topics delete|purge [URL] TOPIC --yes
+    rsnet broker [--config FILE] [--data-dir DIR] [--tcp H:P] [--ws H:P] [--metrics H:P] [--fsync POLICY]
     rsnet broker hash-token [--generate]         the hash of a token, for the config
-    rsnet completion bash                        a bash completion script
+    rsnet completion bash|zsh|fish               a shell completion script
 
 The URL defaults to ``$RSNET_URL``, else ``tcp://127.0.0.1:7600``; the token to
 ``--token-file``, ``--token`` or ``$RSNET_TOKEN``. Exit codes and error lines follow one
@@ -75,6 +77,9 @@ def parser() -> argparse.ArgumentParser:
     broker.add_argument("--tcp", type=serve.address, help="HOST:PORT for TCP")
     broker.add_argument("--ws", type=serve.address, help="HOST:PORT for WebSocket")
     broker.add_argument("--fsync", choices=["always", "interval", "never"], help="fsync policy of durable topics")
+    broker.add_argument(
+        "--metrics", type=serve.address, help="HOST:PORT for HTTP: /metrics, /health and the live view at /"
+    )
     broker.add_argument("--grace", type=float, default=5.0, help="seconds to drain streams on shutdown")
     broker.add_argument(
         "action",
@@ -99,7 +104,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return run_command("demo", demo)
     if args.command == "completion":
-        print(completion.bash_script(parser()), end="")
+        print(completion.script(args.shell, parser()), end="")
         return EXIT_OK
     if args.command == "broker" and args.action == "hash-token":
         return _hash_token(args.generate)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import tomllib
 from collections.abc import Awaitable, Callable
@@ -151,6 +152,19 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
     return value
+
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(text: str) -> float | None:
+    """The seconds in a duration such as ``90s``, ``10m``, ``1h30m``, ``7d`` or ``250ms``; None
+    if ``text`` is not one."""
+    text = text.strip()
+    if not re.fullmatch(f"(?:{_DURATION.pattern})+", text):
+        return None
+    return sum(float(amount) * _UNIT_SECONDS[unit] for amount, unit in _DURATION.findall(text))
 
 
 def say(command: str, message: str) -> None:

@@ -39,7 +39,16 @@ from ..broker.names import is_wildcard, topic_matches
 from ..errors import StreamError
 from ..net.client import Client, connect
 from ..protocol import ErrorCode
-from .common import CommandError, add_connection_options, positive_int, say, split_url, token_from, url_from
+from .common import (
+    CommandError,
+    add_connection_options,
+    parse_duration,
+    positive_int,
+    say,
+    split_url,
+    token_from,
+    url_from,
+)
 from .progress import Progress
 
 USAGE = "rsnet sub [URL] NAME [options]"
@@ -47,9 +56,6 @@ USAGE = "rsnet sub [URL] NAME [options]"
 FLUSH_INTERVAL = 0.05
 """Seconds printed lines may wait in stdout's buffer: output is written in blocks, yet a
 reader (``| head``, a terminal) sees each line within this time."""
-
-_DURATION = re.compile(r"(?:(\d+(?:\.\d+)?)(ms|s|m|h|d))")
-_UNIT_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -85,7 +91,12 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         default="json",
         help="json (default), value, raw, or a template like '{offset} {value}' (fields: topic offset timestamp time value)",
     )
-    sub.add_argument("--prefetch", type=positive_int, default=256, help="items in flight at most (default 256)")
+    sub.add_argument(
+        "--prefetch",
+        type=positive_int,
+        default=None,
+        help="items in flight at most (default: adaptive, within a 4 MiB budget; see the README's Demand)",
+    )
     sub.add_argument("-q", "--quiet", action="store_true", help="no progress line on a terminal, no notices")
     add_connection_options(sub)
 
@@ -124,8 +135,8 @@ def position(text: str) -> Any:
         if not isinstance(value, dict) or set(value) != {"timestamp"} or type(value["timestamp"]) is not int:
             raise argparse.ArgumentTypeError(f'expected {{"timestamp": MILLISECONDS}}, got {text}')
         return value
-    if _DURATION.fullmatch(text) or re.fullmatch(f"{_DURATION.pattern}+", text):
-        seconds = sum(float(amount) * _UNIT_SECONDS[unit] for amount, unit in _DURATION.findall(text))
+    seconds = parse_duration(text)
+    if seconds is not None:
         return {"timestamp": int((time.time() - seconds) * 1000)}
     try:
         moment = datetime.datetime.fromisoformat(text)

@@ -1,7 +1,7 @@
 """The rsnet client on trio: connect to a server, subscribe to its publishers, offer it your own.
 
     async with rsnet.connect("tcp://127.0.0.1:7600", token=...) as conn:
-        async for item in conn.subscribe("range", {"start": 0, "count": 10}, prefetch=256):
+        async for item in conn.subscribe("range", {"start": 0, "count": 10}):
             ...
         publisher = conn.publisher("ticks", {"interval": 0.1})  # a true Reactive Streams Publisher
         await conn.offer("uploads", rsnet.range_(0, 100))         # the server pulls with its demand
@@ -12,12 +12,17 @@ name can collide with an option. Durations are seconds.
 
 Demand policy: what a subscriber requests is accumulated per stream and sent as one REQUEST
 per stream each time the connection writes, so many small ``request`` calls made between two
-writes cost one frame; ``subscribe(prefetch=N)`` requests N up front and N - N//4 each time
-that many have been consumed (:class:`rsnet.client_rules.Refill`, the blocking client's rule
-too). Frames that arrive after a cancel are dropped before the subscriber sees them. When the
-connection fails, every open subscription receives ``on_error(ConnectionLost)``; nothing waits
-forever. The rules this client shares with the blocking client (URLs, handshake, keepalive,
-close policy, refill) live in :mod:`rsnet.client_rules`.
+writes cost one frame (and a Reactive Streams subscriber of ``conn.publisher(...)`` gets
+exactly the demand it requests). ``subscribe`` demands adaptively by default: a window that
+grows while the consumer keeps up and the round trip dominates, shrinks for a slow consumer,
+and stays within a byte budget by the item sizes measured as they arrive
+(:class:`rsnet.client_rules.AdaptiveDemand`); ``subscribe(prefetch=N)`` instead requests N up
+front and N - N//4 each time that many have been consumed (:class:`rsnet.client_rules.Refill`).
+The blocking client drives the same policies. Frames that arrive after a cancel are dropped
+before the subscriber sees them. When the connection fails, every open subscription receives
+``on_error(ConnectionLost)``; nothing waits forever. The rules this client shares with the
+blocking client (URLs, handshake, keepalive, close policy, demand) live in
+:mod:`rsnet.client_rules`.
 """
 
 from __future__ import annotations
@@ -32,22 +37,20 @@ import trio
 
 from ..client_rules import (
     DEFAULT_KEEPALIVE,
-    DEFAULT_PREFETCH,
     HANDSHAKE_TIMEOUT,
     NoPublicConstructor,
-    check_limit,
-    check_prefetch,
     client_connection,
     close_connection,
+    demand_policy,
     parse_endpoint,
     stream_params,
 )
 from ..errors import ConnectionLost, HandshakeError, single_errors
 from ..protocol import DEFAULT_MAX_FRAME_SIZE, DEFAULT_MAX_STREAMS, ErrorCode, State, Welcome
-from ..streams import Publisher, Subscriber, iterate, ops
-from ..streams.iterate import PublisherIterator
+from ..streams import Publisher, Subscriber
 from ..streams.subscriptions import subscribe_failed
 from ..transport import Transport, connect_tcp, connect_websocket
+from .iterator import StreamIterator
 from .session import Host, RemotePublisher, Session, complete_handshake, conn_error_frame
 
 MAX_PARKED = 1024
@@ -69,8 +72,10 @@ class Client(metaclass=NoPublicConstructor):
         nursery: trio.Nursery,
         dial: Callable[[], Awaitable[tuple[Session, list[Any]]]] | None,
         max_reconnect_delay: float,
+        max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
     ) -> None:
         self._session = session
+        self._max_frame_size = max_frame_size  # no received item is larger
         self._nursery = nursery
         self._dial = dial
         self._max_delay = max_reconnect_delay
@@ -97,17 +102,23 @@ class Client(metaclass=NoPublicConstructor):
         name: str,
         params: Mapping[str, Any] | None = None,
         *,
-        prefetch: int = DEFAULT_PREFETCH,
+        prefetch: int | None = None,
         limit: int | None = None,
-    ) -> PublisherIterator:
-        """``async for item in conn.subscribe(name, params)``: items of the server's publisher,
-        ``prefetch`` at most in flight. A remote error is raised from the loop; leaving the loop
-        early (or ``async with`` around it) cancels the stream. ``limit``: at most that many
-        items, and never more demand than that on the wire (as the blocking client)."""
-        publisher: Publisher[Any] = self.publisher(name, params)
-        if limit is not None:
-            publisher = publisher.pipe(ops.take(check_limit(limit)))
-        return iterate(publisher, prefetch=check_prefetch(prefetch))
+        budget: int | None = None,
+    ) -> StreamIterator:
+        """``async for item in conn.subscribe(name, params)``: items of the server's publisher.
+        A remote error is raised from the loop; leaving the loop early (or ``async with``
+        around it) cancels the stream.
+
+        Demand: adaptive by default, within ``budget`` bytes of items requested and not yet
+        consumed (default :data:`rsnet.client_rules.DEFAULT_BUDGET`, 4 MiB, counted as the
+        items' wire size); ``prefetch=N`` fixes the window at N items instead (the rule of
+        :class:`rsnet.client_rules.Refill`). ``limit``: at most that many items, and never more
+        demand than that on the wire (as the blocking client)."""
+        demand = demand_policy(
+            trio.current_time, prefetch=prefetch, limit=limit, budget=budget, max_item_bytes=self._max_frame_size
+        )
+        return StreamIterator(self.publisher(name, params), demand, limit)
 
     async def offer(self, name: str, publisher: Publisher[Any], params: Mapping[str, Any] | None = None) -> None:
         """Serve ``publisher`` to the server's sink ``name``; returns when it completed.
@@ -235,7 +246,7 @@ async def connect(
     with single_errors():  # ``except ConnectionLost`` around ``async with connect()`` works
         async with trio.open_nursery() as nursery:
             nursery.start_soon(functools.partial(session.run, events=events))
-            client = Client._create(session, nursery, dial if reconnect else None, max_reconnect_delay)
+            client = Client._create(session, nursery, dial if reconnect else None, max_reconnect_delay, max_frame_size)
             if reconnect:
                 nursery.start_soon(client._supervise)
             try:

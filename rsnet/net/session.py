@@ -43,6 +43,7 @@ from ..protocol import (
     Connection,
     ConnectionClosed,
     ConnError,
+    Encoded,
     Error,
     ErrorCode,
     GoAway,
@@ -71,6 +72,12 @@ _T = TypeVar("_T")
 
 DEFAULT_SEND_WINDOW = 1024
 """Items a hosted publisher may have requested and not yet delivered, per stream."""
+
+DEFAULT_SEND_WINDOW_BYTES = 4 << 20
+"""Bytes of items a stream may hold between its publisher and the socket, about: the window in
+items is this over the size of the stream's items as encoded so far (before the first are
+encoded, the size of the largest frame the peer takes), so a publisher of 1 MiB items gets
+requests for 4 at a time, one of small items for ``send_window``."""
 
 BATCH_ITEMS = 256
 """The most items one BATCH frame carries (a hosted publisher's items go out in BATCH frames)."""
@@ -133,6 +140,8 @@ class _Outbound(Subscriber[Any]):
         "_refill_queued",
         "_session",
         "done",
+        "encoded",
+        "item_bytes",
         "local",
         "on_end",
         "pending",
@@ -159,6 +168,8 @@ class _Outbound(Subscriber[Any]):
         self.on_end = on_end
         self._refill_queued = False
         self.pending: list[Any] = []  # items taken, not yet encoded (at most one window)
+        self.encoded = False  # whether pending items may be Encoded (see on_next_encoded)
+        self.item_bytes = 0  # encoded size of an item as measured at the last flush; 0: none yet
 
     def on_subscribe(self, subscription: Subscription) -> None:
         if not validate_subscription(self.subscription, subscription, wanted=not self.done):
@@ -174,7 +185,10 @@ class _Outbound(Subscriber[Any]):
         self._refill_queued = False
         if self.done or self.subscription is None:
             return
-        amount = min(self._session.send_window, self.remote) - self.local
+        session = self._session
+        size = self.item_bytes or session.conn.peer_max_frame_size  # the largest an item can be
+        window = min(session.send_window, max(1, session.send_window_bytes // size))
+        amount = min(window, self.remote) - self.local
         if amount > 0:
             self.local += amount
             self.subscription.request(amount)
@@ -215,6 +229,12 @@ class _Outbound(Subscriber[Any]):
         if self.remote != MAX_DEMAND:
             self.remote -= count
 
+    def on_next_encoded(self, items: list[Encoded]) -> None:
+        """``on_next_many`` for items already encoded (the broker shares each recent record's
+        bytes among its subscribers this way): they go on the wire as they are."""
+        self.encoded = True
+        self.on_next_many(items)
+
     def _taken(self, first: bool) -> None:
         """Items were taken: the first since the last flush (``first``: queue a flush), or the
         first since the last refill (queue a refill after the write)."""
@@ -232,10 +252,17 @@ class _Outbound(Subscriber[Any]):
             return
         self.pending = []
         conn, stream_id = self._session.conn, self.stream_id
+        before = conn.buffered
+        self._encode(conn, stream_id, items)
+        # The window follows the items' size: up at once, down by at most half a flush.
+        measured = max(1, (conn.buffered - before) // len(items))
+        self.item_bytes = measured if not self.item_bytes else max(measured, self.item_bytes // 2)
+
+    def _encode(self, conn: Connection, stream_id: int, items: list[Any]) -> None:
         for start in range(0, len(items), BATCH_ITEMS):
             chunk = items if len(items) <= BATCH_ITEMS else items[start : start + BATCH_ITEMS]
             try:
-                conn.send_batch(stream_id, chunk)
+                conn.send_batch(stream_id, chunk, encoded=self.encoded)
             except LocalProtocolError:
                 # An item a batch cannot carry (FRAME_TOO_LARGE, APPLICATION_ERROR): send the
                 # items before it, then end the stream with the reason; the connection lives.
@@ -365,14 +392,22 @@ class _Inbound(Subscription):
 
     # called by the session's dispatch
 
-    def deliver(self, items: list[Any]) -> None:
+    def deliver(self, items: list[Any], nbytes: int = 0) -> None:
+        """Hand ``items`` (``nbytes`` on the wire) to the subscriber."""
         subscriber = self.subscriber
         if subscriber is None:
             return
+        sized = getattr(subscriber, "on_next_sized", None)
         many = getattr(subscriber, "on_next_many", None)
         self._delivering = True
         try:
-            if many is not None:
+            if sized is not None:
+                # rsnet's client iterator (rsnet.net.iterator): the batch with its wire bytes,
+                # which its demand policy sizes the window by.
+                if not deliver_safely(sized, items, nbytes):
+                    self.cancel()
+                    return
+            elif many is not None:
                 # A subscriber that takes a batch in one call (rsnet's iterator): the same
                 # signals as on_next per item, in order, without a call per item.
                 if not deliver_safely(many, items):
@@ -456,10 +491,12 @@ class Session:
         host: Host | None = None,
         principal: Any = None,
         send_window: int = DEFAULT_SEND_WINDOW,
+        send_window_bytes: int = DEFAULT_SEND_WINDOW_BYTES,
         keepalive_fallback: float = 0.0,
     ) -> None:
         self.transport = transport
         self.send_window = send_window
+        self.send_window_bytes = send_window_bytes
         self.conn = conn
         self.host: Host = host if host is not None else NoHost()
         self.principal = principal
@@ -776,7 +813,7 @@ class Session:
             if kind is Items:
                 inbound = self._inbound.get(event.stream_id)
                 if inbound is not None:
-                    inbound.deliver(event.items)
+                    inbound.deliver(event.items, event.nbytes)
             elif kind is Request:
                 outbound = self._outbound.get(event.stream_id)
                 if outbound is not None:

@@ -11,7 +11,7 @@ transport (TCP, WebSocket, a blocking socket in a Spark worker) drives a :class:
 This package must never import trio, asyncio, sockets, threads or clocks; a test checks it.
 """
 
-from .codec import FrameDecoder, encode_frame
+from .codec import Encoded, FrameDecoder, encode_frame
 from .connection import Connection, Role, State
 from .errors import ErrorCode, LocalProtocolError, ProtocolError, RemoteProtocolError, RsnetError
 from .events import ConnectionClosed, Event, Items
@@ -65,6 +65,7 @@ __all__ = [
     "ConnError",
     "Connection",
     "ConnectionClosed",
+    "Encoded",
     "Error",
     "ErrorCode",
     "Event",

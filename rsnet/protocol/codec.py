@@ -23,9 +23,27 @@ from .errors import ErrorCode, RemoteProtocolError
 from .frames import DEFAULT_MAX_FRAME_SIZE, Frame, frame_fields
 
 INITIAL_BUFFER = 16 * 1024
-"""Bytes a packer or a decoder allocates for its buffer before a frame needs more (msgpack's
-defaults are 256 KiB per packer and max_buffer_size per unpacker: 1.3 MiB for every connection,
-idle or not). Buffers grow on demand, and keep the size of the largest frame they handled."""
+"""Bytes a decoder allocates for its buffer before a frame needs more (msgpack's default is
+max_buffer_size). It grows on demand; a decoder holds it only while a frame is unfinished."""
+
+PACKER_BUFFER = 1024
+"""Bytes a packer allocates for its buffer before a frame needs more (msgpack's default is
+256 KiB: a connection keeps its packer, idle or not). It grows on demand, and keeps the size
+of the largest frame it packed."""
+
+
+class Encoded(bytes):
+    """One item, already encoded: the msgpack bytes of a value (not nil), given to
+    ``Connection.send_next``/``send_batch`` in place of the value itself.
+
+    The bytes go on the wire as they are, so a value encoded once can be sent to any number
+    of subscribers without packing it again (the broker shares each recent record this way).
+    Whoever makes one vouches that it holds exactly one msgpack value that SPEC 3 allows as an
+    item; the connection does not decode it again. Only subscribers that have
+    ``on_next_encoded`` (rsnet's network session) are handed them.
+    """
+
+    __slots__ = ()
 
 
 def new_packer() -> msgpack.Packer:
@@ -33,7 +51,7 @@ def new_packer() -> msgpack.Packer:
 
     ``pack(value)`` returns the encoding of ``value`` as bytes; keep one per connection.
     """
-    return msgpack.Packer(use_bin_type=True, buf_size=INITIAL_BUFFER)  # type: ignore[call-arg]  # msgpack-types lacks buf_size (msgpack >= 1.0 has it)
+    return msgpack.Packer(use_bin_type=True, buf_size=PACKER_BUFFER)  # type: ignore[call-arg]  # msgpack-types lacks buf_size (msgpack >= 1.0 has it)
 
 
 def encode_frame(frame: Frame) -> bytes:
@@ -49,37 +67,58 @@ class FrameDecoder:
     choose hash collisions and make decoding quadratic.
     """
 
-    __slots__ = ("_fed", "_frame_start", "_limit", "_unpacker")
+    __slots__ = ("_base", "_fed", "_frame_start", "_limit", "_unpacker")
 
     def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
+        self._limit = max_frame_size
+        # msgpack's Unpacker embeds its parse stack: 41 KiB each, more than everything else an
+        # idle connection holds. So a decoder has one only while a frame is unfinished: it is
+        # made when bytes arrive (about 2 us) and let go when they end on a frame boundary.
+        self._unpacker: msgpack.Unpacker | None = None
+        # Stream offsets: bytes fed so far, where the unfinished frame began, and where the
+        # current unpacker's stream began (its tell() counts from there). The unpacker's
+        # tell() cannot say where an unfinished frame began, because it parses unfinished
+        # frames partway, so that is recorded after every whole frame.
+        self._fed = 0
+        self._frame_start = 0
+        self._base = 0
+
+    def _new_unpacker(self) -> msgpack.Unpacker:
         # No frame can hold more array elements than bytes, nor more map entries than half
         # as many: the unpacker refuses a larger count before allocating for it. String,
-        # binary and ext lengths get the same bound, though the size check below, which
+        # binary and ext lengths get the same bound, though the size check in frames(), which
         # counts bytes as they arrive, usually stops such frames first.
         # read_size: the buffer allocated up front (see INITIAL_BUFFER); it grows on demand,
         # up to max_frame_size, for the frames that need it.
-        self._unpacker = msgpack.Unpacker(
+        limit = self._limit
+        self._base = self._fed
+        return msgpack.Unpacker(
             raw=False,
             strict_map_key=True,
-            read_size=min(INITIAL_BUFFER, max_frame_size),
-            max_buffer_size=max_frame_size,
-            max_str_len=max_frame_size,
-            max_bin_len=max_frame_size,
-            max_ext_len=max_frame_size,
-            max_array_len=max_frame_size,
-            max_map_len=max_frame_size // 2,
+            read_size=min(INITIAL_BUFFER, limit),
+            max_buffer_size=limit,
+            max_str_len=limit,
+            max_bin_len=limit,
+            max_ext_len=limit,
+            max_array_len=limit,
+            max_map_len=limit // 2,
         )
-        self._limit = max_frame_size
-        # Stream offsets: bytes fed so far, and where the unfinished frame began. The
-        # unpacker's tell() cannot say the latter, because it parses unfinished frames
-        # partway, so it is recorded after every whole frame.
-        self._fed = 0
-        self._frame_start = 0
 
     @property
     def buffered(self) -> int:
         """Bytes of the unfinished frame held so far; always below ``max_frame_size``."""
         return self._fed - self._frame_start
+
+    @property
+    def position(self) -> int:
+        """Bytes of whole frames decoded so far (between calls of :meth:`frames`)."""
+        return self._frame_start
+
+    def frame_end(self) -> int:
+        """Where the frame a :meth:`frames` generator has just yielded ends, counted as
+        :attr:`position` is: only valid while the generator is suspended after a frame."""
+        assert self._unpacker is not None, "no frame was just yielded"
+        return self._base + self._unpacker.tell()
 
     def frames(self, data: bytes | bytearray | memoryview) -> Iterator[Any]:
         """Yield every frame that ``data`` completes, in order.
@@ -92,8 +131,13 @@ class FrameDecoder:
         # A generator, not a list: each frame array is freed as soon as the caller is done
         # with it, so decoding does not feed the cyclic garbage collector (measured: a list
         # of a chunk's frames costs a quarter of the decoding rate in collections).
+        if not data:
+            return
         unpacker = self._unpacker
+        if unpacker is None:
+            unpacker = self._unpacker = self._new_unpacker()
         tell = unpacker.tell
+        base = self._base
         limit = self._limit
         fed = self._fed
         start = self._frame_start
@@ -114,7 +158,7 @@ class FrameDecoder:
                 pos += taken
                 fed += taken
                 for frame in unpacker:
-                    start = tell()
+                    start = base + tell()
                     yield frame
                 if fed - start >= limit:
                     raise RemoteProtocolError(
@@ -131,3 +175,5 @@ class FrameDecoder:
         finally:
             self._fed = fed
             self._frame_start = start
+            if fed == start:  # no unfinished frame: nothing to keep
+                self._unpacker = None

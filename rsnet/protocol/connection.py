@@ -25,7 +25,7 @@ import itertools
 from collections.abc import Callable
 from typing import Any
 
-from .codec import FrameDecoder, new_packer
+from .codec import Encoded, FrameDecoder, new_packer
 from .errors import ErrorCode, LocalProtocolError, RemoteProtocolError
 from .events import ConnectionClosed, Event, Items
 from .frames import (
@@ -63,6 +63,8 @@ from .frames import (
 from .lifecycle import Side, StreamEvent, StreamState, allowed
 
 _NEXT = FrameType.NEXT.value
+_BATCH = FrameType.BATCH.value
+_ENCODED_ONLY = {Encoded}
 # Module constants: looking a member up on its Enum class costs a Python-level call.
 _OPENING, _OPEN, _CLOSED = StreamState.OPENING, StreamState.OPEN, StreamState.CLOSED
 _ACCEPT, _REQUEST, _ITEMS = StreamEvent.ACCEPT, StreamEvent.REQUEST, StreamEvent.ITEMS
@@ -116,8 +118,8 @@ _ROWS = {(side, state): (allowed(side, state), allowed(side.peer, state)) for si
 """Per stream end and state, the lifecycle rows a _Stream holds, computed once."""
 
 
-_Run = tuple[int, list[Any], _Stream]
-"""An Items event being filled: its stream id, its item list, and the stream."""
+_Run = tuple[int, list[Any], _Stream, Items]
+"""An Items event being filled: its stream id, its item list, the stream, and the event."""
 
 
 class Connection:
@@ -251,8 +253,14 @@ class Connection:
         run_id: Any = _NO_RUN
         run_items: list[Any] = []
         run_stream: Any = None
+        # Bytes per Items event (Items.nbytes): ``mark`` is where the last frame counted ended,
+        # ``counted`` how many of the run's items had arrived by then.
+        decoder = self._decoder
+        mark = decoder.position
+        counted = 0
+        run_event: Any = None
         try:
-            for fields in self._decoder.frames(data):
+            for fields in decoder.frames(data):
                 # Hot path: one more NEXT for the stream whose Items event is being filled.
                 # `is _NEXT` holds for the decoded int 21 because CPython shares small ints; a
                 # miss only means the slow path, which validates everything. The exact type
@@ -266,13 +274,27 @@ class Connection:
                                 run_stream.demand = demand - 1
                             run_items.append(item)
                             continue
+                # The bytes since ``mark`` are this frame's, after those of any NEXT frames the
+                # hot path took for the run: they count for that run, and (unless this frame
+                # extends the same run) for this frame's run as well.
+                end = decoder.frame_end()
+                span, mark = end - mark, end
+                fast = len(run_items) != counted
+                if fast:
+                    run_event.nbytes += span
                 run = self._receive_frame(fields)
                 if self._state is State.CLOSED:
                     return
                 if run is None:
                     run_id = _NO_RUN
                 else:
-                    run_id, run_items, run_stream = run
+                    run_id, run_items, run_stream, event = run
+                    if event is not run_event or not fast:
+                        event.nbytes += span
+                    run_event = event
+                counted = len(run_items)
+            if len(run_items) != counted:  # NEXT frames the hot path took up to the end of the data
+                run_event.nbytes += decoder.position - mark
         except RemoteProtocolError as exc:
             self._fail(exc.code, exc.message)
 
@@ -296,6 +318,16 @@ class Connection:
         return events
 
     # ------------------------------------------------------------------ output
+
+    @property
+    def peer_max_frame_size(self) -> int:
+        """The largest frame the peer accepts (the smallest any peer must, until it said)."""
+        return self._peer_max_frame_size
+
+    @property
+    def buffered(self) -> int:
+        """Bytes written and not yet taken by ``data_to_send``."""
+        return len(self._out)
 
     def data_to_send(self) -> bytearray:
         """All bytes written since the last call (whole frames); the caller owns the buffer."""
@@ -437,6 +469,7 @@ class Connection:
         ``PROTOCOL_ERROR`` for ``None`` (rule 2.13) or before ACCEPT, ``FRAME_TOO_LARGE``
         when the frame exceeds the peer's max_frame_size, ``APPLICATION_ERROR`` when the item
         is not encodable. A no-op when the stream was closed (e.g. the peer cancelled).
+        An :class:`~rsnet.protocol.codec.Encoded` item goes out as the bytes it holds.
         """
         try:
             stream = self._sendable[stream_id]
@@ -445,10 +478,14 @@ class Connection:
         demand = stream.demand
         if not demand or item is None:
             return self._refuse_items(stream_id, [item])
-        try:
-            body = self._pack(item)
-        except Exception as exc:
-            raise _not_encodable(exc) from exc
+        body: bytes
+        if type(item) is Encoded:
+            body = item
+        else:
+            try:
+                body = self._pack(item)
+            except Exception as exc:
+                raise _not_encodable(exc) from exc
         out = self._out
         # Measuring the body against a limit lowered by the longest prefix saves work per item;
         # the cost is that a WebSocket message may end a few bytes before it had to.
@@ -459,11 +496,14 @@ class Connection:
         out += stream.next_prefix
         out += body
 
-    def send_batch(self, stream_id: int, items: list[Any] | tuple[Any, ...]) -> None:
+    def send_batch(self, stream_id: int, items: list[Any] | tuple[Any, ...], *, encoded: bool = False) -> None:
         """Send several items on a stream we publish, in as few BATCH frames as fit.
 
         All or nothing: raises as :meth:`send_next` would, before writing anything, when the
         items exceed the demand, contain ``None``, or one item alone exceeds the frame limit.
+        With ``encoded``, items may be :class:`~rsnet.protocol.codec.Encoded` (each goes out
+        as the bytes it holds); without it, every item is a value to pack (checking each
+        item's type would cost a quarter of the packing).
         """
         stream = self._sendable.get(stream_id)
         count = len(items)
@@ -471,7 +511,10 @@ class Connection:
             return self._refuse_items(stream_id, items)
         if not count:
             return
-        for frame in self._encode_batch(stream_id, items):
+        frames = (
+            self._join_batch(stream_id, self._item_bytes(items)) if encoded else self._encode_batch(stream_id, items)
+        )
+        for frame in frames:
             self._append(frame)
         if stream.demand != MAX_INT:
             stream.demand -= count
@@ -538,7 +581,7 @@ class Connection:
     def _encode_batch(self, stream_id: int, items: Any) -> list[bytes]:
         # Encode the whole batch; if it is too large, split it in halves until each fits.
         try:
-            frame = self._pack([FrameType.BATCH.value, stream_id, items])
+            frame = self._pack([_BATCH, stream_id, items])
         except Exception as exc:
             raise _not_encodable(exc) from exc
         if len(frame) <= self._peer_max_frame_size:
@@ -550,6 +593,31 @@ class Connection:
             )
         half = len(items) // 2
         return self._encode_batch(stream_id, items[:half]) + self._encode_batch(stream_id, items[half:])
+
+    def _item_bytes(self, items: list[Any] | tuple[Any, ...]) -> list[Any] | tuple[Any, ...]:
+        """Each item's encoding: Encoded items as they are, other values packed."""
+        if set(map(type, items)) == _ENCODED_ONLY:
+            return items
+        try:
+            return [item if type(item) is Encoded else self._pack(item) for item in items]
+        except Exception as exc:
+            raise _not_encodable(exc) from exc
+
+    def _join_batch(self, stream_id: int, parts: list[Any] | tuple[Any, ...]) -> list[bytes]:
+        # The BATCH frames of already encoded items: a frame head, then the items' bytes as
+        # they are; split in halves, as _encode_batch does, until each frame fits.
+        pack = self._pack
+        head = b"\x93" + pack(_BATCH) + pack(stream_id) + _array_header(len(parts))
+        frame = head + b"".join(parts)
+        if len(frame) <= self._peer_max_frame_size:
+            return [frame]
+        if len(parts) == 1:
+            raise LocalProtocolError(
+                ErrorCode.FRAME_TOO_LARGE,
+                f"an item of {len(frame)} bytes exceeds the peer's max_frame_size ({self._peer_max_frame_size})",
+            )
+        half = len(parts) // 2
+        return self._join_batch(stream_id, parts[:half]) + self._join_batch(stream_id, parts[half:])
 
     def _refuse_items(self, stream_id: int, items: list[Any] | tuple[Any, ...]) -> None:
         """Why items cannot be sent: raise the reason, or return if the stream is closed."""
@@ -816,7 +884,7 @@ class Connection:
         else:
             last = Items(stream_id, list(items))
             events.append(last)
-        return stream_id, last.items, stream
+        return stream_id, last.items, stream, last
 
     def _on_complete(self, complete: Complete) -> None:
         step = self._receive_step(complete.stream_id, _COMPLETE)
@@ -829,6 +897,15 @@ class Connection:
         if step is not None:
             self._enter(error.stream_id, *step)
             self._events.append(error)
+
+
+def _array_header(count: int) -> bytes:
+    """The msgpack header of an array of ``count`` elements."""
+    if count < 16:
+        return bytes((0x90 | count,))
+    if count < 0x10000:
+        return b"\xdc" + count.to_bytes(2, "big")
+    return b"\xdd" + count.to_bytes(4, "big")
 
 
 def _violation(message: str) -> RemoteProtocolError:

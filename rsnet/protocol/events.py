@@ -26,15 +26,21 @@ from .frames import (
 )
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(slots=True)
 class Items:
     """Items received on a stream, in order: the payloads of consecutive NEXT and BATCH frames.
 
     Every item is within the demand granted (rule 1.1) and not ``None`` (rule 2.13).
+    ``nbytes`` is what their frames took on the wire, for a receiver that sizes its demand
+    in bytes (rsnet's clients do): exact for BATCH frames and for a run of NEXT frames that
+    ends with the received data; where NEXT frames of one stream are followed by another
+    frame in the same data, that frame's bytes count for both (an estimate that can only be
+    high: the decoder is not asked for a position per NEXT frame, which would slow every item).
     """
 
     stream_id: int
     items: list[Any]
+    nbytes: int = dataclasses.field(default=0, compare=False)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

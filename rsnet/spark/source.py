@@ -178,21 +178,21 @@ def read_ranges(opts: _options.Options, builder: RecordBatches, part: Range) -> 
     the broker still has (a gap, trimmed by retention or damaged on disk, fails the read, or,
     with failOnDataLoss=false, is logged and skipped)."""
     position, end = part.start, part.end
-    pending: list[dict[str, Any]] = []
+    pending: list[list[Any]] = []  # [offset, timestamp, value] each
     with connected(opts) as client:
         while position < end:
             try:
-                for chunk in blocking.read_range(client, part.topic, position, end):
+                for chunk in blocking.read_range(client, part.topic, position, end, arrays=True):
                     if not chunk:
                         continue
-                    first = chunk[0]["offset"]
-                    if first != position or chunk[-1]["offset"] - first + 1 != len(chunk):
+                    first = chunk[0][0]
+                    if first != position or chunk[-1][0] - first + 1 != len(chunk):
                         missing = _first_gap(chunk, position)
                         _lost(opts, part.topic, missing, "the broker skipped records")
-                    position = chunk[-1]["offset"] + 1
+                    position = chunk[-1][0] + 1
                     pending.extend(chunk)
                     while len(pending) >= ROWS_PER_BATCH:
-                        yield builder.build(pending[:ROWS_PER_BATCH])
+                        yield builder.build(part.topic, pending[:ROWS_PER_BATCH])
                         del pending[:ROWS_PER_BATCH]
                 break
             except StreamError as error:
@@ -209,14 +209,14 @@ def read_ranges(opts: _options.Options, builder: RecordBatches, part: Range) -> 
                     raise
                 position = max(position, available)
     if pending:
-        yield builder.build(pending)
+        yield builder.build(part.topic, pending)
 
 
-def _first_gap(chunk: list[dict[str, Any]], position: int) -> tuple[int, int]:
+def _first_gap(chunk: list[list[Any]], position: int) -> tuple[int, int]:
     expected = position
-    for record in chunk:
-        if record["offset"] != expected:
-            return expected, record["offset"]
+    for offset, _timestamp, _value in chunk:
+        if offset != expected:
+            return expected, offset
         expected += 1
     return expected, expected
 

@@ -1,7 +1,7 @@
 """A blocking rsnet client, for scripts and for frameworks that are not async (Spark workers).
 
     with rsnet.sync.connect("tcp://127.0.0.1:7600", token=...) as client:
-        for item in client.subscribe("range", prefetch=256, start=0, count=10):
+        for item in client.subscribe("range", {"start": 0, "count": 10}):
             ...
         client.offer("uploads", rows)   # sent as fast as the server's demand allows
 

@@ -1,7 +1,7 @@
 """The blocking client: the sans-I/O protocol driven over a blocking socket, in the caller's thread.
 
     with rsnet.sync.connect("tcp://127.0.0.1:7600", token=...) as client:
-        for item in client.subscribe("range", {"start": 0, "count": 10}, prefetch=256):
+        for item in client.subscribe("range", {"start": 0, "count": 10}):
             ...
         client.offer("uploads", rows, {"table": "t"})   # sent as the server's demand allows
 
@@ -13,12 +13,15 @@ interval of sending nothing, and gives up after three intervals without receivin
 consumer that holds an item for longer than three of the server's keepalive intervals is
 dropped by the server, and sees ConnectionLost(TIMEOUT) on its next call. One thread at a time.
 
-The rules it shares with the trio client (URLs, handshake, keepalive, close policy, the refill
-rule, the errors raised) are :mod:`rsnet.client_rules`'s, and its method names match the trio
-client's (``close`` for ``aclose``). Demand policy: ``subscribe(prefetch=N)`` requests N with the
-SUBSCRIBE, then N - N//4 each time that many items have been consumed, sent at once. Items of a stream
-are buffered until its iterator takes them, and the protocol refuses items beyond the demand
-granted (FLOW_CONTROL), so a stream nobody reads holds at most ``prefetch`` items.
+The rules it shares with the trio client (URLs, handshake, keepalive, close policy, the demand
+policy, the errors raised) are :mod:`rsnet.client_rules`'s, and its method names match the trio
+client's (``close`` for ``aclose``). Demand policy: adaptive by default, within a byte budget
+(:class:`rsnet.client_rules.AdaptiveDemand`: a consumer that finds its buffer empty and nothing
+arrived on the socket either has waited for the round trip, and the window grows); with
+``subscribe(prefetch=N)``, N with the SUBSCRIBE, then N - N//4 each time that many items have
+been consumed. Requests are sent at once. Items of a stream are buffered until its iterator
+takes them, and the protocol refuses items beyond the demand granted (FLOW_CONTROL), so a
+stream nobody reads holds at most its window (the budget's worth of items, or ``prefetch``).
 
 This module must never import trio or asyncio: it runs where no event loop can (a Spark
 executor's worker pulls a plain iterator), and a test checks it.
@@ -35,16 +38,16 @@ from typing import Any
 
 from ..client_rules import (
     DEFAULT_KEEPALIVE,
-    DEFAULT_PREFETCH,
     FLUSH_TIMEOUT,
     HANDSHAKE_TIMEOUT,
+    Demand,
     Due,
     Keepalive,
     NoPublicConstructor,
-    Refill,
     client_connection,
     close_connection,
     connection_lost,
+    demand_policy,
     handshake_outcome,
     handshake_timed_out,
     stream_params,
@@ -74,14 +77,16 @@ once instead of waiting for a full chunk, so a slow source's items are not held 
 
 
 class _Stream:
-    """A stream this client opened: the items received and not yet taken, and how it ended."""
+    """A stream this client opened: the items received and not yet taken, how it ended, and
+    (for a subscription) its demand policy, which hears of every batch received."""
 
-    __slots__ = ("ended", "error", "items")
+    __slots__ = ("demand", "ended", "error", "items")
 
-    def __init__(self) -> None:
+    def __init__(self, demand: Demand | None = None) -> None:
         self.items: deque[Any] = deque()
         self.ended = False  # COMPLETE, ERROR or CANCEL received, or the connection ended
         self.error: BaseException | None = None
+        self.demand = demand
 
 
 class BlockingClient(metaclass=NoPublicConstructor):
@@ -95,9 +100,15 @@ class BlockingClient(metaclass=NoPublicConstructor):
     """
 
     def __init__(
-        self, transport: BlockingTransport, conn: Connection, events: list[Any], keepalive_interval: float
+        self,
+        transport: BlockingTransport,
+        conn: Connection,
+        events: list[Any],
+        keepalive_interval: float,
+        max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
     ) -> None:
         self._transport = transport
+        self._max_frame_size = max_frame_size  # no received item is larger
         self._conn = conn
         self.peer = transport.peer
         self._keepalive = Keepalive.negotiated(conn, keepalive_interval, time.monotonic())
@@ -124,13 +135,17 @@ class BlockingClient(metaclass=NoPublicConstructor):
         name: str,
         params: Mapping[str, Any] | None = None,
         *,
-        prefetch: int = DEFAULT_PREFETCH,
+        prefetch: int | None = None,
         limit: int | None = None,
+        budget: int | None = None,
     ) -> Iterator[Any]:
         """The items of the server's publisher ``name``, as a generator.
 
-        The stream opens on the first ``next()`` and requests ``prefetch`` items at most in
-        flight or buffered. The generator ends when the publisher completes; a remote error is
+        The stream opens on the first ``next()``. Demand is adaptive by default, within
+        ``budget`` bytes of items requested and not yet consumed (default
+        :data:`rsnet.client_rules.DEFAULT_BUDGET`, 4 MiB, counted as the items' wire size);
+        ``prefetch=N`` fixes it at N items in flight or buffered instead, as the trio client.
+        The generator ends when the publisher completes; a remote error is
         raised from it as :class:`StreamError` (after the items that came before it), the end
         of the connection as :class:`ConnectionLost`. Closing the generator before its end
         (``close()``, or dropping it) cancels the stream. Several may be open at once.
@@ -139,8 +154,10 @@ class BlockingClient(metaclass=NoPublicConstructor):
         server sends nothing beyond them (exact demand for a known count); the stream is
         cancelled once they were taken, unless it ended first.
         """
-        refill = Refill(prefetch, limit)
-        return self._items(name, stream_params(params), refill, limit)
+        demand = demand_policy(
+            time.monotonic, prefetch=prefetch, limit=limit, budget=budget, max_item_bytes=self._max_frame_size
+        )
+        return self._items(name, stream_params(params), demand, limit)
 
     def offer(self, name: str, iterable: Iterable[Any], params: Mapping[str, Any] | None = None) -> None:
         """Push the items of ``iterable`` to the server's sink ``name``, then complete.
@@ -197,7 +214,7 @@ class BlockingClient(metaclass=NoPublicConstructor):
 
     # -- streams -----------------------------------------------------------------------------------
 
-    def _open(self, send_opening: Callable[[], int]) -> tuple[int, _Stream]:
+    def _open(self, send_opening: Callable[[], int], demand: Demand | None = None) -> tuple[int, _Stream]:
         if self._lost is not None:
             raise self._lost
         if self._conn.going_away:
@@ -207,26 +224,29 @@ class BlockingClient(metaclass=NoPublicConstructor):
                 stream_id = send_opening()
             except LocalProtocolError as refused:  # e.g. TOO_MANY_STREAMS, an unencodable param
                 raise StreamError(refused.code, refused.message) from None
-            stream = self._streams[stream_id] = _Stream()
+            stream = self._streams[stream_id] = _Stream(demand)
             self._flush()
         return stream_id, stream
 
-    def _items(self, name: str, params: Any, refill: Refill, limit: int | None) -> Iterator[Any]:
+    def _items(self, name: str, params: Any, demand: Demand, limit: int | None) -> Iterator[Any]:
         if limit == 0:
             return
         conn = self._conn
-        stream_id, stream = self._open(lambda: conn.send_subscribe(name, params, initial_demand=refill.initial))
+        stream_id, stream = self._open(lambda: conn.send_subscribe(name, params, initial_demand=demand.initial), demand)
         buffered = stream.items
         left = MAX_INT if limit is None else limit
         try:
             while True:
                 if not buffered:
-                    self._pump(lambda: buffered or stream.ended)
+                    self._poll()  # what has arrived meanwhile: taking it is no wait
+                    if not buffered and not stream.ended:
+                        demand.starved()
+                        self._pump(lambda: buffered or stream.ended)
                     if not buffered:
                         if stream.error is not None:
                             raise stream.error
                         return
-                wanted = refill.consumed()
+                wanted = demand.consumed()
                 if wanted and not stream.ended:
                     self._request(stream_id, wanted)
                 left -= 1
@@ -351,6 +371,12 @@ class BlockingClient(metaclass=NoPublicConstructor):
                 else:
                     self._receive(next_look - now)
 
+    def _poll(self) -> None:
+        """Receive and dispatch what has arrived, without waiting."""
+        if self._lost is None:
+            with self._io():
+                self._receive(0)
+
     def _receive(self, timeout: float | None) -> None:
         """Receive once (waiting up to ``timeout``; 0: only what has arrived) and dispatch."""
         try:
@@ -377,6 +403,8 @@ class BlockingClient(metaclass=NoPublicConstructor):
                 stream = streams.get(event.stream_id)
                 if stream is not None:
                     stream.items.extend(event.items)
+                    if stream.demand is not None:
+                        stream.demand.received(len(event.items), event.nbytes)
             elif kind is Complete or kind is Cancel:
                 stream = streams.get(event.stream_id)
                 if stream is not None:
@@ -453,7 +481,7 @@ def connect(
     except BaseException:
         transport.close()
         raise
-    return BlockingClient._create(transport, conn, events, keepalive_interval)
+    return BlockingClient._create(transport, conn, events, keepalive_interval, max_frame_size)
 
 
 def _handshake(transport: BlockingTransport, conn: Connection, deadline: float, timeout: float) -> list[Any]:

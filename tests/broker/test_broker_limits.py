@@ -1,13 +1,16 @@
 """What a client's params can make the broker store or say is bounded (server/README.md,
-"Resource budget"): producer ids, cursor names, cursors per topic, echoed values in errors."""
+"Resource budget"): producer ids and how many a topic remembers, cursor names, cursors per
+topic, echoed values in errors, what a producer may send before it is stored."""
 
 from __future__ import annotations
 
 import pytest
 
 import rsnet
-from rsnet.broker.broker import MAX_ID_LENGTH, Broker
+from rsnet.broker.broker import MAX_ID_LENGTH, Broker, TopicSettings
 from rsnet.broker.client import commit, publish
+from rsnet.broker.storage import Retention
+from rsnet.broker.topic import TopicSink
 from rsnet.protocol import ErrorCode, Next, Offer, Request
 
 from .support import RawClient, broker_running, take
@@ -62,16 +65,94 @@ async def test_an_invalid_start_position_is_echoed_shortened():
         assert len(error.message) < 300
 
 
+async def publish_as_granted(client: RawClient, log, stream_id: int, values: list) -> tuple[list[int], int]:
+    """Send ``values`` on the OFFER ``stream_id`` only as the broker grants them; return each
+    grant and the most records that were granted and not yet stored in ``log`` at a grant."""
+    grants, granted, sent, most = [], 0, 0, 0
+    while sent < len(values):
+        request = await client.frame_of(Request, stream_id)
+        grants.append(request.n)
+        granted += request.n
+        most = max(most, granted - log.next_offset)  # the grant follows the append that made room
+        await client.send(*(Next(stream_id, value) for value in values[sent:granted]))
+        sent = min(granted, len(values))
+    return grants, most
+
+
 async def test_a_producer_is_granted_at_most_the_sink_window_of_unwritten_records():
-    async with broker_running(Broker(sink_window=8)) as url:
+    broker = Broker(sink_window=8)
+    async with broker_running(broker) as url:
         client = await RawClient.connect(url)
         await client.send(Offer(1, "orders", {"producer": "p"}, {}))
-        request = await client.frame_of(Request, 1)
-        assert request.n == 8
-        await client.send(*(Next(1, i) for i in range(8)))
-        granted = 0
-        while granted < 8:  # more only as the writer stores what came: never above the window
-            frame = await client.frame_of(Request, 1)
-            granted += frame.n
-            assert granted <= 8
+        grants, most = await publish_as_granted(client, broker.topic("orders", create=True).log, 1, list(range(100)))
+        assert most <= 8  # never more, whatever the producer's speed
+        assert grants[0] == 4  # before anything is stored, records count as 1 MiB each: 4 MiB / 1 MiB
+        assert 4 < max(grants) <= 8  # once some are stored, they count as the small records they are
+        await client.aclose()
+
+
+async def test_a_producer_of_large_records_gets_demand_only_as_their_bytes_are_stored():
+    broker = Broker(sink_window=1024, sink_window_bytes=1 << 20)
+    record = b"x" * 200_000  # about 200 kB in the log: 5 fit in the 1 MiB window
+    async with broker_running(broker) as url:
+        client = await RawClient.connect(url)
+        await client.send(Offer(1, "big", {"producer": "p"}, {}))
+        log = broker.topic("big", create=True).log
+        grants, most = await publish_as_granted(client, log, 1, [record] * 40)
+        assert grants[:2] == [1, 5] and most <= 5  # not 1,024 records (200 MB) granted at once
+        # Small records on the same topic are granted the whole count window again.
+        await client.send(Offer(3, "big", {"producer": "q"}, {}))
+        grants, most = await publish_as_granted(client, log, 3, [b"y" * 100] * 3000)
+        assert grants[:2] == [1, 1024] and most <= 1024
+        await client.aclose()
+
+
+async def test_invented_producer_ids_are_forgotten_oldest_first_within_the_bound_across_a_restart(tmp_path):
+    settings = TopicSettings(durable=True, retention=Retention(max_producers=5))
+
+    def broker() -> Broker:
+        return Broker(data_dir=tmp_path, settings_for=lambda name: settings)
+
+    async with broker_running(first := broker()) as url, rsnet.connect(url) as conn:
+        for n in range(20):
+            await publish(conn, "orders", [n], producer=f"invented-{n}")
+        log = first.topics["orders"].log
+        assert (log.producer_count, log.next_offset) == (5, 20)
+        # A producer still remembered is deduplicated: its resend is dropped.
+        await publish(conn, "orders", [19], producer="invented-19")
+        assert log.next_offset == 20
+    async with broker_running(second := broker()) as url, rsnet.connect(url) as conn:
+        acks = await take(conn, "$acks", 1, producer="invented-19", topic="orders")
+        assert acks == [{"topic": "orders", "producer": "invented-19", "sequence": 0}]
+        log = second.topic("orders", create=False).log
+        assert log.producer_count == 5 and log.last_sequence("invented-14") is None
+        # What a forgotten producer sees: no first acknowledgement, and its resend is new.
+        await publish(conn, "orders", [0], producer="invented-0")
+        assert log.next_offset == 21 and log.producer_count == 5
+        assert log.last_sequence("invented-15") is None  # the least recently written made room
+
+
+async def test_records_granted_in_bulk_are_held_in_memory_only_until_the_writer_runs(monkeypatch):
+    """Granted is not held: records a producer was granted wait in the sockets; the broker's
+    memory holds only what its reader handed over since the topic's writer last ran."""
+    held = []
+    on_next = TopicSink.on_next
+
+    def observed(sink: TopicSink, item) -> None:
+        on_next(sink, item)
+        held.append(sum(len(value) for value in sink.buffer))
+
+    monkeypatch.setattr(TopicSink, "on_next", observed)
+    broker = Broker(sink_window=1024, sink_window_bytes=1 << 40)  # 1,024 records granted at once
+    record = b"y" * 900_000
+    async with broker_running(broker) as url:
+        client = await RawClient.connect(url)
+        await client.send(Offer(1, "big", {"producer": "p"}, {}))
+        assert (await client.frame_of(Request, 1)).n == 1024
+        for _ in range(40):  # 36 MB as fast as the socket takes them
+            await client.send(Next(1, record))
+        log = broker.topic("big", create=False).log
+        while log.next_offset < 40:
+            await client.next_frame()  # the grants that follow each append
+        assert len(held) == 40 and max(held) == len(record)  # one record at a time, never 36 MB
         await client.aclose()

@@ -613,3 +613,27 @@ def test_topic_bounds_and_creation_settings(tmp_path):
     assert problems(
         tmp_path, '[[topics]]\npattern = "a"\n[[topics]]\npattern = "b"\n', overrides={"max_topics": 1}
     ) == ["max_topics: 1 is fewer than the 2 topics [[topics]] names outright"]
+
+
+def test_the_producer_bounds_reach_the_storage_engine():
+    from rsnet.broker.auth import Authorizer
+    from rsnet.broker.daemon import build_broker
+    from rsnet.broker.storage import Retention
+
+    built_in = Retention()
+    config = load_config(None, {}, {"topics": [{"pattern": "few.>", "retention": {"max_producers": 3}}]})
+    broker = build_broker(config, Authorizer(config.auth))
+    defaults, few = broker.settings_for("orders").retention, broker.settings_for("few.x").retention
+    assert (defaults.max_producers, defaults.producer_max_age_ms) == (10_000, 7 * 24 * 3600 * 1000)
+    assert (defaults.max_producers, defaults.producer_max_age_ms) == (
+        built_in.max_producers,
+        built_in.producer_max_age_ms,
+    )
+    assert (few.max_producers, few.producer_max_age_ms) == (
+        3,
+        built_in.producer_max_age_ms,
+    )  # bounded whatever is left out
+    ages = load_config(None, {"RSNET_BROKER__TOPIC_DEFAULTS__RETENTION": "{producer_max_age_s = 90}"}, {})
+    assert ages.topic_defaults.retention.producer_max_age_ms == 90_000
+    with pytest.raises(ConfigError, match="max_producers"):
+        load_config(None, {"RSNET_BROKER__TOPIC_DEFAULTS__RETENTION": "{max_producers = 0}"}, {})

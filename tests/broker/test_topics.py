@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import trio
 
@@ -9,8 +11,10 @@ import rsnet
 from rsnet.broker.broker import Broker, TopicSettings
 from rsnet.broker.client import commit, publish
 from rsnet.broker.codes import BrokerCode
-from rsnet.broker.storage import Retention
+from rsnet.broker.storage import MemoryLog, Retention
+from rsnet.broker.topic import Shape, SlowPolicy, Topic, TopicReader
 from rsnet.protocol import ErrorCode
+from rsnet.streams import Subscriber, Subscription
 
 from .support import broker_running, take
 
@@ -121,3 +125,55 @@ async def test_topics_lists_offsets_and_subscriber_lag():
         (a,) = [t for t in topics if t["topic"] == "a"]
         assert (a["first_offset"], a["next_offset"]) == (0, 5)
         assert len(a["subscribers"]) == 1 and a["subscribers"][0]["lag"] >= 3
+
+
+async def test_items_arrays_carry_the_same_records_without_keys():
+    """BROKER.md, ``items: "arrays"``: ``[offset, timestamp, value]`` on a topic, the topic's
+    name appended on a pattern; the same records as the maps, and a bad value is REJECTED."""
+    async with broker_running(Broker()) as url, rsnet.connect(url) as conn:
+        await publish(conn, "a.one", [{"n": i} for i in range(5)])
+        await publish(conn, "a.two", ["x"])
+        maps = await take(conn, "a.one", 5, **{"from": "earliest"})
+        arrays = await take(conn, "a.one", 5, **{"from": "earliest", "items": "arrays"})
+        assert arrays == [[r["offset"], r["timestamp"], r["value"]] for r in maps]
+        on_pattern = await take(conn, "a.*", 6, **{"from": "earliest", "items": "arrays"})
+        assert sorted((r[3], r[0], r[2] == "x") for r in on_pattern) == [("a.one", i, False) for i in range(5)] + [
+            ("a.two", 0, True)
+        ]
+        with pytest.raises(rsnet.StreamError) as refused:
+            await take(conn, "a.one", 1, **{"items": "tuples"})
+        assert refused.value.code == ErrorCode.REJECTED and "items" in refused.value.message
+
+
+class Manual(Subscriber[Any]):
+    """Requests only when the test says so."""
+
+    def __init__(self) -> None:
+        self.items: list[Any] = []
+        self.subscription: Subscription | None = None
+
+    def on_subscribe(self, subscription: Subscription) -> None:
+        self.subscription = subscription
+
+    def on_next(self, item: Any) -> None:
+        self.items.append(item)
+
+    def on_error(self, error: BaseException) -> None:
+        self.items.append(error)
+
+    def on_complete(self) -> None:
+        self.items.append("complete")
+
+
+def test_items_arrays_show_records_skipped_by_drop_as_a_gap_in_offsets():
+    topic = Topic("d", MemoryLog(), policy=SlowPolicy.DROP, max_lag=10)
+    subscriber = Manual()
+    reader = TopicReader(subscriber, shape=Shape(arrays=True))
+    subscriber.on_subscribe(reader)
+    reader.add_topic(topic, 0)
+    topic.log.append(list(range(100)), timestamp_ms=1)
+    reader.appended(topic)  # no demand: 100 behind, more than max_lag: it skips ahead
+    reader.request(100)
+    offsets = [r[0] for r in subscriber.items]
+    assert offsets[0] > 50 and offsets == list(range(offsets[0], 100))  # a gap from 0, and no key saying so
+    assert all(r == [r[0], 1, r[0]] for r in subscriber.items)

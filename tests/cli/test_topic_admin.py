@@ -1,10 +1,16 @@
-"""rsnet topics create|delete|purge, through the broker's $admin, guarded by an admin grant."""
+"""rsnet topics create|alter|delete|purge, through the broker's $admin, guarded by an admin grant;
+settings given at creation are stored with the topic and still apply after a restart."""
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
+import time
 
 from rsnet.broker.auth import generate_token, hash_token
+from rsnet.cli import main
+from rsnet.cli.topics import retention, show_duration, show_size
 
 from .support import RSNET, Daemon, env, one_line, rsnet
 
@@ -13,8 +19,8 @@ def test_create_purge_and_delete_a_durable_topic(tmp_path):
     data = tmp_path / "data"
     with Daemon("broker", "--tcp", "127.0.0.1:0", "--data-dir", str(data)) as broker:
         created = rsnet("topics", "create", broker.url, "jobs.eu")
-        assert (created.returncode, created.stdout) == (0, "jobs.eu: created\n"), created.stderr
-        assert rsnet("topics", "create", broker.url, "jobs.eu").stdout == "jobs.eu: exists already\n"
+        assert (created.returncode, created.stdout.splitlines()[0]) == (0, "jobs.eu: created"), created.stderr
+        assert rsnet("topics", "create", broker.url, "jobs.eu").stdout.startswith("jobs.eu: exists already\n")
         assert rsnet("pub", broker.url, "jobs.eu", stdin="1\n2\n3\n").returncode == 0
         follower = subprocess.Popen(
             [RSNET, "sub", broker.url, "jobs.eu", "--from", "earliest"],
@@ -77,3 +83,115 @@ subscribe = [">"]
         allowed = rsnet("topics", "create", broker.url, "ops.jobs", "--json", env=env(RSNET_TOKEN=admin))
         assert allowed.returncode == 0, allowed.stderr
         assert '"created": true' in allowed.stdout
+        # Settings too: only with the grant.
+        for action in ("create", "alter"):
+            refused = rsnet("topics", action, broker.url, "ops.jobs", "--policy", "drop", env=env(RSNET_TOKEN=producer))
+            assert refused.returncode == 1
+            assert one_line(refused.stderr) == "rsnet topics: UNAUTHORIZED: not allowed to admin 'ops.jobs'"
+        assert listed(broker.url, env=env(RSNET_TOKEN=admin))["ops.jobs"]["policy"] == "backpressure"
+        altered = rsnet("topics", "alter", broker.url, "ops.jobs", "--policy", "drop", env=env(RSNET_TOKEN=admin))
+        assert altered.returncode == 0, altered.stderr
+        assert listed(broker.url, env=env(RSNET_TOKEN=admin))["ops.jobs"]["policy"] == "drop"
+
+
+def listed(url: str, **kwargs) -> dict[str, dict]:
+    shown = rsnet("topics", url, "--json", **kwargs)
+    assert shown.returncode == 0, shown.stderr
+    return {entry["topic"]: entry for entry in map(json.loads, shown.stdout.splitlines())}
+
+
+def test_settings_given_at_creation_apply_after_a_restart(tmp_path):
+    data = tmp_path / "data"
+    with Daemon("broker", "--tcp", "127.0.0.1:0", "--data-dir", str(data)) as broker:
+        created = rsnet(
+            "topics", "create", broker.url, "recent", "--storage", "memory", "--retention", "records=3,age=none"
+        )
+        assert created.returncode == 0, created.stderr
+        assert created.stdout == (
+            "recent: created\n"
+            "  settings: storage memory, max_records 3, max_age none (set on the topic); "
+            "policy backpressure, max_lag 10000, max_bytes 1 GiB (built-in)\n"
+        )
+        slow = rsnet("topics", "create", broker.url, "slow", "--policy", "drop", "--max-lag", "50")
+        assert slow.returncode == 0, slow.stderr
+
+    with Daemon("broker", "--tcp", "127.0.0.1:0", "--data-dir", str(data)) as broker:
+        topics = listed(broker.url)
+        assert topics["recent"]["settings"]["retention"] == {"max_records": 3, "max_bytes": 1 << 30, "max_age_s": None}
+        assert topics["recent"]["settings_from"]["retention.max_records"] == "topic"
+        assert topics["slow"]["policy"] == "drop"
+        assert topics["slow"]["settings"]["slow_subscriber"] == {"policy": "drop", "max_lag": 50}
+        table = rsnet("topics", broker.url).stdout
+        assert "  settings: policy drop, max_lag 50 (set on the topic); storage durable, " in table
+
+        assert rsnet("pub", broker.url, "recent", stdin="".join(f"{n}\n" for n in range(10))).returncode == 0
+        deadline = time.monotonic() + 20  # the broker's retention sweep runs every second
+        while listed(broker.url)["recent"]["first_offset"] != 7:
+            assert time.monotonic() < deadline, "retention never trimmed the topic to its last 3 records"
+            time.sleep(0.2)
+        kept = rsnet("sub", broker.url, "recent", "--from", "earliest", "--until-end", "--format", "value")
+        assert kept.stdout == "7\n8\n9\n"
+
+        changed = rsnet("topics", "alter", broker.url, "slow", "--reset", "policy", "--max-lag", "20")
+        assert changed.returncode == 0, changed.stderr
+        assert changed.stdout.splitlines()[0] == "slow: altered (policy, max_lag)"
+        assert listed(broker.url)["slow"]["settings_from"]["slow_subscriber.policy"] == "built-in"
+
+
+def run_here(capsys, *args: str) -> tuple[int, str]:
+    """``rsnet *args`` in this process (no interpreter to start: these only parse, or ask the
+    broker one question): its exit code and what it printed on stderr."""
+    try:
+        code = main(list(args))
+    except SystemExit as exit:  # argparse's usage errors
+        code = exit.code
+    return code, capsys.readouterr().err
+
+
+def test_settings_errors_are_one_line_naming_the_code(broker, capsys, monkeypatch):
+    for name in [name for name in os.environ if name.startswith("RSNET_")]:
+        monkeypatch.delenv(name)
+    assert run_here(capsys, "topics", "create", broker.url, "admin.set", "--policy", "drop")[0] == 0
+    code, err = run_here(capsys, "topics", "create", broker.url, "admin.set", "--policy", "disconnect")
+    assert (code, one_line(err)) == (
+        1,
+        "rsnet topics: REJECTED: topic 'admin.set' exists with other settings (slow_subscriber.policy is 'drop', "
+        "not 'disconnect'): create does not change a topic, alter does",
+    )
+    code, err = run_here(capsys, "topics", "create", broker.url, "admin.disk", "--storage", "durable")
+    assert (code, one_line(err)) == (
+        1,
+        "rsnet topics: REJECTED: settings.storage: 'durable' needs a broker with a data_dir "
+        "(this one keeps every topic in memory)",
+    )
+    for args, message in [
+        (["--retention", "records=0"], "argument --retention: records: must be above 0 (none: no limit), got '0'"),
+        (["--retention", "size=5"], "expected records=N, bytes=SIZE or age=DURATION, got 'size=5'"),
+        (["--retention", "age=soon"], "age: expected a duration such as 90s, 12h or 7d, got 'soon'"),
+        (["--retention", "bytes=12QB"], "bytes: expected a size such as 1048576, 500MB or 1GiB, got '12QB'"),
+        (["--policy", "block"], "invalid choice: 'block' (choose from 'backpressure', 'drop', 'disconnect')"),
+        (["--max-lag", "0"], "argument --max-lag: must be at least 1, got 0"),
+        (["--reset", "policy"], "--reset is for alter"),
+    ]:
+        code, err = run_here(capsys, "topics", "create", broker.url, "admin.bad", *args)
+        assert code == 2 and message in err, err
+    code, err = run_here(capsys, "topics", broker.url, "--policy", "drop")
+    assert code == 2 and "settings are for create and alter" in err
+    code, err = run_here(capsys, "topics", "alter", broker.url, "admin.set")
+    assert code == 2 and "alter needs a setting to change" in err
+    code, err = run_here(capsys, "topics", "purge", broker.url, "admin.set", "--yes", "--max-lag", "5")
+    assert code == 2 and "purge takes no settings" in err
+    assert "admin.bad" not in listed(broker.url)
+
+
+def test_sizes_and_durations_as_users_write_them():
+    assert retention("records=1000,bytes=500MB,age=7d") == {
+        "max_records": 1000,
+        "max_bytes": 500_000_000,
+        "max_age_s": 7 * 86400.0,
+    }
+    assert retention("bytes=1GiB,age=1h30m") == {"max_bytes": 1 << 30, "max_age_s": 5400.0}
+    assert retention("bytes=4096,age=90") == {"max_bytes": 4096, "max_age_s": 90.0}
+    assert retention("records=none,bytes=NONE") == {"max_records": None, "max_bytes": None}
+    assert [show_size(n) for n in (1 << 30, 3 << 20, 1000)] == ["1 GiB", "3 MiB", "1000 B"]
+    assert [show_duration(s) for s in (604800.0, 5400.0, 90.0, 0.5)] == ["7d", "1h30m", "1m30s", "0.5s"]

@@ -7,6 +7,8 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
+
 import rsnet.sync
 
 from .support import TOKEN, publish, wait_until
@@ -14,20 +16,28 @@ from .support import TOKEN, publish, wait_until
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
-def test_exact_demand_sends_no_record_beyond_the_range(broker_url):
+@pytest.mark.parametrize("arrays", [False, True])
+def test_exact_demand_sends_no_record_beyond_the_range(broker_url, arrays):
     from rsnet.broker import blocking
 
-    publish(broker_url, "demand.exact", list(range(1000)))
+    topic = f"demand.exact-{arrays}"
+    publish(broker_url, topic, list(range(1000)))
 
     def delivered():
         with rsnet.sync.connect(broker_url, token=TOKEN) as client:
-            (info,) = [topic for topic in blocking.list_topics(client) if topic["topic"] == "demand.exact"]
+            (info,) = [t for t in blocking.list_topics(client) if t["topic"] == topic]
             return info["records_out"]
 
     before = delivered()
     with rsnet.sync.connect(broker_url, token=TOKEN) as client:
-        got = [r["offset"] for chunk in blocking.read_range(client, "demand.exact", 100, 437, window=64) for r in chunk]
-    assert got == list(range(100, 437))
+        chunks = list(blocking.read_range(client, topic, 100, 437, window=64, arrays=arrays))
+    records = [r for chunk in chunks for r in chunk]
+    if arrays:  # [offset, timestamp, value]
+        assert [(r[0], r[2]) for r in records] == [(i, i) for i in range(100, 437)] and all(
+            len(r) == 3 for r in records
+        )
+    else:
+        assert [(r["offset"], r["value"]) for r in records] == [(i, i) for i in range(100, 437)]
     wait_until(lambda: delivered() - before >= 337, "the broker's delivery count")
     assert delivered() - before == 337  # the records the range holds, none more
 

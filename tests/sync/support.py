@@ -29,6 +29,7 @@ class Probe:
 
     requested: int = 0
     emitted: int = 0
+    peer: str | None = None  # the subscriber's address, as the server's session names it
     items: list[Any] = dataclasses.field(default_factory=list)
     error: BaseException | None = None
     cancelled: threading.Event = dataclasses.field(default_factory=threading.Event)
@@ -122,17 +123,23 @@ QUOTA_EXCEEDED = rsnet.StreamError(4711, "quota exceeded", {"limit": 10})
 
 def make_server(probes: Probes, **settings: Any) -> rsnet.Server:
     """``range`` (start, count); ``fail`` (n items, then QUOTA_EXCEEDED); ``endless`` (0, 1, 2...
-    probed under ``tag``); ``late`` (one item after ``delay`` seconds); and the sink ``sink``
-    (``tag``, ``window``, ``cancel_after``)."""
+    probed under ``tag``); ``blobs`` (endless items of ``size`` bytes, probed under ``tag``);
+    ``late`` (one item after ``delay`` seconds); and the sink ``sink`` (``tag``, ``window``,
+    ``cancel_after``)."""
     server = rsnet.Server(**settings)
     server.add_publisher("range", lambda params, ctx: rsnet.range_(params.get("start", 0), params["count"]))
     server.add_publisher(
         "fail",
         lambda params, ctx: rsnet.ops.concat(rsnet.range_(0, params["n"]), rsnet.error(QUOTA_EXCEEDED)),
     )
-    server.add_publisher(
-        "endless", lambda params, ctx: Probed(rsnet.from_iterable(itertools.count()), probes[params["tag"]])
-    )
+
+    def probed(items: Any, params: dict, ctx: rsnet.StreamContext) -> rsnet.Publisher:
+        probe = probes[params["tag"]]
+        probe.peer = ctx.peer
+        return Probed(rsnet.from_iterable(items), probe)
+
+    server.add_publisher("endless", lambda params, ctx: probed(itertools.count(), params, ctx))
+    server.add_publisher("blobs", lambda params, ctx: probed(itertools.repeat(b"x" * params["size"]), params, ctx))
 
     def late(params: dict, ctx: rsnet.StreamContext) -> rsnet.Publisher:
         async def one_item_late():
@@ -149,6 +156,21 @@ def make_server(probes: Probes, **settings: Any) -> rsnet.Server:
         ),
     )
     return server
+
+
+def wire_demand(thread: ServerThread, server: rsnet.Server, probe: Probe) -> int:
+    """The demand a client has granted on the first stream of its connection (stream id 1,
+    SPEC 7.1), as the server has received it: what the server may still send plus the items
+    it has encoded for sending (emitted by its publisher, less those not encoded yet). Read in
+    the servers' own loop, so the three counts are of one moment."""
+
+    def granted() -> int:
+        (session,) = [session for session in list(server.sessions) if session.peer == probe.peer]
+        outbound = session._outbound.get(1)
+        not_encoded = len(outbound.pending) if outbound is not None else 0
+        return session.conn.outstanding_demand(1) + probe.emitted - not_encoded
+
+    return thread.run_sync(granted)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -187,6 +209,28 @@ class ServerThread:
             self._token.run_sync_soon(self._nursery.cancel_scope.cancel)
         self._thread.join(JOIN_TIMEOUT)
         assert not self._thread.is_alive(), "the test server did not stop"
+
+    def run_sync(self, fn: Callable[[], Any]) -> Any:
+        """``fn()`` run in the servers' loop, its result; callable from any other thread, even
+        one running a trio loop of its own (a trio client's), which waits meanwhile."""
+        done = threading.Event()
+        outcome: list[Any] = []
+
+        def run() -> None:
+            try:
+                outcome.append(fn())
+            except Exception as failure:  # raised again in the caller's thread, not the loop's
+                outcome.append(failure)
+                raise_it.append(True)
+            finally:
+                done.set()
+
+        raise_it: list[bool] = []
+        self._token.run_sync_soon(run)
+        assert done.wait(JOIN_TIMEOUT), "the servers' loop did not answer"
+        if raise_it:
+            raise outcome[0]
+        return outcome[0]
 
     def start_soon(self, async_fn: Callable[..., Any], *args: Any) -> None:
         """Start ``async_fn(*args)`` as a task of the servers' loop (from the test's thread)."""

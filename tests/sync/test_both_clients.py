@@ -17,13 +17,16 @@ import trio
 
 import rsnet
 import rsnet.sync
+from rsnet.client_rules import DEFAULT_BUDGET, MAX_WINDOW
 from rsnet.errors import ConnectionLost, HandshakeError, RsnetError, StreamError, TransportClosed
 from rsnet.protocol import ErrorCode
 
-from .support import Listener, Probes, ScriptedPeer, ServerThread, make_server
+from .support import Listener, Probes, ScriptedPeer, ServerThread, make_server, wire_demand
 
 TOKEN = "s3cret"
 SCHEMES = ["tcp", "ws"]
+DEMAND_OPTIONS = ("prefetch", "limit", "budget")
+"""Options of ``subscribe``; the others go to ``connect``. None: the default."""
 
 
 def trio_items(
@@ -39,12 +42,11 @@ def trio_items(
     """Subscribe with the trio client, appending items to ``into`` (so items that came before
     an error are visible); after ``take`` items, call ``before_leaving`` (a blocking check, run
     in a worker thread while the connection stays live) and leave the loop."""
-    prefetch = options.pop("prefetch", rsnet.client_rules.DEFAULT_PREFETCH)
-    limit = options.pop("limit", None)
+    demand = {key: options.pop(key, None) for key in DEMAND_OPTIONS}
 
     async def main() -> None:
         async with rsnet.connect(url, **options) as conn:
-            async with conn.subscribe(name, params, prefetch=prefetch, limit=limit) as items:
+            async with conn.subscribe(name, params, **demand) as items:
                 async for item in items:
                     into.append(item)
                     if len(into) == take:
@@ -65,10 +67,9 @@ def sync_items(
     **options: Any,
 ):
     """The same with the blocking client."""
-    prefetch = options.pop("prefetch", rsnet.client_rules.DEFAULT_PREFETCH)
-    limit = options.pop("limit", None)
+    demand = {key: options.pop(key, None) for key in DEMAND_OPTIONS}
     with rsnet.sync.connect(url, **options) as client:
-        items = client.subscribe(name, params, prefetch=prefetch, limit=limit)
+        items = client.subscribe(name, params, **demand)
         for item in items:
             into.append(item)
             if len(into) == take:
@@ -77,13 +78,63 @@ def sync_items(
                 return
 
 
+def trio_checked(url: str, name: str, params: Any, *, take: int, every: int, check: Callable[[int], None], **demand):
+    """Take ``take`` items with the trio client; after every ``every``-th, once everything the
+    client wrote so far has reached the server, call ``check(items taken)``."""
+
+    async def settle(conn: rsnet.Client) -> None:
+        # Two one-item streams, one after the other: the second's SUBSCRIBE is written after
+        # whatever the iterator had requested, so its item comes back after the server read it.
+        for _ in range(2):
+            assert [x async for x in conn.subscribe("range", {"count": 1})] == [0]
+
+    async def main() -> None:
+        async with rsnet.connect(url) as conn:
+            async with conn.subscribe(name, params, **demand) as items:
+                taken = 0
+                async for _ in items:
+                    taken += 1
+                    if taken % every == 0:
+                        await settle(conn)
+                        check(taken)
+                    if taken == take:
+                        return
+
+    trio.run(main)
+
+
+def sync_checked(url: str, name: str, params: Any, *, take: int, every: int, check: Callable[[int], None], **demand):
+    """The same with the blocking client (which writes a REQUEST as soon as it decides it)."""
+    with rsnet.sync.connect(url) as client:
+        items = client.subscribe(name, params, **demand)
+        for taken, _ in enumerate(items, 1):
+            if taken % every == 0:
+                for _ in range(2):
+                    assert list(client.subscribe("range", {"count": 1})) == [0]
+                check(taken)
+            if taken == take:
+                items.close()
+                return
+
+
 CLIENTS = {"trio": trio_items, "blocking": sync_items}
+CHECKED = {"trio": trio_checked, "blocking": sync_checked}
 Items = Callable[..., None]
 
 
 @pytest.fixture(params=list(CLIENTS))
-def items_of(request) -> Items:
-    return CLIENTS[request.param]
+def client_kind(request) -> str:
+    return request.param
+
+
+@pytest.fixture
+def items_of(client_kind) -> Items:
+    return CLIENTS[client_kind]
+
+
+@pytest.fixture
+def checked(client_kind) -> Callable[..., None]:
+    return CHECKED[client_kind]
 
 
 @pytest.fixture(scope="module")
@@ -92,12 +143,23 @@ def probes() -> Probes:
 
 
 @pytest.fixture(scope="module")
-def urls(probes):
-    """("plain" | "guarded" (needs TOKEN), scheme) -> URL."""
-    servers = {"plain": make_server(probes), "guarded": make_server(probes, token=TOKEN)}
+def servers(probes) -> dict[str, rsnet.Server]:
+    """ "plain", and "guarded" (needs TOKEN)."""
+    return {"plain": make_server(probes), "guarded": make_server(probes, token=TOKEN)}
+
+
+@pytest.fixture(scope="module")
+def server_thread(servers):
     keys = [(name, scheme) for name in servers for scheme in SCHEMES]
     with ServerThread([Listener(servers[name], scheme) for name, scheme in keys]) as thread:
-        yield dict(zip(keys, thread.urls, strict=True))
+        yield thread
+
+
+@pytest.fixture(scope="module")
+def urls(servers, server_thread):
+    """("plain" | "guarded" (needs TOKEN), scheme) -> URL."""
+    keys = [(name, scheme) for name in servers for scheme in SCHEMES]
+    return dict(zip(keys, server_thread.urls, strict=True))
 
 
 @pytest.mark.parametrize("scheme", SCHEMES)
@@ -201,9 +263,10 @@ def test_demand_follows_the_same_refill_rule(items_of, urls, probes, scheme, req
 
 
 @pytest.mark.parametrize("scheme", SCHEMES)
-@pytest.mark.parametrize(("limit", "prefetch"), [(20, 8), (5, 64), (0, 8)])
+@pytest.mark.parametrize(("limit", "prefetch"), [(20, 8), (5, 64), (0, 8), (3, None), (5, None), (1000, None)])
 def test_a_limit_is_exact_demand_on_the_wire(items_of, urls, probes, scheme, limit, prefetch, request):
-    """``limit=n`` takes n items and never asks the server for more, then cancels."""
+    """``limit=n`` takes n items and never asks the server for more, then cancels; with a fixed
+    ``prefetch`` and with the default, adaptive demand alike."""
     tag = request.node.name
     got: list[Any] = []
     items_of(urls["plain", scheme], "endless", {"tag": tag}, into=got, limit=limit, prefetch=prefetch)
@@ -213,3 +276,54 @@ def test_a_limit_is_exact_demand_on_the_wire(items_of, urls, probes, scheme, lim
         assert probe.cancelled.wait(5), "taking the last item cancels the stream"
     assert probe.requested == limit
     assert probe.emitted == limit
+
+
+BLOB = 1024 * 1024 - 64
+"""A 1 MiB item, less what its frame adds, so that it fits the default max_frame_size."""
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+@pytest.mark.parametrize("budget", [None, 2 * 1024 * 1024])
+def test_by_default_1_mib_items_keep_demand_on_the_wire_within_the_byte_budget(
+    checked, urls, server_thread, servers, probes, scheme, budget, request
+):
+    """The default demand (no prefetch) counts bytes: at every item, what the client has
+    requested and not yet consumed, as the server received it, is at most the budget's worth of
+    1 MiB items (4 with the default 4 MiB: under the fixed 256 of old, 256 MiB)."""
+    tag = request.node.name
+    probe = probes[tag]
+    outstanding: list[int] = []
+
+    def check(taken: int) -> None:
+        outstanding.append(wire_demand(server_thread, servers["plain"], probe) - taken)
+
+    checked(urls["plain", scheme], "blobs", {"tag": tag, "size": BLOB}, take=12, every=1, check=check, budget=budget)
+    limit = (budget or DEFAULT_BUDGET) // BLOB
+    assert len(outstanding) == 12
+    assert all(0 < count <= limit for count in outstanding), outstanding
+    assert probe.cancelled.wait(5)
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_by_default_demand_on_the_wire_stays_bounded_for_small_items(
+    checked, urls, server_thread, servers, probes, scheme, request
+):
+    """Small items: the adaptive window may grow, never beyond MAX_WINDOW items outstanding."""
+    tag = request.node.name
+    probe = probes[tag]
+    outstanding: list[int] = []
+
+    def check(taken: int) -> None:
+        outstanding.append(wire_demand(server_thread, servers["plain"], probe) - taken)
+
+    checked(urls["plain", scheme], "endless", {"tag": tag}, take=30_000, every=10_000, check=check)
+    assert len(outstanding) == 3
+    assert all(0 < count <= MAX_WINDOW for count in outstanding), outstanding
+
+
+def test_a_budget_sizes_the_adaptive_window_only(items_of, urls):
+    """A byte budget with a fixed prefetch is refused (a fixed window is counted in items)."""
+    with pytest.raises(ValueError):
+        items_of(urls["plain", "tcp"], "range", {"count": 1}, into=[], prefetch=8, budget=1024)
+    with pytest.raises(ValueError):
+        items_of(urls["plain", "tcp"], "range", {"count": 1}, into=[], budget=0)

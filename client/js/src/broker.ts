@@ -107,7 +107,10 @@ export interface FollowOptions extends ConnectOptions {
   from?: unknown;
   /** Start at this named cursor's committed offset, if it has one. */
   cursor?: string;
-  prefetch?: number;
+  /** As for `conn.subscribe`: a fixed window of items; unset: adaptive demand within `budget`. */
+  prefetch?: number | null;
+  /** As for `conn.subscribe`: the adaptive window's byte budget (default 4 MiB). */
+  budget?: number | null;
   /** First delay between reconnects, doubled up to `maxRetryDelay` (ms). */
   retryDelay?: number;
   maxRetryDelay?: number;
@@ -132,7 +135,7 @@ export async function* follow<T = unknown>(url: string, topic: string, options: 
       conn = await connect(url, options);
       const params: Record<string, unknown> = { from: position };
       if (cursor !== undefined) params.cursor = cursor;
-      for await (const record of conn.subscribe<BrokerRecord<T>>(topic, params, { prefetch: options.prefetch })) {
+      for await (const record of conn.subscribe<BrokerRecord<T>>(topic, params, { prefetch: options.prefetch, budget: options.budget })) {
         delay = initialDelay;
         cursor = undefined; // resume from our own position, not the cursor's
         position = typeof record.offset === "bigint" ? record.offset + 1n : record.offset + 1;

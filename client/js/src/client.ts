@@ -2,15 +2,15 @@
  * The rsnet client: connect to a server, subscribe to its publishers, offer it your own.
  *
  *     const conn = await connect("tcp://127.0.0.1:7600", { token });
- *     for await (const item of conn.subscribe("range", { count: 10 }, { prefetch: 256 })) { ... }
+ *     for await (const item of conn.subscribe("range", { count: 10 })) { ... }
  *     await conn.offer("uploads", records);       // the server pulls with its own demand
  *     await conn.close();                         // GO_AWAY, then the server closes
  *
  * The Reactive Streams model: `conn.publisher(name, params)` is a `Publisher`; its
  * `subscribe(subscriber)` calls `onSubscribe` with a `Subscription` whose `request(n)` and
  * `cancel()` go to the server as REQUEST and CANCEL. Demand requested between two writes is
- * sent as one REQUEST per stream; `subscribe(...)` as an async iterable requests `prefetch`
- * up front and `prefetch - prefetch/4` each time that many were consumed (never per item).
+ * sent as one REQUEST per stream; `subscribe(...)` as an async iterable sizes its own demand
+ * (demand.ts: adaptive within a byte budget by default, or a fixed `prefetch`), never per item.
  *
  * Frames are written once per turn of the event loop (many frames per write and per
  * WebSocket message). When the connection ends, every open stream ends with
@@ -19,6 +19,7 @@
 import { Connection, type Event } from "./connection.js";
 import { ConnectionLost, ErrorCode, HandshakeError, ProtocolError, RsnetError, StreamError, type Code } from "./errors.js";
 import { DEFAULT_KEEPALIVE_INTERVAL, DEFAULT_MAX_FRAME_SIZE, DEFAULT_MAX_STREAMS, MAX_INT, type Int } from "./frames.js";
+import { demandPolicy, type Demand, type DemandOptions } from "./demand.js";
 import { openTransport, type Transport } from "./transport.js";
 
 // ---------------------------------------------------------------- Reactive Streams interfaces
@@ -62,18 +63,18 @@ export interface OfferOptions {
   signal?: AbortSignal;
 }
 
-export interface SubscribeOptions {
-  /** Items in flight at most (default 256). */
-  prefetch?: number;
+export interface SubscribeOptions extends DemandOptions {
   /** SUBSCRIBE metadata. */
   metadata?: Record<string, unknown>;
 }
 
 /** Largest demand this side forwards: 2^63-1 means unbounded (rule 3.17). */
 export const MAX_DEMAND = MAX_INT;
-const DEFAULT_PREFETCH = 256;
 /** An offer waits for the transport when this many bytes are queued (backpressure to the socket). */
 const HIGH_WATER = 1 << 20;
+
+/** The demand policies' clock: monotonic milliseconds. */
+const now = (): number => performance.now();
 
 const schedule: (fn: () => void) => void =
   typeof setImmediate === "function" ? (fn) => setImmediate(fn) : (fn) => setTimeout(fn, 0);
@@ -123,7 +124,13 @@ class Inbound implements Subscription {
   }
 
   // Signals from the connection.
-  deliver(items: unknown[]): void {
+  /** A frame's items and its size on the wire (what an ItemStream's demand is sized by). */
+  deliver(items: unknown[], nbytes: number): void {
+    const target = this.subscriber;
+    if (target instanceof ItemStream) {
+      target.receive(items, nbytes); // it never throws, and takes the frame at once
+      return;
+    }
     for (const item of items) {
       const subscriber = this.subscriber;
       if (subscriber === null) return; // cancelled while delivering: the rest are dropped
@@ -188,23 +195,33 @@ export class RemotePublisher<T = unknown> implements Publisher<T> {
  * `for await (const item of conn.subscribe(...))`: an async iterator that is also the
  * stream's Subscriber. Leaving the loop (break, return, throw) cancels the stream; a remote
  * error is thrown from the loop.
+ *
+ * Its demand follows a policy of demand.ts, the Python clients' own: adaptive within a byte
+ * budget by default, a fixed `prefetch` on request. The policy hears of every frame of items
+ * received with its wire bytes (`receive`, from the connection's ITEMS events), of every item
+ * handed out (one counter step; a REQUEST only when the policy asks for one), and of every
+ * wait (`next()` with nothing buffered while the stream is open). With `limit`, handing out
+ * the last item the limit allows cancels the stream.
  */
 export class ItemStream<T = unknown> implements AsyncIterableIterator<T>, Subscriber<T> {
   private queue: T[] = [];
   private head = 0;
   private subscription: Subscription | null = null;
-  private consumed = 0;
-  private readonly batch: number;
+  private readonly demand: Demand;
+  private left: number; // items the limit still allows
   private finished = false;
   private error: Error | null = null;
   private waiting: { resolve: (r: IteratorResult<T>) => void; reject: (e: Error) => void } | null = null;
 
-  constructor(
-    publisher: Publisher<T>,
-    private readonly prefetch: number = DEFAULT_PREFETCH,
-  ) {
-    if (!Number.isInteger(prefetch) || prefetch < 1) throw new RangeError("prefetch must be a positive integer");
-    this.batch = prefetch - Math.floor(prefetch / 4);
+  /** Subscribes to `publisher` at once. `maxItemBytes`: the largest item the connection can
+   *  receive (its `maxFrameSize`), which adaptive demand assumes until items arrive. */
+  constructor(publisher: Publisher<T>, options: DemandOptions & { maxItemBytes?: number } = {}) {
+    this.demand = demandPolicy(now, options);
+    this.left = options.limit ?? Infinity;
+    if (this.left === 0) {
+      this.finished = true; // nothing to take: the stream is never opened
+      return;
+    }
     publisher.subscribe(this);
   }
 
@@ -213,17 +230,36 @@ export class ItemStream<T = unknown> implements AsyncIterableIterator<T>, Subscr
   }
 
   onSubscribe(subscription: Subscription): void {
+    if (this.finished) {
+      subscription.cancel(); // cancelled before the stream opened
+      return;
+    }
     this.subscription = subscription;
-    subscription.request(this.prefetch);
+    if (this.demand.initial) subscription.request(this.demand.initial);
   }
 
   onNext(item: T): void {
+    this.receive([item], 0);
+  }
+
+  /** @internal Items of one frame, in order, and the frame's bytes on the wire (0: unknown). */
+  receive(items: T[], nbytes: number): void {
+    if (this.finished || items.length === 0) return; // rule 2.8: in flight when we cancelled
+    this.demand.received(items.length, nbytes);
+    let first = 0;
     const waiting = this.waiting;
     if (waiting !== null) {
+      // The consumer waits, so nothing is buffered: hand it the first item directly.
       this.waiting = null;
-      this.consume();
-      waiting.resolve({ value: item, done: false });
-    } else this.queue.push(item);
+      first = 1;
+      this.taken();
+      waiting.resolve({ value: items[0], done: false });
+      if (this.finished) return; // that was the last item the limit allows
+    }
+    if (this.head === this.queue.length) {
+      this.queue = items; // the decoder's fresh array: adopt it rather than copy
+      this.head = first;
+    } else for (let i = first; i < items.length; i++) this.queue.push(items[i]);
   }
 
   onError(error: Error): void {
@@ -247,13 +283,11 @@ export class ItemStream<T = unknown> implements AsyncIterableIterator<T>, Subscr
     else waiting.resolve({ value: undefined, done: true });
   }
 
-  /** One item was handed out: replenish demand in batches, never per item. */
-  private consume(): void {
-    if (++this.consumed >= this.batch && this.subscription !== null) {
-      const n = this.consumed;
-      this.consumed = 0;
-      this.subscription.request(n);
-    }
+  /** One item was handed out: the policy decides whether to request (never per item). */
+  private taken(): void {
+    const wanted = this.demand.consumed(1);
+    if (wanted > 0) this.subscription?.request(wanted);
+    if (--this.left === 0) this.cancel(); // every item the limit allows was taken
   }
 
   next(): Promise<IteratorResult<T>> {
@@ -263,7 +297,7 @@ export class ItemStream<T = unknown> implements AsyncIterableIterator<T>, Subscr
         this.queue = [];
         this.head = 0;
       }
-      this.consume();
+      this.taken();
       return Promise.resolve({ value, done: false });
     }
     if (this.finished) {
@@ -274,6 +308,7 @@ export class ItemStream<T = unknown> implements AsyncIterableIterator<T>, Subscr
       }
       return Promise.resolve({ value: undefined, done: true });
     }
+    this.demand.starved();
     return new Promise((resolve, reject) => (this.waiting = { resolve, reject }));
   }
 
@@ -383,9 +418,14 @@ export class Client {
     return new RemotePublisher<T>(this, name, params, metadata);
   }
 
-  /** `for await (const item of conn.subscribe(name, params, {prefetch}))`. */
+  /**
+   * `for await (const item of conn.subscribe(name, params, {prefetch, budget, limit}))`: the
+   * publisher's items, with adaptive demand within `budget` bytes by default (see
+   * `SubscribeOptions`). Throws RangeError for a bad option, or `budget` with `prefetch`.
+   */
   subscribe<T = unknown>(name: string, params: unknown = null, options: SubscribeOptions = {}): ItemStream<T> {
-    return new ItemStream<T>(this.publisher<T>(name, params, options.metadata), options.prefetch);
+    const demand = { prefetch: options.prefetch, budget: options.budget, limit: options.limit, maxItemBytes: this.conn.frameLimit };
+    return new ItemStream<T>(this.publisher<T>(name, params, options.metadata), demand);
   }
 
   /**
@@ -607,7 +647,7 @@ export class Client {
     for (const event of events) {
       switch (event.event) {
         case "ITEMS":
-          this.inbound.get(event.stream_id)?.deliver(event.items);
+          this.inbound.get(event.stream_id)?.deliver(event.items, event.nbytes);
           break;
         case "COMPLETE": {
           // Only for streams we subscribe to: the connection refuses a COMPLETE on an offer.

@@ -49,7 +49,9 @@ type FrameEvent<F> = F extends { type: infer T } ? Omit<F, "type"> & { event: T 
 /** What `eventsReceived` reports: the peer's frames, items grouped per stream, and CLOSED. */
 export type Event =
   | Exclude<FrameEvent<Frame>, { event: "NEXT" | "BATCH" | "PING" | "CONN_ERROR" }>
-  | { event: "ITEMS"; stream_id: number; items: unknown[] } // one per NEXT or BATCH frame
+  // One per NEXT or BATCH frame; `nbytes` is the frame's size on the wire, for a receiver
+  // that sizes its demand in bytes (the client's adaptive demand, demand.ts).
+  | { event: "ITEMS"; stream_id: number; items: unknown[]; nbytes: number }
   | { event: "CLOSED"; code: Code | null; message: string; data: unknown; by_peer: boolean };
 
 export interface ConnectionOptions {
@@ -163,6 +165,11 @@ export class Connection {
     return this.goAwayReceived;
   }
 
+  /** This side's max_frame_size: no frame the peer sends can be larger. */
+  get frameLimit(): number {
+    return this.maxFrameSize;
+  }
+
   /** The peer's max_frame_size (16384 until its settings arrived). */
   get peerFrameLimit(): number {
     return this.peerMaxFrameSize;
@@ -205,8 +212,9 @@ export class Connection {
         }
         if (frameEnd - start > limit) throw new ProtocolError(ErrorCode.FRAME_TOO_LARGE, `frame exceeds max_frame_size (${limit} bytes)`);
         const frame = this.reader.read(buf, start, frameEnd, scanner.flags);
+        const size = frameEnd - start;
         start = frameEnd;
-        if (frame !== null) this.receiveFrame(frame);
+        if (frame !== null) this.receiveFrame(frame, size);
         if ((this._state as State) === "CLOSED") return; // receiveFrame may have closed it
       }
     } catch (error) {
@@ -509,15 +517,16 @@ export class Connection {
 
   // ------------------------------------------------------------------ internals: receiving
 
-  private receiveFrame(frame: Frame): void {
-    if (this._state === "OPEN") return this.dispatch(frame);
+  /** One received frame of `size` bytes. */
+  private receiveFrame(frame: Frame, size: number): void {
+    if (this._state === "OPEN") return this.dispatch(frame, size);
     if (frame.type === "CONN_ERROR") return this.onConnError(frame);
     if (this._state === "AWAIT_HELLO" && frame.type === "HELLO") return this.onHello(frame);
     if (this._state === "AWAIT_WELCOME" && frame.type === "WELCOME") return this.onWelcome(frame);
     throw violation(`${frame.type} in state ${this._state}`);
   }
 
-  private dispatch(frame: Frame): void {
+  private dispatch(frame: Frame, size: number): void {
     switch (frame.type) {
       case "HELLO":
       case "WELCOME":
@@ -566,9 +575,9 @@ export class Connection {
         return;
       }
       case "NEXT":
-        return this.onItems(frame.stream_id, [frame.item], "NEXT");
+        return this.onItems(frame.stream_id, [frame.item], "NEXT", size);
       case "BATCH":
-        return this.onItems(frame.stream_id, frame.items, "BATCH");
+        return this.onItems(frame.stream_id, frame.items, "BATCH", size);
       case "COMPLETE":
         if (this.itemsStream(frame.stream_id, "COMPLETE") !== undefined) {
           this.closeStream(frame.stream_id);
@@ -665,7 +674,7 @@ export class Connection {
     return stream;
   }
 
-  private onItems(streamId: number, items: unknown[], kind: string): void {
+  private onItems(streamId: number, items: unknown[], kind: string, nbytes: number): void {
     const stream = this.itemsStream(streamId, kind);
     if (stream === undefined) return;
     for (const item of items) {
@@ -675,7 +684,7 @@ export class Connection {
       return this.streamError(streamId, ErrorCode.FLOW_CONTROL, `rule 1.1: ${items.length} items with ${stream.demand} outstanding demand`);
     }
     if (stream.demand < UNBOUNDED) stream.demand -= items.length;
-    this.events.push({ event: "ITEMS", stream_id: streamId, items });
+    this.events.push({ event: "ITEMS", stream_id: streamId, items, nbytes });
   }
 }
 

@@ -15,5 +15,19 @@ export {
   type Subscription,
   type SubscribeOptions,
 } from "./client.js";
+export {
+  AdaptiveDemand,
+  DEFAULT_BUDGET,
+  HEADROOM,
+  INITIAL_WINDOW,
+  MAX_WINDOW,
+  MIN_WINDOW,
+  Refill,
+  demandPolicy,
+  type AdaptiveOptions,
+  type Clock,
+  type Demand,
+  type DemandOptions,
+} from "./demand.js";
 export { TransportError, type Transport } from "./transport.js";
 export { commit, follow, publish, topics, type BrokerRecord, type FollowOptions, type PublishOptions } from "./broker.js";

@@ -80,6 +80,16 @@ abstract class Base implements Transport {
   }
 }
 
+/**
+ * A Node Buffer as a plain Uint8Array over the same memory. Decoded binary values are copied
+ * out of the received bytes; from a Buffer, each copy goes through Buffer's JavaScript
+ * constructor (its species), from a Uint8Array it is one native slice: about 2x less client
+ * CPU per 16-byte item. And binary values are then Uint8Array in Node as in browsers.
+ */
+function plain(data: Buffer): Uint8Array {
+  return new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
+}
+
 async function openTcp(host: string, port: number): Promise<Transport> {
   const net = await import("node:net");
   const socket = net.connect({ host, port, noDelay: true });
@@ -92,7 +102,7 @@ async function openTcp(host: string, port: number): Promise<Transport> {
     private failure: Error | undefined;
     constructor() {
       super();
-      socket.on("data", (data: Uint8Array) => this.onData(data));
+      socket.on("data", (data: Buffer) => this.onData(plain(data)));
       socket.on("drain", () => this.wakeDrained());
       socket.on("error", (error) => (this.failure = new TransportError(error.message)));
       socket.on("close", () => this.closedWith(this.failure));
@@ -126,7 +136,7 @@ async function openNodeWebSocket(url: string, maxMessageSize: number): Promise<T
     private failure: Error | undefined;
     constructor() {
       super();
-      ws.on("message", (data: Buffer, isBinary: boolean) => (isBinary ? this.onData(data) : this.onText()));
+      ws.on("message", (data: Buffer, isBinary: boolean) => (isBinary ? this.onData(plain(data)) : this.onText()));
       ws.on("error", (error) => (this.failure = new TransportError(error.message)));
       ws.on("close", () => this.closedWith(this.failure));
     }

@@ -92,4 +92,24 @@ test("frames split across reads, byte by byte, are reassembled", () => {
     events.slice(1).flatMap((e) => e.items),
     ["abc", 0x1234],
   );
+  assert.deepEqual(
+    events.slice(1).map((e) => e.nbytes),
+    [7, 6],
+    "each frame's size on the wire, however it arrived (what adaptive demand sizes items by)",
+  );
+});
+
+test("items report the bytes of their NEXT or BATCH frame, several frames to a read", () => {
+  const conn = new Connection("client");
+  conn.dataToSend();
+  conn.receiveData(bytes("93020180"));
+  conn.eventsReceived();
+  conn.sendSubscribe("x", null, 10);
+  conn.dataToSend();
+  // ACCEPT, BATCH of ["ab", "cd", 7], NEXT 1 KiB of binary: one read.
+  const blob = "c5" + "0400" + "78".repeat(1024);
+  conn.receiveData(bytes("931201809316" + "01" + "93" + "a26162" + "a26364" + "07" + "931501" + blob));
+  const items = conn.eventsReceived().filter((e) => e.event === "ITEMS");
+  assert.deepEqual(items.map((e) => e.items.length), [3, 1]);
+  assert.deepEqual(items.map((e) => e.nbytes), [4 + 3 + 3 + 1, 3 + 3 + 1024]);
 });

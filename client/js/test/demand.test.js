@@ -136,3 +136,20 @@ test("unknown error codes are delivered unchanged, up to 2^63-1", async () => {
   assert.equal(recorder2.error.code, 77);
   assert.equal(recorder2.error.codeName, "unknown code 77");
 });
+
+test("an empty BATCH (0 items is allowed) hands the waiting iterator nothing", async () => {
+  const { client, server, toClient, events } = pair();
+  const items = client.subscribe("p");
+  const first = items.next(); // waits: nothing has arrived
+  const [subscribe] = await events();
+  assert.equal(subscribe.initial_demand, 4, "adaptive demand: budget / maxFrameSize items before any arrived");
+  server.sendAccept(subscribe.stream_id);
+  toClient(server.dataToSend());
+  const out = new Encoder(64);
+  writeFrame(out, { type: "BATCH", stream_id: subscribe.stream_id, items: [] });
+  toClient(out.take());
+  server.sendNext(subscribe.stream_id, "a");
+  toClient(server.dataToSend());
+  assert.deepEqual(await first, { value: "a", done: false });
+  items.cancel();
+});

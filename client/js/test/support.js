@@ -13,7 +13,8 @@ if (!existsSync(RSNET)) throw new Error(`rsnet not found at ${RSNET}: run "make 
 export const PYTHON = RSNET.replace(/rsnet$/, "python");
 
 /**
- * Run `rsnet <args>` (or `command <args>`) and resolve once it announced every listener: `{tcp, ws, stop()}`.
+ * Run `rsnet <args>` (or `command <args>`) and resolve once it announced `listeners` listeners:
+ * `{tcp, ws, live, stop()}` (`live`: the broker's live view page, when it serves one).
  * `stop(signal)` ends it and resolves when it exited.
  */
 export function startRsnet(args, { listeners = 2, env = process.env, command = RSNET } = {}) {
@@ -27,6 +28,7 @@ export function startRsnet(args, { listeners = 2, env = process.env, command = R
     proc.stderr.on("data", (chunk) => {
       stderr += chunk;
       for (const m of stderr.matchAll(/serving ((tcp|ws):\/\/[^\s]+)/g)) urls[m[2]] = m[1];
+      for (const m of stderr.matchAll(/live view on (http:\/\/[^\s]+)/g)) urls.live = m[1];
       if (Object.keys(urls).length >= listeners) {
         clearTimeout(timer);
         resolve({

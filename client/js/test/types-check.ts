@@ -1,17 +1,22 @@
 // Compiled (not run) by `npm test`: the public API's TypeScript types as an application uses them.
 import {
+  AdaptiveDemand,
   ConnectionLost,
+  DEFAULT_BUDGET,
   ErrorCode,
   Float64,
   HandshakeError,
   StreamError,
   commit,
   connect,
+  demandPolicy,
   follow,
   publish,
   topics,
   type BrokerRecord,
   type Client,
+  type Demand,
+  type SubscribeOptions,
   type Subscriber,
   type Subscription,
 } from "../dist/index.js";
@@ -20,6 +25,11 @@ export async function example(url: string): Promise<void> {
   const conn: Client = await connect(url, { token: "t", keepaliveInterval: 5000, handshakeTimeout: 1000 });
   let total = 0;
   for await (const n of conn.subscribe<number>("range", { count: 10 }, { prefetch: 64 })) total += n;
+  for await (const n of conn.subscribe<number>("range", { count: 10 })) total += n; // adaptive demand
+  const bounded: SubscribeOptions = { budget: 2 * DEFAULT_BUDGET, limit: 5, metadata: { why: "types" } };
+  for await (const n of conn.subscribe<number>("range", { count: 10 }, bounded)) total += n;
+  const policy: Demand = demandPolicy(() => performance.now(), { prefetch: null, limit: 3 });
+  if (policy instanceof AdaptiveDemand) console.log(policy.window, policy.rtt, policy.itemBytes, policy.untilDue());
   const subscriber: Subscriber<string> = {
     onSubscribe(s: Subscription) {
       s.request(10);
@@ -39,7 +49,7 @@ export async function example(url: string): Promise<void> {
   await publish(conn, "t", (async function* () { yield total + sent; })(), { producer: "p", firstSequence: 5n });
   await commit(conn, "t", "c", 3);
   const listing: Record<string, unknown>[] = await topics(conn);
-  for await (const record of follow<{ celsius: number }>(url, "t", { from: "earliest", retryDelay: 10 })) {
+  for await (const record of follow<{ celsius: number }>(url, "t", { from: "earliest", retryDelay: 10, budget: DEFAULT_BUDGET })) {
     const r: BrokerRecord<{ celsius: number }> = record;
     console.log(r.offset, r.value.celsius, listing.length);
     break;

@@ -86,8 +86,9 @@ stream's state (``lost``), as damaged ranges do here.
 Files are changed only after the scan, and everything kept is fsynced (unless NEVER), so
 ``durable_offset`` starts at ``next_offset``. The :class:`RecoveryReport` names every segment
 touched, the byte and offset of the damage, what was wrong and where the copy is; its
-``damaged_ranges`` are the log's ``damaged_ranges``. Producers' highest sequences are rebuilt
-from the segments' headers and records, so idempotency survives restarts (and damage).
+``damaged_ranges`` are the log's ``damaged_ranges``. Producers' highest sequences and last-write
+times are rebuilt from the last segment's header (a snapshot of the producers remembered when
+it was created) and the records after it, so idempotency, and its bounds, survive restarts.
 
 Storage failures
 ----------------
@@ -104,14 +105,17 @@ Retention
 ---------
 See :class:`Retention`. ``enforce_retention(now_ms)`` is called by the broker; MemoryLog drops
 exactly the expired records, SegmentLog whole segments whose records have all expired, so it
-keeps up to one segment more than the limits ask.
+keeps up to one segment more than the limits ask. Producers are bounded apart from records:
+at most ``max_producers``, none older than ``producer_max_age_ms``, the least recently written
+forgotten first (by ``append`` and by ``enforce_retention``).
 
 Known limits
 ------------
 Opening decodes the active segment and any sealed segment without a usable sidecar; every
 other sealed segment is only read through once to check its CRC-32 against its sidecar, so
-opening costs about one read of the log plus one decode of the active segment. Producer ids are remembered forever (no expiry), in memory and in
-each new segment's header.
+opening costs about one read of the log plus one decode of the active segment. Every new
+segment's header lists the producers remembered (up to ``max_producers``: with 10,000 ids of
+255 characters, about 2.7 MB per segment).
 """
 
 from .cursors import CursorStore

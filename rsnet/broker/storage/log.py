@@ -13,8 +13,8 @@ import abc
 import dataclasses
 import enum
 import errno as _errno
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
 
 from .records import MAX_INT64, MIN_INT64, Record, encode_record, new_packer
 
@@ -125,27 +125,56 @@ class FsyncPolicy(enum.Enum):
     NEVER = "never"
 
 
+DEFAULT_MAX_PRODUCERS = 10_000
+"""Producer ids a topic remembers for deduplication at most (the least recently written go first)."""
+
+DEFAULT_PRODUCER_MAX_AGE_MS = 7 * 24 * 3600 * 1000
+"""How long a topic remembers a producer that stores nothing more: 7 days, as long as the
+broker's default record retention (Kafka's ``producer.id.expiration.ms`` is 1 day; JetStream's
+``duplicate_window`` 2 minutes)."""
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class Retention:
-    """How much of a topic to keep; None means no limit of that kind.
+    """How much of a topic to keep: records, and what it remembers of idempotent producers.
 
-    ``enforce_retention(now_ms)`` drops the oldest record while it has expired: when
-    ``max_records`` newer records exist, when the newer records alone take ``max_bytes`` or
-    more, or when its timestamp is older than ``max_age_ms`` (``timestamp_ms < now_ms -
-    max_age_ms``). Count and bytes are therefore floors, as in Kafka: what remains still meets
-    the limit, so they never empty a topic; age can. A :class:`SegmentLog` drops the oldest
-    segment while all of its records have expired (its bytes counted with its header).
+    Records (None means no limit of that kind): ``enforce_retention(now_ms)`` drops the
+    oldest record while it has expired: when ``max_records`` newer records exist, when the
+    newer records alone take ``max_bytes`` or more, or when its timestamp is older than
+    ``max_age_ms`` (``timestamp_ms < now_ms - max_age_ms``). Count and bytes are therefore
+    floors, as in Kafka: what remains still meets the limit, so they never empty a topic; age
+    can. A :class:`SegmentLog` drops the oldest segment while all of its records have expired
+    (its bytes counted with its header).
+
+    Producers (see :meth:`TopicLog.last_sequence`): the log remembers each producer's highest
+    sequence so that retries are stored once. It remembers at most ``max_producers`` of them
+    (always bounded) and forgets one whose last stored record is older than
+    ``producer_max_age_ms`` (None: only the count bounds them); the least recently written go
+    first, whether or not their records are still retained. A forgotten producer is a new one
+    to the log: its sequences are no longer deduplicated against what it stored before.
     """
 
     max_records: int | None = None
     max_bytes: int | None = None
     max_age_ms: int | None = None
+    max_producers: int = DEFAULT_MAX_PRODUCERS
+    producer_max_age_ms: int | None = DEFAULT_PRODUCER_MAX_AGE_MS
 
     def __post_init__(self) -> None:
-        for name in ("max_records", "max_bytes", "max_age_ms"):
+        for name in ("max_records", "max_bytes", "max_age_ms", "max_producers", "producer_max_age_ms"):
             limit = getattr(self, name)
-            if limit is not None and (type(limit) is not int or limit <= 0):
-                raise ValueError(f"Retention.{name} must be a positive int or None, not {limit!r}")
+            if (limit is not None or name == "max_producers") and (type(limit) is not int or limit <= 0):
+                kind = "a positive int" if name == "max_producers" else "a positive int or None"
+                raise ValueError(f"Retention.{name} must be {kind}, not {limit!r}")
+
+
+class ProducerState(NamedTuple):
+    """What a log remembers of one idempotent producer."""
+
+    sequence: int
+    """The highest sequence stored."""
+    written_ms: int
+    """The timestamp of the append that stored its latest records."""
 
 
 class TopicLog(abc.ABC):
@@ -162,7 +191,11 @@ class TopicLog(abc.ABC):
         self._next_offset = 0
         self._durable_offset = 0
         self._size_bytes = 0
-        self._producers: dict[str, int] = {}  # producer id -> highest sequence stored
+        # Producer id -> its state, least recently written first (an update moves it to the
+        # end), so forgetting the oldest is popping the first: see _remember, _expire_producers.
+        self._producers: dict[str, ProducerState] = {}
+        self.producers_forgotten = 0  # by the count or the age bound, since the log was opened
+        self._append_ms = 0  # the timestamp of the append in progress, for _stored
         self._packer = new_packer()
         self._closed = False
         self._damaged: list[DamagedRange] = []  # in offset order; see damaged_ranges
@@ -195,8 +228,15 @@ class TopicLog(abc.ABC):
         return [damage for damage in self._damaged if damage.end > self._first_offset]
 
     def last_sequence(self, producer: str) -> int | None:
-        """The highest sequence stored for ``producer``, or None if it has stored none."""
-        return self._producers.get(producer)
+        """The highest sequence stored for ``producer``, or None if it has stored none or was
+        forgotten (see :class:`Retention`: the count and age bounds on producers)."""
+        state = self._producers.get(producer)
+        return None if state is None else state.sequence
+
+    @property
+    def producer_count(self) -> int:
+        """Producers remembered now (at most ``retention.max_producers``)."""
+        return len(self._producers)
 
     # -- operations ---------------------------------------------------------------------------
 
@@ -213,9 +253,11 @@ class TopicLog(abc.ABC):
         With ``producer`` and ``first_sequence``, value ``i`` has sequence ``first_sequence + i``
         and is a duplicate (dropped, None) when that sequence is at or below the highest one
         already stored for ``producer``: a producer's retry is stored once. Gaps in a
-        producer's sequences are allowed. The whole batch is checked and encoded before
-        anything is written: a value that cannot be stored (None, not msgpack) raises
-        ValueError or TypeError and nothing is appended.
+        producer's sequences are allowed. Producers whose last stored record is older than
+        ``retention.producer_max_age_ms`` at ``timestamp_ms`` are forgotten first, so a
+        producer that comes back after that long is deduplicated as a new one. The whole
+        batch is checked and encoded before anything is written: a value that cannot be
+        stored (None, not msgpack) raises ValueError or TypeError and nothing is appended.
 
         A duplicate's original has an offset below the ``next_offset`` seen when this returns;
         under ``FsyncPolicy.INTERVAL`` acknowledge the duplicate only once ``durable_offset``
@@ -236,7 +278,9 @@ class TopicLog(abc.ABC):
                 raise ValueError("first_sequence needs a producer")
             if type(first_sequence) is not int or first_sequence < 0 or first_sequence + len(values) > MAX_INT64:
                 raise ValueError(f"first_sequence must be an int from 0 to 2**63-1-len(values), not {first_sequence!r}")
-            highest = self._producers.get(producer, -1)
+            self._expire_producers(timestamp_ms)
+            state = self._producers.get(producer)
+            highest = -1 if state is None else state.sequence
             duplicates = min(len(values), max(0, highest - first_sequence + 1))
         offset = self._next_offset
         frames = []
@@ -248,6 +292,7 @@ class TopicLog(abc.ABC):
                 raise type(exc)(f"values[{index}]: {exc}") from exc
             offset += 1
         first = self._next_offset
+        self._append_ms = timestamp_ms
         if frames:
             self._store(frames, timestamp_ms, producer, None if first_sequence is None else first_sequence + duplicates)
         return [None] * duplicates + list(range(first, first + len(frames)))
@@ -261,6 +306,11 @@ class TopicLog(abc.ABC):
         not yet durable are included: cap reads at ``durable_offset`` to show only
         acknowledged records.
         """
+        return [Record(*fields) for fields in self.read_fields(offset, max_count)]
+
+    def read_fields(self, offset: int, max_count: int) -> list[list[Any]]:
+        """:meth:`read`, each record as its list ``[offset, timestamp_ms, value, producer,
+        sequence]``: the broker's subscriptions read this way, without an object per record."""
         self._check_open()
         if type(offset) is not int or offset < 0:
             raise ValueError(f"offset must be an int >= 0, not {offset!r}")
@@ -298,7 +348,8 @@ class TopicLog(abc.ABC):
 
     @abc.abstractmethod
     def enforce_retention(self, now_ms: int) -> int:
-        """Drop what ``retention`` no longer keeps at ``now_ms``; return how many records went."""
+        """Drop what ``retention`` no longer keeps at ``now_ms`` (records, and producers past
+        ``producer_max_age_ms``); return how many records went."""
 
     @abc.abstractmethod
     def close(self) -> None:
@@ -327,7 +378,7 @@ class TopicLog(abc.ABC):
         """
 
     @abc.abstractmethod
-    def _read(self, offset: int, count: int) -> list[Record]:
+    def _read(self, offset: int, count: int) -> list[list[Any]]:
         """Exactly ``count`` records from ``offset``, all of which exist."""
 
     @abc.abstractmethod
@@ -339,7 +390,46 @@ class TopicLog(abc.ABC):
         self._next_offset += count
         if last_sequence is not None:
             assert producer is not None
-            self._producers[producer] = last_sequence
+            self._remember(producer, ProducerState(last_sequence, self._append_ms))
+
+    # -- producers' state -------------------------------------------------------------------------
+
+    def _remember(self, producer: str, state: ProducerState) -> None:
+        """``producer`` stored records: it becomes the most recently written, and if that makes
+        one producer too many, the least recently written is forgotten."""
+        producers = self._producers
+        producers.pop(producer, None)
+        producers[producer] = state
+        while len(producers) > self.retention.max_producers:
+            del producers[next(iter(producers))]
+            self.producers_forgotten += 1
+
+    def _expire_producers(self, now_ms: int) -> int:
+        """Forget the producers whose last stored record is older than ``producer_max_age_ms``
+        at ``now_ms``; returns how many. Cheap when none has expired: the least recently
+        written come first. (A clock set back may leave an expired producer behind a younger
+        one until that one goes too: forgetting is never early, only late.)"""
+        max_age = self.retention.producer_max_age_ms
+        if max_age is None:
+            return 0
+        producers = self._producers
+        forgotten = 0
+        while producers:
+            oldest = next(iter(producers))
+            if producers[oldest].written_ms >= now_ms - max_age:
+                break
+            del producers[oldest]
+            forgotten += 1
+        self.producers_forgotten += forgotten
+        return forgotten
+
+    def _adopt_producers(self, producers: Mapping[str, ProducerState]) -> None:
+        """Take over producers' state rebuilt from storage (in any order): ordered by when they
+        last wrote, the most recent ``max_producers`` of them."""
+        ordered = sorted(producers.items(), key=lambda item: item[1].written_ms)
+        excess = max(0, len(ordered) - self.retention.max_producers)
+        self._producers = dict(ordered[excess:])
+        self.producers_forgotten += excess
 
     def _check_open(self) -> None:
         if self._closed:

@@ -11,9 +11,10 @@ This module imports the standard library and this package only.
 from __future__ import annotations
 
 import bisect
+from typing import Any
 
 from .log import Retention, TopicLog
-from .records import FRAME_HEAD, Record, decode_record
+from .records import FRAME_HEAD, decode_fields
 
 COMPACT_AFTER = 4096
 """Dropped records kept as list slack until there are this many and they are half the list."""
@@ -42,6 +43,7 @@ class MemoryLog(TopicLog):
 
     def enforce_retention(self, now_ms: int) -> int:
         self._check_open()
+        self._expire_producers(now_ms)
         retention = self.retention
         head, frames = self._head, self._frames
         count = len(frames) - head
@@ -76,9 +78,9 @@ class MemoryLog(TopicLog):
         self._stored(len(frames), producer, last)
         self._durable_offset = self._next_offset
 
-    def _read(self, offset: int, count: int) -> list[Record]:
+    def _read(self, offset: int, count: int) -> list[list[Any]]:
         start = self._head + offset - self._first_offset
-        return [decode_record(memoryview(f)[FRAME_HEAD.size :]) for f in self._frames[start : start + count]]
+        return [decode_fields(memoryview(f)[FRAME_HEAD.size :]) for f in self._frames[start : start + count]]
 
     def _offset_for_timestamp(self, timestamp_ms: int) -> int:
         return self._first_offset + self._first_at_or_after(timestamp_ms, self._head) - self._head

@@ -59,8 +59,12 @@ def new_packer() -> msgpack.Packer:
 
 
 def unpack(body: bytes | memoryview) -> Any:
-    """Decode one msgpack value as the wire protocol does (``raw=False``, ``strict_map_key``)."""
-    return msgpack.unpackb(body, raw=False, strict_map_key=True)
+    """Decode one msgpack value as the wire protocol does (``raw=False``, ``strict_map_key``).
+
+    Those are msgpack's defaults (since 1.0, and pyproject requires more): spelling them
+    out costs 10% of decoding a small record, so they are not passed.
+    """
+    return msgpack.unpackb(body)
 
 
 def frame(body: bytes) -> bytes:
@@ -69,24 +73,25 @@ def frame(body: bytes) -> bytes:
     return length + zlib.crc32(body, zlib.crc32(length)).to_bytes(4, "big") + body
 
 
-def check_frame(data: bytes | memoryview | bytearray, position: int) -> memoryview:
-    """The body of the frame at ``position`` in ``data``, its length and CRC checked.
+def check_frame(data: bytes | memoryview | bytearray, position: int) -> Any:
+    """The body of the frame at ``position`` in ``data``, its length and CRC checked: a
+    slice of ``data`` (a copy from bytes, which decodes twice as fast as a memoryview).
 
     Raises :class:`BadRecord` saying what is wrong: cut off (``data`` ends inside the frame),
     an impossible length, or a CRC mismatch.
     """
-    available = len(data) - position
-    if available < FRAME_HEAD.size:
-        raise BadRecord(f"frame cut off: {available} of the {FRAME_HEAD.size} header bytes present")
-    length, crc = FRAME_HEAD.unpack_from(data, position)
+    try:
+        length, crc = FRAME_HEAD.unpack_from(data, position)
+    except struct.error:
+        available = max(0, len(data) - position)
+        raise BadRecord(f"frame cut off: {available} of the {FRAME_HEAD.size} header bytes present") from None
     if length == 0 or length > MAX_BODY_BYTES:
         raise BadRecord(f"impossible frame length {length}")
-    if available - FRAME_HEAD.size < length:
-        raise BadRecord(f"frame cut off: its length says {length} body bytes, {available - FRAME_HEAD.size} present")
-    view = memoryview(data)
     start = position + FRAME_HEAD.size
-    body = view[start : start + length]
-    if zlib.crc32(body, zlib.crc32(view[position : position + 4])) != crc:
+    body = data[start : start + length]
+    if len(body) < length:
+        raise BadRecord(f"frame cut off: its length says {length} body bytes, {len(body)} present")
+    if zlib.crc32(body, zlib.crc32(data[position : position + 4])) != crc:
         raise BadRecord(f"CRC mismatch (stored {crc:#010x}) over a frame of {length} body bytes")
     return body
 

@@ -22,8 +22,8 @@ import re
 
 from . import segment_file, sidecars
 from .files import FileOps, unlink_if_present
-from .log import DamagedRange, UncleanRecoveryNeeded
-from .segment_file import SCAN_CHUNK, SEGMENT_NAME, Damage, Scan, Segment, file_crc
+from .log import DamagedRange, ProducerState, UncleanRecoveryNeeded
+from .segment_file import NO_TIMESTAMP, SCAN_CHUNK, SEGMENT_NAME, Damage, Scan, Segment, file_crc
 from .sidecars import SIDECAR_NAME, sidecar_name
 
 TEMPORARY_NAME = re.compile(r"\d{20}\.(log|idx)\.tmp")
@@ -61,7 +61,7 @@ class Recovered:
     """The state of a recovered log, for :class:`SegmentLog` to take over."""
 
     segments: list[Segment]
-    producers: dict[str, int]
+    producers: dict[str, ProducerState]
     first_offset: int
     next_offset: int
     active_fd: int
@@ -329,12 +329,7 @@ def _rebuild(ops: FileOps, directory: str, plan: _Plan, durable: bool) -> Recove
     directory_synced = True
     if kept:
         segments = [found.segment for found in kept]
-        producers: dict[str, int] = {}
-        for found in kept:  # a producer's sequences only grow along the log: keep the highest
-            for sequences in (found.header_producers, found.sequences):
-                for producer, sequence in sequences.items():
-                    if sequence > producers.get(producer, -1):
-                        producers[producer] = sequence
+        producers = _producers(kept)
         first_offset, next_offset = kept[0].base_offset, kept[-1].segment.next_offset
         if durable:
             for segment in segments:  # what a killed process left in the page cache
@@ -391,6 +386,33 @@ def _rebuild(ops: FileOps, directory: str, plan: _Plan, durable: bool) -> Recove
         sidecars_ignored=plan.ignored,
     )
     return Recovered(segments, producers, first_offset, next_offset, active_fd, directory_synced, damaged, report)
+
+
+def _producers(kept: list[Scan]) -> dict[str, ProducerState]:
+    """The producers the log remembered, from the kept segments (in order): each header is a
+    snapshot of the producers remembered when its segment was created (so those forgotten
+    before are not in it), and each segment's records update it, the later record winning (a
+    forgotten producer may have started its sequences again).
+
+    Last-write times come from the header and from scanned records. Where one is unknown (a
+    segment taken from its sidecar: at most its newest record's; a header written before
+    rsnet stored times: the newest record's in the log), the latest it can be is taken: a
+    producer may be remembered a little longer than its bound, never forgotten early. The
+    log keeps the most recent ``max_producers`` (``TopicLog._adopt_producers``).
+    """
+    newest = max(found.segment.max_timestamp for found in kept)
+    unknown = 0 if newest == NO_TIMESTAMP else newest
+    producers: dict[str, ProducerState] = {}
+    for found in kept:
+        if found.header_producers is not None:  # else a sealed segment that lost its header: go on
+            written = found.header_written
+            producers = {
+                producer: ProducerState(sequence, written.get(producer, unknown))
+                for producer, sequence in found.header_producers.items()
+            }
+        for producer, sequence in found.sequences.items():
+            producers[producer] = ProducerState(sequence, found.written.get(producer, found.segment.max_timestamp))
+    return producers
 
 
 def _clean(found: Scan) -> bool:

@@ -3,11 +3,13 @@
 A segment file is::
 
     b"rsnetlog" | version (u32, big-endian, = 1)
-    header frame: {"base_offset": int, "producers": {producer id: highest sequence}}
+    header frame: {"base_offset": int, "producers": {producer id: highest sequence},
+                   "written": {producer id: timestamp of its latest records}}
     record frame, record frame, ...        (frames and record bodies: see records.py)
 
 It is named by its first offset (20 digits, ``.log``). The header carries the producers'
-sequences as they were when the segment was created (see ``segments.py`` for why). A new
+sequences as they were when the segment was created (see ``segments.py`` for why), and when
+each last wrote (``written``, for their age bound; segments from before it have none). A new
 segment is written to ``NAME.log.tmp``, synced and renamed into place (:func:`create`), so a
 segment file that exists always has a whole header.
 
@@ -34,7 +36,7 @@ from collections.abc import Iterator
 import msgpack
 
 from .files import FileOps, replace_atomically
-from .log import StorageError
+from .log import ProducerState, StorageError
 from .records import FRAME_HEAD, BadRecord, check_frame, decode_fields, frame, unpack
 
 MAGIC = b"rsnetlog"
@@ -162,13 +164,18 @@ class Segment:
         self._indexed_at = positions[-1]
 
 
-def create(ops: FileOps, directory: str, base_offset: int, producers: dict[str, int], durable: bool) -> Segment:
+def create(
+    ops: FileOps, directory: str, base_offset: int, producers: dict[str, ProducerState], durable: bool
+) -> Segment:
     """Write a new segment file holding only its header (temporary, synced if ``durable``,
     renamed into place) and return it; the caller syncs the directory."""
     path = os.path.join(directory, segment_name(base_offset))
-    header = PREAMBLE.pack(MAGIC, FORMAT_VERSION) + frame(
-        msgpack.packb({"base_offset": base_offset, "producers": producers}, use_bin_type=True)
-    )
+    fields = {
+        "base_offset": base_offset,
+        "producers": {producer: state.sequence for producer, state in producers.items()},
+        "written": {producer: state.written_ms for producer, state in producers.items()},
+    }
+    header = PREAMBLE.pack(MAGIC, FORMAT_VERSION) + frame(msgpack.packb(fields, use_bin_type=True))
     replace_atomically(ops, path, header, durable)
     segment = Segment(path, base_offset, len(header))
     segment.crc = zlib.crc32(header)
@@ -184,8 +191,10 @@ class Scan:
     file_bytes: int
     segment: Segment = None  # type: ignore[assignment]  # left None when the header is unreadable
     header_problem: str | None = None
-    header_producers: dict[str, int] = dataclasses.field(default_factory=dict)
+    header_producers: dict[str, int] | None = None  # None when the header is unreadable
+    header_written: dict[str, int] = dataclasses.field(default_factory=dict)  # empty in older segments
     sequences: dict[str, int] = dataclasses.field(default_factory=dict)  # highest per producer in the records
+    written: dict[str, int] = dataclasses.field(default_factory=dict)  # its timestamp (scanned segments only)
     problem: str | None = None  # what ended the valid records early
     valid_bytes: int = 0
     from_sidecar: bool = False  # taken from its checked sidecar, not scanned
@@ -207,7 +216,7 @@ def scan(path: str, base_offset: int) -> Scan:
         if records is None:
             return found
         segment = found.segment
-        sequences = found.sequences
+        sequences, written = found.sequences, found.written
         while True:
             try:
                 for position, body in records:
@@ -217,6 +226,7 @@ def scan(path: str, base_offset: int) -> Scan:
                     segment.add(position, timestamp_ms, FRAME_HEAD.size + len(body))
                     if sequence is not None:
                         sequences[producer] = sequence
+                        written[producer] = timestamp_ms
                 break
             except BadRecord as exc:
                 intact = resync(fd, segment.size, found.file_bytes, segment.next_offset)
@@ -270,7 +280,7 @@ def _record_offset(view: memoryview, position: int) -> int | None:
     return offset
 
 
-def read_header(fd: int, found: Scan) -> Iterator[tuple[int, memoryview]] | None:
+def read_header(fd: int, found: Scan) -> Iterator[tuple[int, bytes]] | None:
     """Check the segment's preamble and header; then ``found.segment`` holds no records yet and
     the frames after the header are returned. None (and ``found.header_problem`` set) if the
     header is unreadable. Raises StorageError for a format version this code does not know."""
@@ -300,6 +310,8 @@ def read_header(fd: int, found: Scan) -> Iterator[tuple[int, memoryview]] | None
             and header.get("base_offset") == base_offset
             and isinstance(header.get("producers"), dict)
             and all(type(k) is str and type(v) is int for k, v in header["producers"].items())
+            and isinstance(header.get("written", {}), dict)
+            and all(type(k) is str and type(v) is int for k, v in header.get("written", {}).items())
         ):
             raise BadRecord(f"header does not describe a segment starting at offset {base_offset}")
     except StopIteration:
@@ -309,6 +321,7 @@ def read_header(fd: int, found: Scan) -> Iterator[tuple[int, memoryview]] | None
         found.header_problem = f"header at byte {PREAMBLE.size}: {exc}"
         return None
     found.header_producers = header["producers"]
+    found.header_written = header.get("written", {})
     found.segment = Segment(path, base_offset, PREAMBLE.size + FRAME_HEAD.size + len(body))
     return records
 
@@ -336,7 +349,7 @@ def file_crc(fd: int | None, path: str, end: int) -> int | None:
 
 def frames(
     fd: int, position: int, end: int, chunk: int, first_chunk: int | None = None, skip: int = 0
-) -> Iterator[tuple[int, memoryview]]:
+) -> Iterator[tuple[int, bytes]]:
     """(position, body) of each checked frame from ``position`` up to ``end`` in the file.
 
     The first ``skip`` frames are hopped over by their length fields alone, unchecked: a
@@ -347,30 +360,31 @@ def frames(
     """
     buffer = b""
     start = position  # file position of buffer[0]; the buffer never extends past end
+    head = FRAME_HEAD.size
     while position < end:
         here = position - start
-        if skip and len(buffer) - here >= FRAME_HEAD.size:
-            position += FRAME_HEAD.size + int.from_bytes(buffer[here : here + 4], "big")
-            skip -= 1
-            continue
-        need = FRAME_HEAD.size if skip else _frame_bytes(buffer, here)
-        while len(buffer) - here < need and start + len(buffer) < end:
-            wanted = min(max(first_chunk or chunk, need), end - position)
-            first_chunk = None
-            buffer = os.pread(fd, wanted, position)
-            if len(buffer) < wanted:  # the file is shorter than it should be
-                end = position + len(buffer)
-            start, here = position, 0
-            need = FRAME_HEAD.size if skip else _frame_bytes(buffer, 0)
-        if skip and len(buffer) - here >= FRAME_HEAD.size:
-            continue
-        body = check_frame(buffer, here)
-        yield position, body
-        position += FRAME_HEAD.size + len(body)
-
-
-def _frame_bytes(buffer: bytes, here: int) -> int:
-    """Bytes of the frame at ``here``, as far as the buffer tells (its head, or head and body)."""
-    if len(buffer) - here < FRAME_HEAD.size:
-        return FRAME_HEAD.size
-    return FRAME_HEAD.size + int.from_bytes(buffer[here : here + 4], "big")
+        held = len(buffer) - here
+        if held >= head:
+            length = int.from_bytes(buffer[here : here + 4], "big")
+            if skip:
+                position += head + length
+                skip -= 1
+                continue
+            if held >= head + length:  # the whole frame is in the buffer: the common case
+                body = check_frame(buffer, here)
+                yield position, body
+                position += head + len(body)
+                continue
+            need = head + length
+        else:
+            need = head
+        if start + len(buffer) >= end:  # nothing more to read: the frame is cut off
+            check_frame(buffer, here)  # raises, saying how
+        wanted = min(max(first_chunk or chunk, need), end - position)
+        first_chunk = None
+        buffer = os.pread(fd, wanted, position)
+        if len(buffer) < wanted:  # the file is shorter than it should be
+            end = position + len(buffer)
+            if not buffer:
+                check_frame(buffer, 0)  # raises: cut off
+        start = position

@@ -18,8 +18,8 @@ Other files (a cursor store, for instance) are left alone. The pieces, one modul
 - this module: :class:`SegmentLog`, which appends, rolls, reads, syncs and enforces retention.
 
 The header's sequences make idempotency survive both restarts and retention: when older
-segments are deleted, the first remaining segment's header still knows every producer they
-held.
+segments are deleted, the remaining segments' headers still know every producer remembered
+(``Retention.max_producers`` bounds them).
 
 Rolling: a batch goes to the active segment while it fits in ``segment_bytes``; the next
 record that does not fit starts a new segment (a segment holds at least one record, even
@@ -40,19 +40,20 @@ import collections
 import fcntl
 import os
 import zlib
-from collections.abc import Iterator
 from typing import Any
 
 from . import recovery, segment_file, sidecars
 from .files import REAL, FileOps, unlink_if_present
 from .log import CorruptData, FsyncPolicy, LogFailed, Retention, StorageError, TopicLog, WriteFailed
-from .records import BadRecord, Record, decode_record
+from .records import BadRecord, decode_fields, unpack
 from .recovery import RecoveryReport
 from .segment_file import INDEX_INTERVAL_BYTES, Segment
 from .sidecars import sidecar_path
 
 DEFAULT_SEGMENT_BYTES = 64 << 20
 READ_CHUNK = 64 << 10
+READ_BATCH = 1024
+"""Records a search by timestamp reads at a time."""
 OPEN_SEALED_SEGMENTS = 8
 """File descriptors kept open for reading sealed segments, per log (least recently used go)."""
 LOCK_NAME = "lock"
@@ -166,6 +167,7 @@ class SegmentLog(TopicLog):
 
     def _enforce_retention(self, now_ms: int) -> int:
         self._check_usable()
+        self._expire_producers(now_ms)
         retention = self.retention
         expired = 0
         bytes_after = self._size_bytes
@@ -367,17 +369,16 @@ class SegmentLog(TopicLog):
 
     # -- reading --------------------------------------------------------------------------------
 
-    def _read(self, offset: int, count: int) -> list[Record]:
+    def _read(self, offset: int, count: int) -> list[list[Any]]:
         """Raises CorruptData only if the first record is unreadable: the ones before a record
         damaged since the log was opened are returned, and the next read reaches the damage."""
-        records: list[Record] = []
+        records: list[list[Any]] = []
         index = bisect.bisect_right(self._bases, offset) - 1
         try:
             while len(records) < count:
                 segment = self._segments[index]
                 start_offset, position = segment.locate(offset)
-                for record in self._records(segment, start_offset, position, offset, count - len(records)):
-                    records.append(record)
+                self._read_into(records, segment, start_offset, position, offset, count - len(records))
                 offset = segment.next_offset
                 index += 1
         except CorruptData:
@@ -395,32 +396,49 @@ class SegmentLog(TopicLog):
         while True:  # through the segment's intact runs: a read never crosses a damaged range
             damage = next((damage for damage in segment.damage if damage.first >= offset), None)
             end = segment.next_offset if damage is None else damage.first
-            for record in self._records(segment, offset, position, offset, end - offset):
-                if record.timestamp_ms >= timestamp_ms:
-                    return record.offset
+            wanted = offset
+            while wanted < end:  # a bounded run at a time: the answer is usually in the first
+                records: list[list[Any]] = []
+                self._read_into(records, segment, offset, position, wanted, min(end - wanted, READ_BATCH))
+                for record_offset, record_timestamp, *_ in records:
+                    if record_timestamp >= timestamp_ms:
+                        return record_offset
+                wanted += len(records)
             if damage is None or damage.end == segment.next_offset:
                 raise AssertionError("a segment's highest timestamp is not in it")  # pragma: no cover
             offset, position = segment.locate(damage.end)
 
-    def _records(self, segment: Segment, offset: int, position: int, wanted: int, count: int) -> Iterator[Record]:
-        """Up to ``count`` records of ``segment`` from offset ``wanted`` on, scanning from
-        ``offset`` at file ``position``; raises CorruptData for a record that fails its check."""
+    def _read_into(
+        self, records: list[list[Any]], segment: Segment, offset: int, position: int, wanted: int, count: int
+    ) -> None:
+        """Append to ``records`` up to ``count`` records of ``segment`` from offset ``wanted`` on,
+        scanning from ``offset`` at file ``position``; raises CorruptData for a record that fails
+        its check (those before it are appended).
+
+        The hot path of every subscription that is not at the head: a frame whose CRC holds and
+        whose body is a 5-element array with the offset expected is the record this log wrote
+        (decode_fields checked its fields then); anything else gets the full check and its reason.
+        """
         fd = self._reader(segment)
         # A read lands within INDEX_INTERVAL_BYTES of the record it wants: read that first.
         first_chunk = 2 * INDEX_INTERVAL_BYTES if count < 64 else READ_CHUNK
         offset, skip = wanted, wanted - offset
-        produced = 0
+        end = min(offset + count, segment.next_offset)
+        append = records.append
         try:
             # The loop rebinds ``position`` on purpose: the except clause names the failing frame's.
             frames = segment_file.frames(fd, position, segment.size, READ_CHUNK, first_chunk, skip)
             for position, body in frames:  # noqa: B007 - read in the except clause below
-                record = decode_record(body)
-                if record.offset != offset:
-                    raise BadRecord(f"record holds offset {record.offset} where {offset} was expected")
-                yield record
-                produced += 1
+                try:
+                    record = unpack(body)
+                except Exception:  # any decoder failure: decode_fields below says what is wrong
+                    record = None
+                if type(record) is not list or len(record) != 5 or record[0] != offset:
+                    record = decode_fields(body)  # raises BadRecord, or else the offset is wrong
+                    raise BadRecord(f"record holds offset {record[0]} where {offset} was expected")
+                append(record)
                 offset += 1
-                if produced == count or offset == segment.next_offset:
+                if offset == end:
                     return
         except BadRecord as exc:
             raise CorruptData(segment.path, position, f"(offset {offset}) {exc}") from None
@@ -495,7 +513,7 @@ class SegmentLog(TopicLog):
         self._damaged = recovered.damaged
         self._segments = recovered.segments
         self._bases = [segment.base_offset for segment in self._segments]
-        self._producers = recovered.producers
+        self._adopt_producers(recovered.producers)
         self._first_offset = recovered.first_offset
         self._next_offset = recovered.next_offset
         self._active_fd = recovered.active_fd

@@ -1,12 +1,12 @@
 // The broker's live view: topics with rates and lag; one topic's records, delivered rate, and a
 // demand control. The page is a Reactive Streams subscriber that requests at most what the
 // control allows per 100 ms, so on a `backpressure` topic the producer slows to its pace.
-// Open as /web/index.html?broker=ws://HOST:PORT/ (&topic=NAME&demand=N to start subscribed).
-import { connect, topics } from "../dist/index.js";
+// The broker serves it (rsnet/broker/live.py) and says in /live/config.json where its WebSocket
+// endpoint is; ?broker=ws://HOST:PORT/ overrides that (&topic=NAME&demand=N start subscribed).
+import { connect, topics } from "./rsnet-client.js";
 
 const $ = (id) => document.getElementById(id);
 const query = new URLSearchParams(location.search);
-const brokerUrl = query.get("broker") ?? `ws://${location.hostname}:7601/`;
 const TICK_MS = 100;
 
 const state = {
@@ -14,7 +14,7 @@ const state = {
   delivered: 0,
   outstanding: 0, // requested and not yet delivered
   arrivals: [], // timestamps of the last second's deliveries, for the rate
-  history: [], // [time, rate] every 500 ms for the chart
+  history: [], // [time, rate] every 250 ms for the chart, the last minute
   recent: [],
   subscription: null,
   topic: null,
@@ -45,21 +45,60 @@ function setDemand(value) {
   $("demand-value").textContent = String(value);
 }
 
-const conn = await connect(brokerUrl).catch((error) => {
-  $("status").textContent = `cannot connect to ${brokerUrl}: ${error.message}`;
-  throw error;
-});
-$("status").textContent = `connected to ${brokerUrl}`;
+// ---- the connection: where to, from the broker's configuration unless the URL says otherwise
+let conn = null;
+
+async function brokerConfig() {
+  try {
+    const response = await fetch("/live/config.json");
+    if (response.ok) return await response.json();
+  } catch {
+    // opened from elsewhere than a broker: the user types the URL
+  }
+  return { websocket: null, auth: false };
+}
+
+function websocketUrl(endpoint) {
+  if (!endpoint) return "";
+  let host = endpoint.host ?? location.hostname; // null: the broker listens on every address
+  if (host.includes(":") && !host.startsWith("[")) host = `[${host}]`;
+  return `${endpoint.scheme}://${host}:${endpoint.port}/`;
+}
+
+async function open(url, token) {
+  state.subscription?.cancel();
+  Object.assign(state, { subscription: null, topic: null });
+  $("stream").hidden = true;
+  const previous = conn;
+  conn = null;
+  previous?.close().catch(() => {});
+  $("status").textContent = `connecting to ${url}…`;
+  try {
+    conn = await connect(url, token ? { token } : {});
+  } catch (error) {
+    $("status").textContent = `cannot connect to ${url}: ${error.message}`;
+    return;
+  }
+  $("status").textContent = `connected to ${url}`;
+  previousTopics = new Map();
+  await refreshTopics().catch(showError);
+  if (query.get("topic") && !state.topic) subscribeTo(query.get("topic"));
+}
+
+function showError(error) {
+  $("status").textContent = error.message;
+}
 
 // ---- topics, polled once a second through $topics
-let previous = new Map();
+let previousTopics = new Map();
 async function refreshTopics() {
+  if (!conn) return;
   const now = performance.now();
   const list = await topics(conn);
   const body = $("topics").tBodies[0];
   body.replaceChildren();
   for (const t of list) {
-    const before = previous.get(t.topic);
+    const before = previousTopics.get(t.topic);
     const seconds = before ? (now - before.at) / 1000 : 0;
     const inRate = before && seconds > 0 ? Math.round((Number(t.records_in) - before.in) / seconds) : 0;
     const outRate = before && seconds > 0 ? Math.round((Number(t.records_out) - before.out) / seconds) : 0;
@@ -71,14 +110,14 @@ async function refreshTopics() {
       row.insertCell().textContent = String(cell);
     }
     row.onclick = () => subscribeTo(t.topic);
-    previous.set(t.topic, { at: now, in: Number(t.records_in), out: Number(t.records_out) });
+    previousTopics.set(t.topic, { at: now, in: Number(t.records_in), out: Number(t.records_out) });
   }
 }
-setInterval(() => refreshTopics().catch((e) => ($("status").textContent = e.message)), 1000);
-refreshTopics();
+setInterval(() => refreshTopics().catch(showError), 1000);
 
 // ---- one topic, consumed with explicit demand
 function subscribeTo(topic) {
+  if (!conn) return;
   state.subscription?.cancel();
   Object.assign(state, { topic, delivered: 0, outstanding: 0, arrivals: [], history: [], recent: [], error: null });
   $("stream").hidden = false;
@@ -137,6 +176,7 @@ function draw() {
   const { width, height } = canvas;
   g.clearRect(0, 0, width, height);
   const points = state.history;
+  const span = Math.max(points.length - 1, 40); // at least 10 s wide, then the whole last minute
   const top = Math.max(100, ...points.map(([, r]) => r), state.demand) * 1.1;
   g.strokeStyle = "#ccc";
   g.beginPath();
@@ -150,7 +190,7 @@ function draw() {
   g.lineWidth = 2;
   g.beginPath();
   points.forEach(([, r], i) => {
-    const x = (i / 119) * width;
+    const x = (i / span) * width;
     const y = height - (r / top) * height;
     if (i === 0) g.moveTo(x, y);
     else g.lineTo(x, y);
@@ -161,9 +201,23 @@ function draw() {
 setInterval(() => {
   if (state.topic) {
     state.history.push([performance.now(), rate()]);
-    if (state.history.length > 120) state.history.shift();
+    if (state.history.length > 240) state.history.shift();
   }
-}, 500);
+}, 250);
 setInterval(draw, 250);
 
-if (query.get("topic")) subscribeTo(query.get("topic"));
+// ---- start: connect at once unless the broker wants a token or has no WebSocket listener
+const config = await brokerConfig();
+$("broker-url").value = query.get("broker") ?? websocketUrl(config.websocket);
+$("token-field").hidden = !config.auth;
+$("connect").onsubmit = (event) => {
+  event.preventDefault();
+  open($("broker-url").value.trim(), $("token").value);
+};
+if (!$("broker-url").value) {
+  $("status").textContent = "this broker has no WebSocket listener (rsnet broker --ws HOST:PORT): enter a broker's ws:// URL";
+} else if (config.auth) {
+  $("status").textContent = "this broker requires a token";
+} else {
+  open($("broker-url").value, "");
+}

@@ -1,0 +1,26 @@
+// The Node client's side of the rsnet-js system (see rsnet_js.py): one measurement, then
+//   RESULT {"items": N, "seconds": S, "cpu_s": C, "node_peak_rss_mib": M}
+// on stdout. Run by plain node, never inside `node --test` (its async-context tracking makes
+// every await 3-4x dearer). Usage: node rsnet_js.mjs '{"kind": "stream", "url": ..., "params": {...}}'
+import { connect } from "../../client/js/dist/index.js";
+
+const { kind, url, params } = JSON.parse(process.argv[2]);
+if (kind !== "stream") throw new Error(`rsnet-js measures only "stream", not ${kind}`);
+// Our stdin is the runner's pipe (benchmarks/worker.py): its end means the runner is gone.
+process.stdin.on("end", () => process.exit(3)).resume();
+
+const conn = await connect(url);
+const cpu = process.cpuUsage();
+const started = process.hrtime.bigint();
+let items = 0;
+// As a user writes it (README): async iteration with the Python client's demand policy,
+// prefetch up front and prefetch - prefetch/4 each time that many were consumed.
+for await (const _ of conn.subscribe("items", { count: params.count, size: params.size }, { prefetch: params.prefetch })) {
+  items += 1;
+}
+const seconds = Number(process.hrtime.bigint() - started) / 1e9;
+const used = process.cpuUsage(cpu);
+await conn.close();
+const nodePeakRssMib = process.resourceUsage().maxRSS / 1024;
+console.log(`RESULT ${JSON.stringify({ items, seconds, cpu_s: (used.user + used.system) / 1e6, node_peak_rss_mib: nodePeakRssMib })}`);
+process.exit(0);

@@ -1,0 +1,341 @@
+"""Settings an administrator sets on a topic ($admin create/alter, rsnet.broker.overrides):
+they win over the configuration, are stored with the topic and still apply after a restart,
+and a damaged settings file does not stop the broker (the topic's retention is held).
+
+Real brokers behind real servers on 127.0.0.1; a restart is a new Broker on the same data_dir.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import logging
+import pathlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+import rsnet
+from rsnet.broker.auth import Authorizer
+from rsnet.broker.broker import Broker
+from rsnet.broker.client import publish
+from rsnet.broker.codes import BrokerCode
+from rsnet.broker.config import load_config
+from rsnet.broker.daemon import build_broker
+from rsnet.broker.overrides import InvalidSettings, parse
+from rsnet.broker.topic import now_ms
+from rsnet.protocol import ErrorCode
+
+from .storage_faults import FaultyFiles
+from .support import broker_running, take
+
+HOUR = 3600.0
+
+
+@contextlib.asynccontextmanager
+async def configured(data_dir: pathlib.Path | None, **overrides: Any) -> AsyncIterator[tuple[Broker, rsnet.Client]]:
+    """A broker as the daemon builds it (``jobs.>`` topics keep an hour, under backpressure),
+    served on 127.0.0.1, and a client connected to it."""
+    rules = [{"pattern": "jobs.>", "retention": {"max_age_s": HOUR}, "slow_subscriber": {"max_lag": 1000}}]
+    values = {"data_dir": str(data_dir) if data_dir else None, "topics": rules, **overrides}
+    config = load_config(None, {}, values)
+    authorizer = Authorizer(config.auth)
+    broker = build_broker(config, authorizer)
+    async with broker_running(broker, authenticate=authorizer.authenticate) as url, rsnet.connect(url) as conn:
+        yield broker, conn
+
+
+async def admin(conn: rsnet.Client, action: str, topic: str, **params: Any) -> dict[str, Any]:
+    answers = [answer async for answer in conn.subscribe("$admin", {"action": action, "topic": topic, **params})]
+    assert len(answers) == 1
+    return answers[0]
+
+
+async def listing(conn: rsnet.Client) -> dict[str, dict[str, Any]]:
+    return {entry["topic"]: entry async for entry in conn.subscribe("$topics")}
+
+
+async def refused(conn: rsnet.Client, action: str, topic: str, **params: Any) -> rsnet.StreamError:
+    with pytest.raises(rsnet.StreamError) as caught:
+        await admin(conn, action, topic, **params)
+    return caught.value
+
+
+MEMORY_KEEPS_3 = {"storage": "memory", "retention": {"max_records": 3}}
+DROP_PAST_5 = {"slow_subscriber": {"policy": "drop", "max_lag": 5}}
+
+
+async def test_settings_given_at_creation_win_over_the_configuration_after_a_restart(tmp_path):
+    async with configured(tmp_path) as (broker, conn):
+        answer = await admin(conn, "create", "jobs.recent", settings=MEMORY_KEEPS_3)
+        assert answer["created"] is True
+        assert answer["settings"] == {
+            "storage": "memory",
+            # A key given wins alone: the rule's age limit stays, its (absent) byte limit too.
+            "retention": {"max_records": 3, "max_bytes": None, "max_age_s": HOUR},
+            "slow_subscriber": {"policy": "backpressure", "max_lag": 1000},
+        }
+        assert answer["settings_from"] == {
+            "storage": "topic",
+            "retention.max_records": "topic",
+            "retention.max_bytes": "[[topics]] jobs.>",
+            "retention.max_age_s": "[[topics]] jobs.>",
+            "slow_subscriber.policy": "[[topics]] jobs.>",
+            "slow_subscriber.max_lag": "[[topics]] jobs.>",
+        }
+        slow = await admin(conn, "create", "jobs.slow", settings=DROP_PAST_5)
+        assert slow["settings"]["storage"] == "durable"
+        assert await publish(conn, "jobs.slow", ["kept"]) == 1
+        stored = json.loads((tmp_path / "jobs.slow" / "settings.json").read_text())
+        assert stored == {"format": "rsnet-topic-settings", "version": 1, "settings": DROP_PAST_5}
+
+    # Restarted: the same configuration, and the topics' own settings read back first.
+    async with configured(tmp_path) as (broker, conn):
+        topics = await listing(conn)
+        assert topics["jobs.recent"]["settings"] == answer["settings"]
+        assert topics["jobs.recent"]["settings_from"] == answer["settings_from"]
+        assert topics["jobs.recent"]["next_offset"] == 0  # a memory topic comes back empty, with its settings
+        assert topics["jobs.slow"]["policy"] == "drop"
+        assert topics["jobs.slow"]["next_offset"] == 1  # and a durable one with its records
+
+        # Retention: at most 3 records kept (the configuration would keep an hour's worth).
+        await publish(conn, "jobs.recent", list(range(10)))
+        recent = broker.topics["jobs.recent"]
+        recent.log.enforce_retention(now_ms())
+        assert (recent.log.first_offset, recent.log.next_offset) == (7, 10)
+
+        # Slow subscribers: dropped past a lag of 5 (the configuration would hold the producer).
+        async with conn.subscribe("jobs.slow", {"from": "earliest"}, prefetch=2) as items:
+            reader = items.__aiter__()
+            assert (await reader.__anext__())["value"] == "kept"  # subscribed, and then it stalls
+            await publish(conn, "jobs.slow", list(range(20)))  # takes its last demand
+            await publish(conn, "jobs.slow", ["more"])  # finds it 20 behind, with no demand
+            assert (await listing(conn))["jobs.slow"]["dropped"] > 0
+            await expect_skips(reader, after=0)
+
+
+async def expect_skips(reader: Any, after: int) -> None:
+    """The reader's next records follow ``after`` with no gap but the ``skipped`` they announce,
+    and at least one announces some (the drop policy)."""
+    skipped = 0
+    for _ in range(10):
+        record = await reader.__anext__()
+        assert record["offset"] == after + 1 + record.get("skipped", 0)
+        after = record["offset"]
+        skipped += record.get("skipped", 0)
+        if skipped:
+            return
+    raise AssertionError("no record was skipped")
+
+
+async def test_create_is_idempotent_for_the_same_settings_and_refuses_others(tmp_path):
+    async with configured(tmp_path) as (_broker, conn):
+        await admin(conn, "create", "jobs.a", settings=DROP_PAST_5)
+        again = await admin(conn, "create", "jobs.a", settings=DROP_PAST_5)
+        assert again["created"] is False
+        plain = await admin(conn, "create", "jobs.a")  # nothing asked: nothing to disagree with
+        assert plain["created"] is False and plain["settings"]["slow_subscriber"]["policy"] == "drop"
+        # What the configuration gives already counts as the same.
+        assert (await admin(conn, "create", "jobs.a", settings={"retention": {"max_age_s": HOUR}}))["created"] is False
+
+        error = await refused(conn, "create", "jobs.a", settings={"slow_subscriber": {"policy": "disconnect"}})
+        assert error.code == ErrorCode.REJECTED
+        assert error.message == (
+            "topic 'jobs.a' exists with other settings (slow_subscriber.policy is 'drop', not 'disconnect'): "
+            "create does not change a topic, alter does"
+        )
+        assert (await listing(conn))["jobs.a"]["policy"] == "drop"
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        (
+            {"retention": {"max_records": 0}},
+            "invalid settings: settings.retention.max_records: must be a whole number from 1 to "
+            "4611686018427387904, or null for no limit; got 0",
+        ),
+        (
+            {"slow_subscriber": {"policy": "block"}},
+            "invalid settings: settings.slow_subscriber.policy: must be one of backpressure, drop, disconnect; "
+            "got 'block'",
+        ),
+        (
+            {"retention": {"max_age_s": -1, "max_recs": 5}},
+            "invalid settings: settings.retention.max_age_s: must be a number of seconds above 0 and at most "
+            "3153600000, or null for no limit; got -1; settings: unknown key 'retention.max_recs' (known: storage, "
+            "retention.max_records, retention.max_bytes, retention.max_age_s, slow_subscriber.policy, "
+            "slow_subscriber.max_lag)",
+        ),
+        ({"slow_subscriber": {"max_lag": True}}, "settings.slow_subscriber.max_lag: must be a whole number"),
+        ([1], "invalid settings: settings: must be a map"),
+    ],
+)
+async def test_invalid_settings_are_refused_naming_each_key(tmp_path, settings, message):
+    async with configured(tmp_path) as (_broker, conn):
+        error = await refused(conn, "create", "jobs.bad", settings=settings)
+        assert error.code == ErrorCode.REJECTED and error.code_name == "REJECTED"
+        assert message in error.message
+        assert "jobs.bad" not in await listing(conn)
+        assert not (tmp_path / "jobs.bad").exists()
+
+
+async def test_durable_needs_a_data_dir():
+    async with configured(None) as (_broker, conn):
+        error = await refused(conn, "create", "jobs.x", settings={"storage": "durable"})
+        assert error.code == ErrorCode.REJECTED
+        assert error.message == (
+            "settings.storage: 'durable' needs a broker with a data_dir (this one keeps every topic in memory)"
+        )
+        # Without a data_dir settings live in memory, as everything else.
+        answer = await admin(conn, "create", "jobs.x", settings=DROP_PAST_5)
+        assert answer["settings"]["storage"] == "memory"
+        assert answer["settings_from"]["slow_subscriber.policy"] == "topic"
+
+
+async def test_alter_applies_at_once_is_stored_and_reset_follows_the_configuration_again(tmp_path):
+    async with configured(tmp_path) as (broker, conn):
+        await admin(conn, "create", "jobs.live")
+        await publish(conn, "jobs.live", ["first"])
+        async with conn.subscribe("jobs.live", {"from": "earliest"}, prefetch=2) as items:
+            reader = items.__aiter__()
+            assert (await reader.__anext__())["offset"] == 0  # subscribed, and then it stalls
+            await publish(conn, "jobs.live", list(range(10)))
+            assert broker.topics["jobs.live"].dropped == 0  # backpressure: it is 10 behind, within 1000
+            answer = await admin(conn, "alter", "jobs.live", settings=DROP_PAST_5)
+            assert answer["changed"] == ["slow_subscriber.policy", "slow_subscriber.max_lag"]
+            # Applied to the live reader at once: more than 5 behind, so records were skipped.
+            assert broker.topics["jobs.live"].dropped > 0
+            await expect_skips(reader, after=0)
+
+        error = await refused(conn, "alter", "jobs.live", settings={"storage": "memory"})
+        assert error.code == ErrorCode.REJECTED
+        assert "the storage of 'jobs.live' is durable: it is fixed when a topic is created" in error.message
+        assert (await refused(conn, "alter", "jobs.none", settings=DROP_PAST_5)).code == ErrorCode.UNKNOWN_PUBLISHER
+
+        answer = await admin(conn, "alter", "jobs.live", settings={"retention": {"max_age_s": None}})
+        assert answer["settings"]["retention"]["max_age_s"] is None
+        assert broker.topics["jobs.live"].log.retention.max_age_ms is None
+
+    async with configured(tmp_path) as (broker, conn):
+        entry = (await listing(conn))["jobs.live"]
+        assert entry["settings"]["slow_subscriber"] == {"policy": "drop", "max_lag": 5}
+        assert entry["settings"]["retention"]["max_age_s"] is None
+        answer = await admin(conn, "alter", "jobs.live", reset=["slow_subscriber.policy", "retention.max_age_s"])
+        assert answer["changed"] == ["retention.max_age_s", "slow_subscriber.policy"]
+        assert answer["settings_from"]["slow_subscriber.policy"] == "[[topics]] jobs.>"
+        assert answer["settings_from"]["slow_subscriber.max_lag"] == "topic"
+        assert answer["settings"]["retention"]["max_age_s"] == HOUR
+        stored = json.loads((tmp_path / "jobs.live" / "settings.json").read_text())
+        assert stored["settings"] == {"slow_subscriber": {"max_lag": 5}}
+        await admin(conn, "alter", "jobs.live", reset=["slow_subscriber.max_lag"])
+        assert not (tmp_path / "jobs.live" / "settings.json").exists()  # nothing of its own left
+
+
+async def test_purge_keeps_the_settings_and_delete_removes_them(tmp_path):
+    async with configured(tmp_path) as (_broker, conn):
+        await admin(conn, "create", "jobs.p", settings=MEMORY_KEEPS_3)
+        await publish(conn, "jobs.p", [1, 2])
+        purged = await admin(conn, "purge", "jobs.p")
+        assert purged["removed"] == 2
+        entry = (await listing(conn))["jobs.p"]
+        assert entry["settings"]["storage"] == "memory" and entry["settings_from"]["retention.max_records"] == "topic"
+        assert (tmp_path / "jobs.p" / "settings.json").exists()
+        await admin(conn, "delete", "jobs.p")
+        assert not (tmp_path / "jobs.p").exists()
+        created = await admin(conn, "create", "jobs.p")  # a new topic: the configuration's settings
+        assert created["settings_from"]["storage"] == "built-in"
+        assert created["settings"]["storage"] == "durable"
+
+
+async def test_a_memory_topic_with_no_settings_of_its_own_left_leaves_no_directory(tmp_path):
+    async with configured(tmp_path, topics=[{"pattern": "mem.>", "storage": "memory"}]) as (_broker, conn):
+        await admin(conn, "create", "mem.a", settings=DROP_PAST_5)
+        assert (tmp_path / "mem.a" / "settings.json").exists()  # so it comes back after a restart
+        await admin(conn, "alter", "mem.a", reset=["slow_subscriber.policy", "slow_subscriber.max_lag"])
+        assert not (tmp_path / "mem.a").exists()  # a plain memory topic again: gone with the broker
+        assert (await listing(conn))["mem.a"]["settings_from"]["storage"] == "[[topics]] mem.>"
+
+
+DAMAGE = {
+    "not JSON": (b'{"format": "rsnet-topic-settings", "vers', "not valid JSON"),
+    "newer version": (
+        b'{"format": "rsnet-topic-settings", "version": 2, "settings": {}}',
+        "version 2 is not one this broker reads (it reads 1)",
+    ),
+    "invalid value": (
+        b'{"format": "rsnet-topic-settings", "version": 1, "settings": {"retention": {"max_records": -3}}}',
+        "settings.retention.max_records: must be a whole number",
+    ),
+}
+
+
+@pytest.mark.parametrize("damage", DAMAGE)
+async def test_a_damaged_settings_file_holds_retention_and_does_not_stop_the_broker(tmp_path, caplog, damage):
+    content, problem = DAMAGE[damage]
+    # The configuration removes records after a millisecond: nothing is kept on a guess.
+    rules = [{"pattern": "jobs.>", "retention": {"max_age_s": 0.001}}]
+    async with configured(tmp_path, topics=rules) as (broker, conn):
+        await admin(conn, "create", "jobs.kept", settings={"retention": {"max_age_s": None}})
+        await admin(conn, "create", "jobs.control")
+        for topic in ("jobs.kept", "jobs.control"):
+            await publish(conn, topic, ["a", "b"])
+    settings_file = tmp_path / "jobs.kept" / "settings.json"
+    settings_file.write_bytes(content)
+
+    with caplog.at_level(logging.ERROR, logger="rsnet.broker"):
+        async with configured(tmp_path, topics=rules) as (broker, conn):
+            logged = [r.getMessage() for r in caplog.records if "its settings cannot be used" in r.getMessage()]
+            assert len(logged) == 1 and problem in logged[0] and str(settings_file) in logged[0]
+            entry = (await listing(conn))["jobs.kept"]
+            assert problem in entry["settings_error"]
+            assert entry["settings"]["retention"] == {"max_records": None, "max_bytes": None, "max_age_s": None}
+            assert entry["settings_from"]["retention.max_age_s"] == "held: settings.json unusable"
+            assert entry["settings_from"]["slow_subscriber.policy"] == "built-in"
+            assert "settings_error" not in (await listing(conn))["jobs.control"]
+
+            later = now_ms() + 60_000
+            for name in ("jobs.kept", "jobs.control"):
+                topic = broker.topic(name, create=False)
+                assert topic is not None
+                topic.log.enforce_retention(later)
+            assert broker.topics["jobs.control"].log.first_offset == 2  # the configuration's retention applies
+            assert [r["value"] for r in await take(conn, "jobs.kept", 2, **{"from": "earliest"})] == ["a", "b"]
+            assert settings_file.read_bytes() == content  # left for the operator
+
+            # create cannot confirm settings it cannot read; alter replaces them.
+            assert (await refused(conn, "create", "jobs.kept", settings=DROP_PAST_5)).code == ErrorCode.REJECTED
+            answer = await admin(conn, "alter", "jobs.kept", settings={"retention": {"max_age_s": None}})
+            assert "settings_error" not in answer
+            assert answer["settings_from"]["retention.max_age_s"] == "topic"
+            assert answer["settings_from"]["retention.max_records"] == "[[topics]] jobs.>"
+            assert json.loads(settings_file.read_text())["settings"] == {"retention": {"max_age_s": None}}
+
+
+async def test_settings_that_cannot_be_stored_create_nothing(tmp_path):
+    async with configured(tmp_path) as (broker, conn):
+        faults = FaultyFiles()
+        broker.storage_files = faults
+        faults.fail("write_all", errno.ENOSPC, suffix="settings.json.tmp")
+        error = await refused(conn, "create", "jobs.full", settings=DROP_PAST_5)
+        assert error.code == BrokerCode.STORAGE_FULL and error.code_name == "STORAGE_FULL"
+        assert "the settings of 'jobs.full' cannot be stored" in error.message
+        assert "jobs.full" not in await listing(conn)
+        assert not (tmp_path / "jobs.full" / "settings.json.tmp").exists()
+        faults.heal()
+        assert (await admin(conn, "create", "jobs.full", settings=DROP_PAST_5))["created"] is True
+
+
+def test_parse_reads_what_nest_writes():
+    values = parse({"storage": "durable", "retention": {"max_bytes": None, "max_age_s": 1.5}})
+    assert values == {"storage": "durable", "retention.max_bytes": None, "retention.max_age_s": 1.5}
+    with pytest.raises(InvalidSettings) as caught:
+        parse({"retention": 5, "slow_subscriber": {"max_lag": 0}, "color": "red"})
+    assert caught.value.problems == [
+        "settings.retention: must be a map",
+        "settings.slow_subscriber.max_lag: must be a whole number from 1 to 4611686018427387904; got 0",
+        "settings: unknown key 'color' (known: storage, retention.max_records, retention.max_bytes, "
+        "retention.max_age_s, slow_subscriber.policy, slow_subscriber.max_lag)",
+    ]

@@ -1,0 +1,51 @@
+"""Records to Arrow batches (rsnet.spark.arrow), without a Spark session: the default schema's
+JSON text of each value, and the columns around it."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
+
+from rsnet.spark.arrow import RecordBatches
+
+DEFAULT = StructType(  # DEFAULT_SCHEMA, without a session to parse its DDL
+    [
+        StructField("topic", StringType()),
+        StructField("offset", LongType()),
+        StructField("timestamp", TimestampType()),
+        StructField("value", StringType()),
+    ]
+)
+
+
+def default_batch(records):
+    batches = RecordBatches(DEFAULT)
+    assert batches.default
+    return batches.build("t", records).to_pylist()
+
+
+def test_the_default_schema_has_each_value_as_compact_json_text():
+    values = [{"a": [1, 2.5, "é"]}, "text", 7, True, b"\x00\xff", {"nested": {"bin": b"hi"}}, [None, False]]
+    rows = default_batch([[i, 1_700_000_000_000 + i, v] for i, v in enumerate(values)])
+    assert [row["value"] for row in rows] == [
+        '{"a":[1,2.5,"é"]}',
+        '"text"',
+        "7",
+        "true",
+        '"AP8="',  # bin as base64
+        '{"nested":{"bin":"aGk="}}',
+        "[null,false]",
+    ]
+    assert json.loads(rows[0]["value"]) == values[0]
+    assert [(row["topic"], row["offset"]) for row in rows] == [("t", i) for i in range(len(values))]
+    assert rows[0]["timestamp"].timestamp() == 1_700_000_000
+
+
+def test_numbers_json_cannot_hold_are_null_and_a_binary_map_key_names_its_offset():
+    rows = default_batch([[0, 0, [math.nan, math.inf, 1.5]]])
+    assert rows[0]["value"] == "[null,null,1.5]"
+    with pytest.raises(ValueError, match="offset 8"):
+        default_batch([[7, 0, {"ok": 1}], [8, 0, {b"key": 1}]])
