@@ -1,8 +1,8 @@
 # Two commands do everything on a fresh machine with python3 and make:
 #   make demo   - install rsnet (no extras) into .venv and run the live demo
 #   make test   - install into .venv (with the test and benchmark extras), client/js's npm
-#                 packages (npm ci), Java 17, Chromium, zsh and fish where missing (as root,
-#                 through apt);
+#                 packages (npm ci), Java 17, Chromium, zsh, fish and nats-server where missing
+#                 (as root, through apt);
 #                 lint (ruff), check the format (ruff format) and the types (mypy); then run the
 #                 whole test suite, which includes one quick run of the benchmark suite and the
 #                 JavaScript client's node tests
@@ -10,14 +10,14 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test clean java shells
+.PHONY: demo test clean java shells nats
 
 # The demo needs rsnet alone: a venv of its own extras-free install (fast on a fresh clone).
 # `make test` later adds the test and benchmark extras to the same .venv.
 demo: $(VENV)/.demo-installed
 	$(BIN)/rsnet demo
 
-test: $(VENV)/.installed java shells client/js/node_modules/.package-lock.json
+test: $(VENV)/.installed java shells nats client/js/node_modules/.package-lock.json
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
@@ -43,6 +43,22 @@ shells:
 	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$shell >/dev/null \
 	    || (apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$shell >/dev/null) \
 	    || echo "could not install $$shell: its completion test will be skipped"; fi; done
+
+# NATS JetStream, which the benchmark suite's scenario 7 measures rsnet's broker against (the
+# benchmarks start their own nats-server on 127.0.0.1; the Debian package's own service, where
+# systemd starts it, listens on 127.0.0.1:4222 only). Through apt, as root, where missing; else
+# those rows report "not available".
+nats:
+	@if command -v nats-server >/dev/null 2>&1 || [ -x /usr/sbin/nats-server ]; then exit 0; fi; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "installing nats-server for the benchmarks' JetStream rows (apt-get install nats-server)"; \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nats-server >/dev/null \
+		|| (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nats-server >/dev/null) \
+		|| echo "could not install nats-server: the benchmarks' JetStream rows will report not available"; \
+	else \
+		echo "nats-server not found: the benchmarks' JetStream rows will report not available" \
+			"(sudo apt-get install nats-server)"; \
+	fi
 
 # The JavaScript client's packages, exactly as locked (its tests run inside pytest), and
 # Chromium for its browser test (through apt, as root, where missing; else that test skips).

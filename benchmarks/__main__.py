@@ -1,4 +1,5 @@
 """Command line: ``python -m benchmarks run [--quick] [--json out.json]``, ``python -m benchmarks report``,
+``python -m benchmarks profile ROW [--system S]`` (a flame graph of the server, see :func:`profile`),
 ``python -m benchmarks spark [--records N]`` (the Spark scenario, see ``benchmarks/spark.py``).
 
 ``run`` measures and writes ``RESULTS.md`` plus charts into ``--out`` (default: ``benchmarks/``
@@ -18,11 +19,12 @@ import sys
 import tempfile
 import time
 
-from . import machine, report, scenarios, suite
+from . import machine, report, runner, scenarios, suite
 from .runner import kill_all
 from .systems import SYSTEMS
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+FLAMEGRAPHS = os.path.join(HERE, "flamegraphs")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -49,8 +51,21 @@ def main(argv: list[str] | None = None) -> int:
     again = commands.add_parser("report", help="rewrite RESULTS.md and charts from a saved --json")
     again.add_argument("json", metavar="PATH")
     again.add_argument("--out", metavar="DIR", default=HERE)
+    flame = commands.add_parser(
+        "profile",
+        help="measure one row once with py-spy recording the server: a flame graph (SVG)",
+        description=profile.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    flame.add_argument("row", metavar="ROW", help="a row id, e.g. s1-16-tcp, s5-memory-100, s8-live-10000")
+    flame.add_argument("--system", default=None, help="which system of the row (default: rsnet's)")
+    flame.add_argument("--quick", action="store_true", help="the row's --quick sizes")
+    flame.add_argument("--rate", type=int, default=250, help="py-spy samples per second (default 250)")
+    flame.add_argument("--out", metavar="SVG", help=f"where the SVG goes (default {FLAMEGRAPHS}/ROW-SYSTEM.svg)")
     args = parser.parse_args(argv)
 
+    if args.command == "profile":
+        return profile(args.row, args.system, args.quick, args.rate, args.out)
     if args.command == "report":
         with open(args.json) as f:
             document = json.load(f)
@@ -58,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     runs = args.runs or (1 if args.quick else 5)
-    rows = [r for r in scenarios.build(args.quick) if not args.only or r.id.startswith(tuple(args.only))]
+    rows = scenarios.select(scenarios.build(args.quick), args.only)
     out = args.out or (os.path.join(tempfile.gettempdir(), "rsnet-bench-quick") if args.quick else HERE)
     command = "python -m benchmarks " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
     started = time.monotonic()
@@ -86,6 +101,59 @@ def main(argv: list[str] | None = None) -> int:
         file=sys.stderr,
     )
     return 1 if failed else 0
+
+
+def profile(row_id: str, system: str | None, quick: bool, rate: int, out: str | None) -> int:
+    """Measure one row once, for one system, while py-spy records the server process.
+
+    The flame graph (SVG, py-spy's ``--format flamegraph``) covers the client's run, not the
+    server's start-up: open it in a browser, the widest frames are where the server's CPU went.
+    It goes to ``benchmarks/flamegraphs/ROW-SYSTEM.svg`` unless ``--out`` says otherwise; attach
+    it to the change that touched the hot path. py-spy samples at ``--rate`` Hz, which costs the
+    server a little: the numbers printed are for orientation, not for RESULTS.md. Only Python
+    servers can be recorded (not JetStream's nats-server).
+    """
+    rows = {r.id: r for r in scenarios.build(quick)}
+    row = rows.get(row_id)
+    if row is None:
+        close = [r for r in rows if r.startswith(row_id)]
+        print(f"no row {row_id!r}" + (f"; did you mean {', '.join(close)}?" if close else f"; rows: {', '.join(rows)}"))
+        return 2
+    system = system or next((s for s in ("rsnet", "rsnet-broker") if s in row.systems), row.systems[0])
+    if system not in row.systems:
+        print(f"row {row_id} measures {', '.join(row.systems)}, not {system}")
+        return 2
+    if system == "jetstream":
+        print("py-spy records Python processes; JetStream's server is nats-server (Go)")
+        return 2
+    path = out or os.path.join(FLAMEGRAPHS, f"{row.id}-{system}.svg")
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    params = row.params_for(system)
+    try:
+        if row.rate_from is not None:
+            source = rows[row.rate_from[0]]
+            print(f"measuring {source.id} first: {row.id} runs at {row.rate_from[1]:g} of its rate")
+            source_params = source.params_for(system)
+            first = runner.measure(
+                system, source.transport, source.kind, source_params, source.timeout, source.server_params
+            )
+            reached = scenarios.metrics_of(source, first.result, first.rss, source_params, first.server_cpu_s)
+            params = {**params, "rate": reached[source.primary.key] * row.rate_from[1]}
+        m = runner.measure(
+            system, row.transport, row.kind, params, row.timeout, row.server_params, profile=path, profile_rate=rate
+        )
+    except runner.MeasurementError as error:
+        print(f"FAILED: {error}", file=sys.stderr)
+        return 1
+    finally:
+        kill_all()
+    metrics = scenarios.metrics_of(row, m.result, m.rss, params, m.server_cpu_s)
+    shown = ", ".join(
+        f"{k.label} {report.number(metrics[k.key], k.unit)} {k.unit}" for k in row.metrics if k.key in metrics
+    )
+    print(f"{row.id} / {system} (under py-spy at {rate} Hz): {shown}")
+    print(f"wrote {path}")
+    return 0
 
 
 if __name__ == "__main__":

@@ -12,7 +12,21 @@ from typing import Any
 
 from .runner import ROOT
 
-PACKAGES = ("rsnet", "trio", "msgpack", "websockets", "rsocket", "aiohttp", "matplotlib")
+PACKAGES = ("rsnet", "trio", "msgpack", "websockets", "rsocket", "aiohttp", "matplotlib", "nats-py", "py-spy")
+
+
+def _nats_server() -> str | None:
+    """The version of the ``nats-server`` scenario 7 runs, or None if it is not installed."""
+    from .systems.jetstream import server_binary
+
+    binary = server_binary()
+    if binary is None:
+        return None
+    try:
+        out = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.strip().rsplit(" ", 1)[-1].lstrip("v") or None
 
 
 def _cpu_model() -> str:
@@ -76,6 +90,7 @@ def describe(command: str) -> dict[str, Any]:
         "executable": sys.executable,
         "node": _node(),
         "packages": versions,
+        "tools": {"nats-server": _nats_server()},
         "commit": commit + (" (with uncommitted changes)" if dirty else ""),
         "load_average": [round(x, 2) for x in os.getloadavg()],
     }

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import math
 import os
+import statistics
+import textwrap
+from collections.abc import Callable
 from typing import Any
 
 from .systems import SYSTEMS
@@ -18,6 +21,7 @@ COLORS = {
     "ceiling": "#7f7f7f",
     "rsnet-js": "#ff7f0e",
     "rsnet-broker": "#2ca02c",
+    "jetstream": "#9467bd",
 }
 SCENARIOS = {
     1: "Scenario 1: one stream, throughput",
@@ -26,7 +30,20 @@ SCENARIOS = {
     4: "Scenario 4: slow consumer, memory",
     5: "Scenario 5: broker fan-out",
     6: "Scenario 6: the JavaScript client in Node against the Python client",
+    7: "Scenario 7: rsnet's broker against NATS JetStream",
+    8: "Scenario 8: connections at scale",
 }
+LABELLED = {
+    "p50_us",
+    "p99_us",
+    "p999_us",
+    "server_kib_per_conn",
+    "server_traced_kib_per_conn",
+    "setup_s",
+    "server_cpu_us_per_conn",
+}
+"""Metrics whose cells name them (several of the same unit in one cell)."""
+LATENCY_KEYS = (("p50_us", "p50", "o"), ("p99_us", "p99", "s"), ("p999_us", "p99.9", "^"))
 CPU_KEYS = ("server_cpu_us", "client_cpu_us")
 CHART = "results.png"
 MEMORY_CHART = "memory.png"
@@ -37,7 +54,9 @@ def number(value: float | None, unit: str = "") -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "–"
     magnitude = abs(value)
-    if unit in ("items/s", "deliveries/s"):
+    if unit == "connections":
+        return f"{value:,.0f}"
+    if unit in ("items/s", "deliveries/s", "records/s"):
         if magnitude >= 1e6:
             return f"{value / 1e6:.2f}M"
         if magnitude >= 1e4:
@@ -66,6 +85,8 @@ def cell(record: dict[str, Any] | None, metrics: list[dict[str, Any]], runs_want
         if stats is None:
             continue
         text = f"{number(stats['median'], metric['unit'])} {metric['unit']}"
+        if metric["key"] in LABELLED:
+            text = f"{metric['label']} {text}"
         if i == 0:
             text = f"**{text}**"
             if stats["n"] > 1:
@@ -86,6 +107,8 @@ def ratio_cell(stats: dict[str, float] | None) -> str:
 
 
 def count_of(params: dict[str, Any]) -> str:
+    if "seconds" in params:
+        return f"{params['seconds']:g} s at half the max rate"
     if "subscribers" in params:
         return f"{params['count']:,} records x {params['subscribers']}"
     for key in ("count", "iterations"):
@@ -116,6 +139,20 @@ def scenario_table(entries: list[dict[str, Any]], systems: list[str], runs: int)
         if subject in systems:
             cells += [ratio_cell(entry.get("ratios", {}).get(p)) for p in peers]
         lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def paced_rates(entries: list[dict[str, Any]], systems: list[str]) -> list[str]:
+    """The rate each latency row paced each system at (median over runs): half its own maximum."""
+    lines = []
+    for entry in entries:
+        rates = {
+            system: [r["params"]["rate"] for r in record["runs"] if "rate" in r.get("params", {})]
+            for system, record in entry["systems"].items()
+        }
+        shown = [f"{s} {number(sorted(v)[len(v) // 2], 'records/s')} records/s" for s in systems if (v := rates.get(s))]
+        if shown:
+            lines.append(f"- {entry['title']}: paced at " + ", ".join(shown) + " (median of the runs)")
     return lines
 
 
@@ -243,25 +280,162 @@ def targets(document: dict[str, Any]) -> list[str]:
     return lines
 
 
-def chart(document: dict[str, Any], path: str) -> bool:
-    """Grouped horizontal bars of items/s (log scale) per row and system, min–max whiskers."""
-    try:
-        import matplotlib
+def run_values(entry: dict[str, Any] | None, system: str, key: str) -> dict[int, float]:
+    """Run number -> ``key`` of ``system`` in ``entry``'s successful runs."""
+    if entry is None or system not in entry["systems"]:
+        return {}
+    return {r["run"]: r["metrics"][key] for r in entry["systems"][system]["runs"] if key in r.get("metrics", {})}
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return False
-    entries = [e for e in document["rows"] if e["chart"]]
-    systems = [s for s in SYSTEMS if any(s in e["systems"] for e in entries)]
-    if not entries or not systems:
-        return False
+
+def run_ratio(top: dict[int, float], bottom: dict[int, float]) -> dict[str, float] | None:
+    """``top / bottom`` run by run (the same round of the suite), summarised; None without data."""
+    values = sorted(top[r] / bottom[r] for r in top if bottom.get(r))
+    if not values:
+        return None
+    return {"median": statistics.median(values), "min": values[0], "max": values[-1], "n": len(values)}
+
+
+def ratio_text(stats: dict[str, float] | None) -> str:
+    if stats is None:
+        return "–"
+    text = f"{stats['median']:.2f}x"
+    return text + (f" ({stats['min']:.2f}–{stats['max']:.2f})" if stats["n"] > 1 else "")
+
+
+def find_prefix(document: dict[str, Any], prefix: str, exclude: str = "~") -> dict[str, Any] | None:
+    """The first row whose id starts with ``prefix`` (quick runs size some ids differently)."""
+    return next((e for e in document["rows"] if e["id"].startswith(prefix) and exclude not in e["id"]), None)
+
+
+def targets_13(document: dict[str, Any]) -> list[str]:
+    """Issue 13's targets against this run: each a ratio, run by run, median (min–max). Information only."""
+    rows: list[tuple[str, str, str, str]] = []
+
+    def check(
+        target: str, stats: dict[str, float] | None, goal: str, ok: Callable[[float], bool], note: str = ""
+    ) -> None:
+        """A row: ``ok(median)`` says whether the target is met."""
+        verdict = "no data" if stats is None else ("met" if ok(stats["median"]) else "**not met**")
+        rows.append((target, ratio_text(stats) + (f"; {note}" if note else ""), goal, verdict))
+
+    for transport, name in (("tcp", "TCP"), ("ws", "WebSocket")):
+        rtt = find(document, f"s2-rtt-{transport}")
+        r = run_ratio(run_values(rtt, "rsnet", "p50_us"), run_values(rtt, "ceiling", "p50_us"))
+        p99 = run_ratio(run_values(rtt, "rsnet", "p99_us"), run_values(rtt, "ceiling", "p99_us"))
+        note = (
+            f"{number(median_of(rtt, 'rsnet', 'p50_us'))} vs {number(median_of(rtt, 'ceiling', 'p50_us'))} µs;"
+            f" p99 {ratio_text(p99)}"
+            if r
+            else ""
+        )
+        check(f"1. {name}: subscribe-to-first-item p50, rsnet ÷ ceiling", r, "<= 1.3x", lambda v: v <= 1.3, note)
+        saw = find(document, f"s2-saw-{transport}")
+        r = run_ratio(run_values(saw, "rsnet", "us_per_item"), run_values(saw, "ceiling", "us_per_item"))
+        note = (
+            f"{number(median_of(saw, 'rsnet', 'us_per_item'))} vs {number(median_of(saw, 'ceiling', 'us_per_item'))} µs per item"
+            if r
+            else ""
+        )
+        check(
+            f"1. {name}: stop-and-wait request(1) per item, rsnet ÷ ceiling",
+            r,
+            "<= 1.3x",
+            lambda v: v <= 1.3,
+            note,
+        )
+    r = run_ratio(
+        run_values(find(document, "s1-16-tcp-default"), "rsnet", "items_per_s"),
+        run_values(find(document, "s1-16-tcp"), "rsnet", "items_per_s"),
+    )
+    check("2. default prefetch ÷ prefetch 4096, 16 B, TCP (items/s)", r, ">= 0.8x", lambda v: v >= 0.8)
+    fan_memory = find(document, "s5-memory-100")
+    v = median_of(fan_memory, "rsnet-broker", "deliveries_per_s")
+    rows.append(
+        (
+            "3. fan-out 1 -> 100 subscribers, in memory (deliveries/s)",
+            f"{number(v, 'deliveries/s')}/s" if v else "–",
+            ">= 1M/s",
+            "no data" if v is None else ("met" if v >= 1e6 else "**not met**"),
+        )
+    )
+    r = run_ratio(
+        run_values(find(document, "s5-interval-100"), "rsnet-broker", "deliveries_per_s"),
+        run_values(fan_memory, "rsnet-broker", "deliveries_per_s"),
+    )
+    check("3. fan-out 1 -> 100, durable fsync interval ÷ in memory", r, ">= 0.8x", lambda v: v >= 0.8)
+    live = find_prefix(document, "s8-live-", exclude="traced")
+    if live is not None:
+        wanted = int(live["id"].split("-")[2])
+        served = run_values(live, "rsnet", "served")
+        rows.append(
+            (
+                f"4. {wanted:,} connections with a live stream, all served",
+                f"{min(served.values()):,.0f} of {wanted:,} (fewest of the runs)" if served else "–",
+                "all",
+                "no data" if not served else ("met" if min(served.values()) == wanted else "**not met**"),
+            )
+        )
+        kib = median_of(live, "rsnet", "server_kib_per_conn")
+        ceiling = median_of(live, "ceiling", "server_kib_per_conn")
+        rows.append(
+            (
+                f"4. server memory per connection at {wanted:,} (RSS delta ÷ connections)",
+                f"{number(kib)} KiB (ceiling {number(ceiling)} KiB)" if kib is not None else "–",
+                "<= 30 KiB",
+                "no data" if kib is None else ("met" if kib <= 30 else "**not met**"),
+            )
+        )
+    conns = find(document, "s3-conns-tcp")
+    r = run_ratio(run_values(conns, "rsnet", "server_cpu_us"), run_values(conns, "ceiling", "server_cpu_us"))
+    note = (
+        f"{number(median_of(conns, 'rsnet', 'server_cpu_us'))} vs {number(median_of(conns, 'ceiling', 'server_cpu_us'))} µs"
+        if r
+        else ""
+    )
+    check(
+        f"4. server CPU per item, {conns['title'] if conns else '1,000 connections'}, rsnet ÷ ceiling",
+        r,
+        "<= 1.5x",
+        lambda v: v <= 1.5,
+        note,
+    )
+    for size, label in ((16, "16 B"), (1024, "1 KiB")):
+        r = run_ratio(
+            run_values(find(document, f"s1-{size}-ws"), "rsnet", "items_per_s"),
+            run_values(find(document, f"s1-{size}-tcp"), "rsnet", "items_per_s"),
+        )
+        check(f"5. WebSocket ÷ TCP throughput, {label}", r, ">= 0.9x", lambda v: v >= 0.9)
+    for entry in (e for e in document["rows"] if e["scenario"] == 7):
+        stats = entry.get("ratios", {}).get("jetstream")
+        if entry["kind"] == "latency":
+            p50 = run_ratio(run_values(entry, "jetstream", "p50_us"), run_values(entry, "rsnet-broker", "p50_us"))
+            check(
+                f"6. {entry['title']}: JetStream p99 ÷ rsnet p99",
+                stats,
+                ">= 0.5x (p99 within 2x)",
+                lambda v: v >= 0.5,
+                f"p50: {ratio_text(p50)}",
+            )
+        else:
+            metric = entry["metrics"][0]["label"]
+            check(f"6. {entry['title']}: rsnet ÷ JetStream ({metric})", stats, ">= 1x", lambda v: v >= 1)
+    lines = [
+        "| target (issue 13) | measured: ratio, run by run, median (min–max) | goal | |",
+        "|---|---|---|---|",
+    ]
+    lines += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows]
+    return lines
+
+
+def _bars(
+    ax: Any, entries: list[dict[str, Any]], systems: list[str], key: Callable[[dict[str, Any]], str], unit: str
+) -> None:
+    """Grouped horizontal bars of each row's ``key(row)`` (log scale) per system, min–max whiskers."""
     height = 0.8 / len(systems)
-    fig, ax = plt.subplots(figsize=(10, 0.62 * len(entries) + 1.6))
     for k, system in enumerate(systems):
         ys, values, low, high, tops = [], [], [], [], []
         for i, entry in enumerate(entries):
-            stats = entry["systems"].get(system, {}).get("summary", {}).get("items_per_s")
+            stats = entry["systems"].get(system, {}).get("summary", {}).get(key(entry))
             if not stats:
                 continue
             ys.append(i + (k - (len(systems) - 1) / 2) * height)
@@ -279,16 +453,104 @@ def chart(document: dict[str, Any], path: str) -> bool:
             error_kw={"elinewidth": 0.8, "capsize": 2},
         )
         for y, v, top in zip(ys, values, tops, strict=True):
-            ax.text(top * 1.08, y, number(v, "items/s"), va="center", fontsize=7)
+            ax.text(top * 1.08, y, number(v, unit), va="center", fontsize=7)
+    _row_labels(ax, entries)
+    ax.legend(loc="lower right", fontsize=7)
+
+
+def _row_labels(ax: Any, entries: list[dict[str, Any]], room: float = 2.5) -> None:
+    """Wrapped row titles on the y axis, log x axis with room on the right for the value labels."""
     ax.set_yticks(range(len(entries)))
-    ax.set_yticklabels([f"{e['scenario']}: {e['title']}" for e in entries], fontsize=8)
+    ax.set_yticklabels([textwrap.fill(f"{e['scenario']}: {e['title']}", 50) for e in entries], fontsize=7)
     ax.invert_yaxis()
     ax.set_xscale("log")
-    ax.set_xlabel("items/s (log scale; median, whiskers min–max)")
-    meta = document["meta"]
-    ax.set_title(f"rsnet vs peers, {meta['cores']} cores, {meta['python']} ({meta['date']})", fontsize=10)
-    ax.legend(loc="lower right", fontsize=8)
+    low, high = ax.get_xlim()
+    ax.set_xlim(low, high * room)
     ax.grid(axis="x", which="both", alpha=0.25)
+
+
+def duration(us: float) -> str:
+    """A latency in the unit that keeps it short: 123 µs, 12.3 ms, 1.23 s."""
+    if us < 1000:
+        return f"{us:.0f} µs"
+    if us < 1e6:
+        return f"{us / 1e3:.3g} ms"
+    return f"{us / 1e6:.3g} s"
+
+
+def _percentiles(ax: Any, entries: list[dict[str, Any]], systems: list[str]) -> None:
+    """Latency percentiles: per row and system, p50, p99 and p99.9 (medians over runs) on one
+    line, log scale: the line's length is the tail."""
+    height = 0.8 / len(systems)
+    for k, system in enumerate(systems):
+        first = True
+        for i, entry in enumerate(entries):
+            summary = entry["systems"].get(system, {}).get("summary", {})
+            points = [(summary[key]["median"], label, marker) for key, label, marker in LATENCY_KEYS if key in summary]
+            if not points:
+                continue
+            y = i + (k - (len(systems) - 1) / 2) * height
+            ax.plot(
+                [p[0] for p in points],
+                [y] * len(points),
+                color=COLORS.get(system),
+                linewidth=1.5,
+                label=system if first else None,
+            )
+            first = False
+            for value, _, marker in points:
+                ax.plot([value], [y], marker=marker, color=COLORS.get(system), markersize=5)
+            ax.text(points[-1][0] * 1.15, y, " / ".join(duration(p[0]) for p in points), va="center", fontsize=6)
+    _row_labels(ax, entries, room=12)
+    ax.set_xlabel("latency, µs (log scale; ● p50, ■ p99, ▲ p99.9, medians over runs)")
+    ax.legend(loc="lower left", fontsize=7)
+
+
+def chart(document: dict[str, Any], path: str) -> bool:
+    """One PNG, up to three panels: items/s per row and system (scenarios 1-3), rsnet's broker
+    against JetStream (scenario 7's rates), and latency percentiles (p50/p99/p99.9)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+
+    def measured(entries: list[dict[str, Any]], key: str | None = None) -> list[dict[str, Any]]:
+        return [
+            e
+            for e in entries
+            if any(r.get("summary", {}).get(key or e["metrics"][0]["key"]) for r in e["systems"].values())
+        ]
+
+    throughput = measured([e for e in document["rows"] if e["chart"]], "items_per_s")
+    brokers = measured([e for e in document["rows"] if e["scenario"] == 7 and e["kind"] != "latency"])
+    latency = measured([e for e in document["rows"] if any(m["key"] == "p50_us" for m in e["metrics"])], "p50_us")
+    panels = [
+        (n, entries)
+        for n, entries in (("throughput", throughput), ("brokers", brokers), ("latency", latency))
+        if entries
+    ]
+    if not panels:
+        return False
+    heights = [0.5 * len(entries) + 1.0 for _, entries in panels]
+    fig, axes = plt.subplots(len(panels), 1, figsize=(12, sum(heights) + 0.6), height_ratios=heights, squeeze=False)
+    for (name, entries), ax in zip(panels, axes[:, 0], strict=True):
+        systems = [s for s in SYSTEMS if any(s in e["systems"] for e in entries)]
+        if name == "throughput":
+            _bars(ax, entries, systems, lambda e: "items_per_s", "items/s")
+            ax.set_xlabel("items/s (log scale; median, whiskers min–max)", fontsize=8)
+        elif name == "brokers":
+            # Each row's own rate: records/s (publish, replay) or deliveries/s (fan-out).
+            _bars(ax, entries, systems, lambda e: e["metrics"][0]["key"], "records/s")
+            ax.set_xlabel(
+                "records/s (fan-out: deliveries/s), 100 B records (log scale; median, whiskers min–max)", fontsize=8
+            )
+        else:
+            _percentiles(ax, entries, systems)
+    meta = document["meta"]
+    fig.suptitle(f"rsnet vs peers, {meta['cores']} cores, {meta['python']} ({meta['date']})", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -337,6 +599,98 @@ def memory_chart(document: dict[str, Any], path: str) -> bool:
     return drawn
 
 
+def jetstream_section(
+    document: dict[str, Any], present: Callable[[list[dict[str, Any]]], list[str]], runs: int
+) -> list[str]:
+    entries = [e for e in document["rows"] if e["scenario"] == 7 and e["systems"]]
+    if not entries:
+        return []
+    lines = [
+        f"## {SCENARIOS[7]}",
+        "",
+        "The broker a Python application would otherwise pick: NATS JetStream (`nats-server` with JetStream,"
+        " file storage in a fresh directory, one server, 127.0.0.1), driven by **nats-py** on asyncio, against"
+        " rsnet's broker (durable topics) driven by rsnet's client on trio; both clients are Python, in one"
+        " process each, records are 100 B, and each system's server runs in its own process (rsnet's broker"
+        " is one Python thread; nats-server is Go and may use both cores).",
+        "",
+        "What an acknowledgement means (read the rows with it):",
+        "",
+        "- **rsnet, fsync always** (its default): the record is written and fsynced (records arriving together"
+        " share one fsync); it survives a crash of the machine. **fsync interval**: the next periodic fsync"
+        " (every 100 ms) covered it, and subscribers see a record only once it is durable, so latency includes"
+        " up to one interval. **fsync never**: the OS has the bytes; survives a crash of the broker, not of the"
+        " machine.",
+        "- **JetStream** (2.9, one server, file storage): the PubAck is sent once the message is appended to the"
+        " stream's file store, i.e. written to the OS, without an fsync (the store syncs in the background;"
+        " 2.9 has no option to sync per write, 2.10 added `sync_interval`, default 2 minutes): the same guarantee"
+        " as rsnet's `never`, in every row.",
+        "",
+        "Publishing: one producer, acknowledged: rsnet's `rsnet.broker.client.publish` (the broker grants the"
+        " producer up to 1,024 records not yet written) against nats-py's `js.publish_async` with up to 4,000"
+        " acknowledgements outstanding (its default), then `publish_async_completed`. Subscribing: rsnet's"
+        ' `conn.subscribe(topic, {"from": "earliest"})` with the default prefetch, against nats-py\'s ordered'
+        " push consumer (`ordered_consumer=True`: deliver all, no acknowledgements, flow control), one connection"
+        " per subscriber: neither acknowledges deliveries. Fan-out: subscribers first, then one producer; time"
+        " from the first publish to the last record at the last subscriber. Replay: the records are stored first"
+        " (not timed), then one subscriber reads them all from the start. Latency: one producer paced at half"
+        " the rate that system reached from one producer to one subscriber (the fan-out row under the same fsync policy) in the same round, one subscriber; each record"
+        " carries the time it was *due* to be sent, so time a producer spends held back counts (no coordinated"
+        " omission); latency = arrival at the subscriber minus that time, every record counted.",
+        "",
+    ]
+    reason = document.get("jetstream", {}).get("reason")
+    if reason:
+        lines += [f"**JetStream not available**: {reason}.", ""]
+    lines += [*scenario_table(entries, present(entries), runs), ""]
+    paced = paced_rates([e for e in entries if e["kind"] == "latency"], present(entries))
+    if paced:
+        lines += [*paced, ""]
+    lines += cpu_table(entries, present(entries), per="record (fan-out: per delivery)")
+    return lines
+
+
+def connections_section(
+    document: dict[str, Any], present: Callable[[list[dict[str, Any]]], list[str]], runs: int
+) -> list[str]:
+    entries = [e for e in document["rows"] if e["scenario"] == 8 and e["systems"]]
+    if not entries:
+        return []
+    lines = [
+        f"## {SCENARIOS[8]}",
+        "",
+        "One server process; one client process opens the connections (at most 200 in their handshake at"
+        " once) and on each subscribes to a stream of 2 items with demand 1. Once every connection has its"
+        " first item (its stream open on the server, waiting for demand), the client reads the server's"
+        " resident set size from /proc: memory per connection = (RSS then - RSS before the first connection)"
+        " / connections. Then each connection takes its second item and closes. Both processes raise their"
+        " open-files limit to the hard limit (`resource.setrlimit`, in the benchmark only). The traced row"
+        " runs the server under `tracemalloc` (slower: its times are not comparable) and counts the Python"
+        " heap's growth the same way. Server CPU per connection covers connecting, subscribing, two items and"
+        " closing. Per-item server CPU at 1,000 connections is scenario 3's row (see the targets).",
+        "",
+        *scenario_table(entries, present(entries), runs),
+        "",
+    ]
+    for entry in entries:
+        record = entry["systems"].get("rsnet", {})
+        top = next((r["raw"].get("server_traced_top") for r in record.get("runs", []) if "raw" in r), None)
+        if top:
+            lines += [
+                f"Where rsnet's server heap grew with the connections ({entry['title']}, first run; tracemalloc,"
+                " by line):",
+                "",
+                "| allocation site | KiB | per connection, bytes | blocks |",
+                "|---|---|---|---|",
+            ]
+            served = entry["systems"]["rsnet"]["runs"][0]["raw"].get("served") or 1
+            lines += [
+                f"| `{site}` | {size / 1024:,.0f} | {size / served:,.0f} | {count:,} |" for site, size, count in top
+            ]
+            lines.append("")
+    return lines
+
+
 def write(document: dict[str, Any], out_dir: str) -> str:
     """Write RESULTS.md (and the charts) into ``out_dir``; returns the page's path."""
     os.makedirs(out_dir, exist_ok=True)
@@ -363,7 +717,7 @@ def write(document: dict[str, Any], out_dir: str) -> str:
         f"- **Python**: {meta['python']}; {pkgs}",
         f"- **Commit**: {meta['commit'] or 'unknown'}",
         f"- **Method**: every measurement starts a fresh server process and a separate client process on"
-        f" 127.0.0.1; {config['runs']} run(s) per row (scenario 4: one), taken round-robin over rows and systems;"
+        f" 127.0.0.1; {config['runs']} run(s) per row (scenario 4 and the traced row of scenario 8: one), taken round-robin over rows and systems;"
         f" cells show the median and (min–max); \"rsnet vs X\" is rsnet's advantage over X on the row's first"
         f" metric (rate ÷ rate, or time ÷ time inverted; above 1 is better for rsnet), computed run by run"
         f" between measurements of the same round, median (min–max). MB/s counts payload bytes only.",
@@ -372,14 +726,16 @@ def write(document: dict[str, Any], out_dir: str) -> str:
         " `StreamFromGenerator` with the same demand policy; its round trip is `request_response`);"
         " **ceiling** (a minimal trio program: msgpack frames packed by one reused Packer into batched"
         " 64 KiB writes, decoded by msgpack's `Unpacker`, no handshake or protocol logic, the client's"
-        " whole demand granted up front); **rsnet-broker** (scenario 5: rsnet's broker, in memory and"
+        " whole demand granted up front); **rsnet-broker** (scenarios 5 and 7: rsnet's broker, in memory and"
         " durable under each fsync policy); **rsnet-js** (scenario 6: rsnet's JavaScript client, `client/js`,"
-        " in Node, `for await` over `conn.subscribe(..., {prefetch: 4096})`, against rsnet's Python server).",
+        " in Node, `for await` over `conn.subscribe(..., {prefetch: 4096})`, against rsnet's Python server);"
+        " **jetstream** (scenario 7: NATS JetStream, `nats-server`"
+        f" {meta.get('tools', {}).get('nats-server') or '(not installed)'} from Debian, driven by nats-py).",
         "",
     ]
     if has_chart:
-        lines += [f"![throughput by scenario and system]({CHART})", ""]
-    lines += ["## Targets", "", *targets(document), ""]
+        lines += [f"![throughput, brokers and latency percentiles by scenario and system]({CHART})", ""]
+    lines += ["## Targets", "", *targets_13(document), "", *targets(document), ""]
 
     def present(entries: list[dict[str, Any]]) -> list[str]:
         return [s for s in systems if any(s in e["systems"] for e in entries)]
@@ -422,9 +778,7 @@ def write(document: dict[str, Any], out_dir: str) -> str:
             " once stored). Time runs from the first publish to the last record at the last subscriber;"
             " deliveries/s = records x subscribers / time, records/s = records / time; every subscriber"
             " checks it got every offset once, in order. Durable topics are segment logs on this machine's"
-            " disk; a producer may have 1,024 records not yet stored, so under fsync interval (100 ms) a"
-            " topic takes about 10k records/s. CPU figures are per delivery; the client's include the"
-            " producer and every subscriber.",
+            " disk. CPU figures are per delivery; the client's include the producer and every subscriber.",
             "",
             *scenario_table(fanout, present(fanout), config["runs"]),
             "",
@@ -447,6 +801,8 @@ def write(document: dict[str, Any], out_dir: str) -> str:
             *cpu_table(js, present(js)),
         ]
     lines.append("")
+    lines += jetstream_section(document, present, config["runs"])
+    lines += connections_section(document, present, config["runs"])
     failures = [
         (e["id"], s, r["error"])
         for e in document["rows"]

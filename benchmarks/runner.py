@@ -185,12 +185,17 @@ def measure(
     params: dict[str, Any],
     timeout: float,
     server_params: dict[str, Any] | None = None,
+    profile: str | None = None,
+    profile_rate: int = 250,
 ) -> Measurement:
     """Start ``system``'s server, run one client measurement against it, kill both.
 
     ``server_params`` go to the system's ``serve`` as keyword arguments; a server that needs
     disk space (a durable broker) finds a fresh scratch directory in ``$RSNET_BENCH_SCRATCH``,
-    removed afterwards. Raises :class:`MeasurementError` on failure or when ``timeout``
+    removed afterwards. The client learns the server's pid and scratch directory (``server_pid``,
+    ``server_scratch`` in its spec: the connections-at-scale kind reads the server's memory).
+    With ``profile`` (a path), ``py-spy`` records the server (``profile_rate`` samples/s) while
+    the client runs and writes a flame graph there. Raises :class:`MeasurementError` on failure or when ``timeout``
     (seconds, client run) expires.
     """
     started = time.monotonic()
@@ -201,8 +206,13 @@ def measure(
         env={"RSNET_BENCH_SCRATCH": scratch},
     )
     client: Process | None = None
+    profiler: Profiler | None = None
     try:
-        port = int(server.wait_line("READY ", READY_TIMEOUT))
+        ready = server.wait_line("READY ", READY_TIMEOUT).split()
+        port = int(ready[0])
+        server_pid = int(ready[1]) if len(ready) > 1 else server.pid  # nats-server: the worker's child
+        if profile is not None:
+            profiler = Profiler(server_pid, profile, profile_rate)
         client = Process(
             {
                 "system": system,
@@ -212,20 +222,87 @@ def measure(
                 "port": port,
                 "params": params,
                 "deadline": max(1.0, timeout - 2),
+                "server_pid": server_pid,
+                "server_scratch": scratch,
             },
             f"{system} client",
         )
-        sampler = Sampler({"server": server.pid, "client": client.pid})
+        sampler = Sampler({"server": server_pid, "client": client.pid})
         try:
             result = json.loads(client.wait_line("RESULT ", timeout))
         finally:
             sampler.stop()
+            if profiler is not None:
+                profiler.stop()
         if server.popen.poll() is not None:
             raise MeasurementError(f"{system} server died during the run{server._tail()}")
         server_cpu = sampler.cpu.get("server", [0.0, 0.0])
         return Measurement(result, sampler.samples, server_cpu[1] - server_cpu[0], time.monotonic() - started)
     finally:
+        if profiler is not None:
+            profiler.stop()
         if client is not None:
             client.kill()
         server.kill()
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+class Profiler:
+    """``py-spy record`` attached to a running server process, writing a flame graph (SVG).
+
+    Started once the server listens and stopped (SIGINT: py-spy then writes its output) when
+    the client has its result, so the graph shows the measured part, not start-up. It samples
+    without pausing the server (``--nonblocking``): pausing it 250 times a second cost the
+    1,000-connection scenario a third of its speed, reading a stack while it changes costs a
+    few odd samples.
+    """
+
+    def __init__(self, pid: int, output: str, rate: int = 250) -> None:
+        self.output = output
+        self.popen: subprocess.Popen[bytes] | None = subprocess.Popen(
+            [
+                py_spy(),
+                "record",
+                "--pid",
+                str(pid),
+                "--output",
+                output,
+                "--format",
+                "flamegraph",
+                "--rate",
+                str(rate),
+                "--nonblocking",
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+        time.sleep(0.5)  # let it attach before the client starts
+        if self.popen.poll() is not None:
+            error = self.popen.stderr.read().decode(errors="replace") if self.popen.stderr else ""
+            self.popen = None
+            raise MeasurementError(f"py-spy could not attach to pid {pid}: {error.strip()}")
+
+    def stop(self) -> None:
+        if self.popen is None:
+            return
+        popen, self.popen = self.popen, None
+        popen.send_signal(signal.SIGINT)
+        try:
+            _, error = popen.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            popen.kill()
+            popen.communicate()
+            raise MeasurementError("py-spy did not write its flame graph within 60 s") from None
+        if not os.path.exists(self.output):
+            raise MeasurementError(f"py-spy wrote no flame graph: {error.decode(errors='replace').strip()}")
+
+
+def py_spy() -> str:
+    """The ``py-spy`` executable (the bench extra installs it next to this Python)."""
+    beside = os.path.join(os.path.dirname(sys.executable), "py-spy")
+    found = beside if os.access(beside, os.X_OK) else shutil.which("py-spy")
+    if found is None:
+        raise MeasurementError("py-spy is not installed (pip install -e '.[bench]')")
+    return found

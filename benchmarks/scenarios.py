@@ -1,4 +1,4 @@
-"""The scenarios of issues 6 and 11, as rows: one row is one thing measured on every system.
+"""The scenarios of issues 6, 11 and 13, as rows: one row is one thing measured on every system.
 
 A row has a client ``kind`` (what the client process does, see :mod:`benchmarks.systems`),
 a transport, its parameters (full and ``--quick`` sizes), and how its raw result becomes
@@ -16,9 +16,20 @@ Kinds and their parameters:
 - ``many_connections``: ``connections`` concurrent connections, one stream of ``items`` each.
 - scenario 6 (``rsnet`` and ``rsnet-js``): ``stream`` again, read by the Python client and by the
   Node one from the same server: the ratio is the Node client's advantage (``subject``).
-- ``fanout`` (scenario 5, ``rsnet-broker`` only): ``subscribers`` connections subscribed from
+- ``fanout`` (scenarios 5 and 7, brokers only): ``subscribers`` connections subscribed from
   the earliest offset with ``prefetch``, one producer publishing ``count`` records of ``size``
   bytes to the broker; the broker's ``storage`` and ``fsync`` are server parameters.
+- ``publish`` (scenario 7): one producer publishes ``count`` records and waits for every
+  acknowledgement; ``replay``: ``count`` records stored first (not timed), one subscriber reads
+  them all from the start; ``latency``: a producer paced at ``rate`` records/s for ``seconds``,
+  one subscriber measuring publish -> delivery for every record. A latency row's ``rate`` is
+  ``rate_from``: a fraction of the same system's rate in another row, in the same run.
+- ``live_connections`` (scenario 8): ``connections`` connections to one server, each with an open
+  stream (demand 1, the first item received) at once; the client reads the server's memory
+  (RSS from /proc, and tracemalloc's count when the server traces) before and with them all live.
+
+See :mod:`benchmarks.systems.broker` and :mod:`benchmarks.systems.jetstream` for exactly what
+the brokers' clients do, and what an acknowledgement means for each.
 """
 
 from __future__ import annotations
@@ -49,6 +60,12 @@ MB_S = Metric("mb_per_s", "MB/s", "MB/s")
 US_ITEM = Metric("us_per_item", "µs per item", "µs", higher_is_better=False)
 P50 = Metric("p50_us", "p50", "µs", higher_is_better=False)
 P99 = Metric("p99_us", "p99", "µs", higher_is_better=False)
+P999 = Metric("p999_us", "p99.9", "µs", higher_is_better=False)
+SERVED = Metric("served", "served", "connections")
+PER_CONN_KIB = Metric("server_kib_per_conn", "server RSS per connection", "KiB", higher_is_better=False)
+TRACED_KIB = Metric("server_traced_kib_per_conn", "server traced per connection", "KiB", higher_is_better=False)
+CPU_CONN = Metric("server_cpu_us_per_conn", "server CPU per connection", "µs", higher_is_better=False)
+SETUP_S = Metric("setup_s", "all live after", "s", higher_is_better=False)
 SECONDS = Metric("seconds", "total", "s", higher_is_better=False)
 DELIVERIES_S = Metric("deliveries_per_s", "deliveries/s", "deliveries/s")
 RECORDS_S = Metric("records_per_s", "records/s", "records/s")
@@ -79,6 +96,7 @@ class Row:
     max_runs: int | None = None  # memory rows: one long run is enough
     chart: bool = True  # plotted as throughput (items/s)
     systems: tuple[str, ...] = PEERS
+    rate_from: tuple[str, float] | None = None  # (row id, fraction): params["rate"] from that row, same run
     subject: str = "rsnet"  # the ratios are its advantage over each other system of the row
 
     @property
@@ -97,6 +115,10 @@ class Row:
             return params["connections"] * params["items"]
         if self.kind == "fanout":
             return params["subscribers"] * params["count"]
+        if self.kind in ("publish", "replay"):
+            return params["count"]
+        if self.kind == "live_connections":
+            return params["connections"] * params["items"]
         return None
 
 
@@ -179,7 +201,7 @@ def build(quick: bool) -> list[Row]:
                 kind="first_item",
                 transport=transport,
                 params={"iterations": 50 if q else 2_000, "size": 16},
-                metrics=(P50, P99),
+                metrics=(P50, P99, P999),
                 chart=False,
             )
         )
@@ -239,6 +261,8 @@ def build(quick: bool) -> list[Row]:
                 subject="rsnet-js",
             )
         )
+    rows += jetstream_rows(quick)
+    rows += connection_rows(quick)
     if quick:
         rows = [Row(**{**row.__dict__, "timeout": 30.0}) for row in rows]
     return rows
@@ -252,11 +276,6 @@ FANOUT_COUNTS = {
 }
 """Records published per run: a second or a few per run at the broker's speed on this machine."""
 
-INTERVAL_COUNT = 20_000
-"""At most this many records under fsync ``interval``: a producer may have ``sink_window``
-(1,024) records not yet stored, and they are stored at the next sync (every 100 ms), so that
-topic takes about 10k records/s whatever the subscribers do."""
-
 
 def broker_rows(quick: bool) -> list[Row]:
     """Scenario 5: one producer to 1, 10 and 100 subscribers, for each kind of topic."""
@@ -264,8 +283,6 @@ def broker_rows(quick: bool) -> list[Row]:
     for storage, fsync, where in broker.STORAGE:
         for subscribers in broker.SUBSCRIBERS:
             full, small = FANOUT_COUNTS[subscribers]
-            if fsync == "interval":
-                full = min(full, INTERVAL_COUNT)
             rows.append(
                 Row(
                     id=f"s5-{fsync or storage}-{subscribers}",
@@ -285,6 +302,158 @@ def broker_rows(quick: bool) -> list[Row]:
                     systems=("rsnet-broker",),
                 )
             )
+    return rows
+
+
+def select(rows: list[Row], only: list[str]) -> list[Row]:
+    """The rows whose id starts with one of ``only`` (all if empty), with the rows they take
+    their rate from (a latency row paces at a fraction of another row's rate, same run)."""
+    if not only:
+        return rows
+    wanted = {r.id for r in rows if r.id.startswith(tuple(only))}
+    wanted |= {r.rate_from[0] for r in rows if r.id in wanted and r.rate_from is not None}
+    return [r for r in rows if r.id in wanted]
+
+
+RECORD = 100
+"""Bytes per record in scenario 7 (rsnet's broker against JetStream)."""
+
+JETSTREAM_COUNTS = {
+    # row: (rsnet-broker records, jetstream records, --quick records): a second or a few per run.
+    "publish": (300_000, 100_000, 2_000),
+    1: (200_000, 50_000, 1_000),
+    10: (30_000, 20_000, 500),
+    100: (3_000, 2_000, 100),
+    "replay": (1_000_000, 1_000_000, 20_000),
+}
+LATENCY_SECONDS = (5.0, 1.0)
+"""How long a latency row's producer publishes (full, --quick)."""
+
+BROKERS = ("rsnet-broker", "jetstream")
+POLICIES = {
+    "always": "fsync always (rsnet's default)",
+    "interval": "fsync interval (100 ms)",
+    "never": "fsync never (JetStream's guarantee)",
+}
+
+
+def jetstream_rows(quick: bool) -> list[Row]:
+    """Scenario 7: rsnet's broker (durable topics) against NATS JetStream (file storage), 100 B records.
+
+    Every row names rsnet's fsync policy; JetStream's acknowledgement is the same in every row
+    (written to its file store, not fsynced: see :mod:`benchmarks.systems.jetstream`), which is
+    rsnet's ``never``. rsnet's subscribers use rsnet's default prefetch, JetStream's its ordered
+    consumer's defaults: what a Python application gets without tuning.
+    """
+    q = quick
+
+    def counts(key: Any) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+        mine, theirs, small = JETSTREAM_COUNTS[key]
+        return {"count": small if q else mine}, {"jetstream": {"count": small if q else theirs}}
+
+    def broker_row(id: str, title: str, kind: str, fsync: str, params: dict[str, Any], **more: Any) -> Row:
+        return Row(
+            id=id,
+            scenario=7,
+            subject="rsnet-broker",
+            title=title,
+            kind=kind,
+            transport="tcp",
+            params={"size": RECORD, "storage": "file", **params},
+            server_params={"storage": "durable", "fsync": fsync},
+            chart=False,
+            systems=BROKERS,
+            **more,
+        )
+
+    rows = []
+    for fsync in ("always", "interval", "never"):
+        params, per_system = counts("publish")
+        rows.append(
+            broker_row(
+                f"s7-publish-{fsync}",
+                f"publish with acknowledgement, 1 producer, rsnet {POLICIES[fsync]}",
+                "publish",
+                fsync,
+                params,
+                per_system=per_system,
+                metrics=(RECORDS_S, CPU_SERVER, CPU_CLIENT),
+            )
+        )
+    for subscribers, fsync in ((1, "always"), (10, "always"), (100, "always"), (1, "interval")):
+        params, per_system = counts(subscribers)
+        rows.append(
+            broker_row(
+                f"s7-fanout-{subscribers}" + ("" if fsync == "always" else f"-{fsync}"),
+                f"1 producer to {subscribers} subscriber{'s' if subscribers > 1 else ''}, rsnet {POLICIES[fsync]}",
+                "fanout",
+                fsync,
+                {**params, "subscribers": subscribers},
+                per_system=per_system,
+                metrics=(DELIVERIES_S, RECORDS_S, CPU_SERVER, CPU_CLIENT),
+            )
+        )
+    params, per_system = counts("replay")
+    rows.append(
+        broker_row(
+            "s7-replay",
+            f"replay {params['count']:,} stored records to 1 subscriber",
+            "replay",
+            "never",  # only the filling (not timed) depends on it
+            params,
+            per_system=per_system,
+            metrics=(RECORDS_S, CPU_SERVER, CPU_CLIENT),
+            timeout=240.0,
+        )
+    )
+    for fsync in ("always", "interval"):
+        rows.append(
+            broker_row(
+                f"s7-latency-{fsync}",
+                f"latency publish -> subscriber at half the max rate, rsnet {POLICIES[fsync]}",
+                "latency",
+                fsync,
+                {"seconds": LATENCY_SECONDS[1] if q else LATENCY_SECONDS[0]},
+                # The max rate of a producer with one subscriber (publishing alone is faster, and
+                # half of that can be more than the pair sustains: the backlog would be measured).
+                rate_from=("s7-fanout-1" + ("" if fsync == "always" else f"-{fsync}"), 0.5),
+                metrics=(P99, P50, P999, RECORDS_S, CPU_SERVER, CPU_CLIENT),
+            )
+        )
+    return rows
+
+
+LIVE_CONNECTIONS = (10_000, 200)
+"""Scenario 8's connections (full, --quick): issue 13's "10,000 concurrent connections"."""
+TRACED_CONNECTIONS = (1_000, 50)
+
+
+def connection_rows(quick: bool) -> list[Row]:
+    """Scenario 8: connections at scale, one server process, each connection with a live stream."""
+    rows = []
+    for n, traced in (
+        (LIVE_CONNECTIONS[1] if quick else LIVE_CONNECTIONS[0], False),
+        (TRACED_CONNECTIONS[1] if quick else TRACED_CONNECTIONS[0], True),
+    ):
+        rows.append(
+            Row(
+                id=f"s8-live-{n}" + ("-traced" if traced else ""),
+                scenario=8,
+                title=f"{n:,} connections, each with a live stream, one server"
+                + (" (server under tracemalloc)" if traced else ""),
+                kind="live_connections",
+                transport="tcp",
+                params={"connections": n, "items": 2, "size": 16, **({"traced": True} if traced else {})},
+                server_params={"tracemalloc": True} if traced else {},
+                metrics=(TRACED_KIB, PER_CONN_KIB, SERVED, SETUP_S, CPU_CONN)
+                if traced
+                else (PER_CONN_KIB, SERVED, SETUP_S, CPU_CONN),
+                chart=False,
+                systems=("rsnet", "ceiling"),
+                timeout=240.0,
+                max_runs=1 if traced else None,  # tracemalloc counts bytes, not time: one run says it
+            )
+        )
     return rows
 
 
@@ -330,6 +499,7 @@ def metrics_of(
         latencies = result["latencies_us"]
         out["p50_us"] = statistics.median(latencies)
         out["p99_us"] = percentile(latencies, 0.99)
+        out["p999_us"] = percentile(latencies, 0.999)
     if "items" in result and result.get("seconds"):
         seconds = result["seconds"]
         out["items_per_s"] = result["items"] / seconds
@@ -339,6 +509,18 @@ def metrics_of(
         if row.kind == "fanout":
             out["deliveries_per_s"] = out["items_per_s"]
             out["records_per_s"] = params["count"] / seconds
+        elif row.kind in ("publish", "replay", "latency"):
+            out["records_per_s"] = out["items_per_s"]
+    if row.kind == "live_connections" and result.get("served"):
+        served = result["served"]
+        out["served"] = served
+        out["setup_s"] = result["setup_s"]
+        out["server_kib_per_conn"] = (result["server_rss_live_mib"] - result["server_rss_base_mib"]) * 1024 / served
+        if "server_traced_live" in result:
+            out["server_traced_kib_per_conn"] = (
+                (result["server_traced_live"] - result["server_traced_base"]) / 1024 / served
+            )
+        out["server_cpu_us_per_conn"] = server_cpu_s / served * 1e6
     out.update(_memory(rss.get("server", []), "server"))
     out.update(_memory(rss.get("client", []), "client"))
     return out
@@ -351,4 +533,6 @@ def check(row: Row, result: dict[str, Any], params: dict[str, Any]) -> str | Non
         return f"received {result.get('items')} items, expected {expected}"
     if row.kind == "first_item" and len(result.get("latencies_us", [])) != params["iterations"]:
         return "missing latency samples"
+    if row.kind == "live_connections" and result.get("served") != params["connections"]:
+        return f"served {result.get('served')} of {params['connections']} connections: {result.get('failure', '')}"
     return None

@@ -17,7 +17,7 @@ from . import scenarios
 from .report import number
 from .runner import MeasurementError, measure
 from .scenarios import Row
-from .systems import broker, rsnet_js
+from .systems import broker, jetstream, rsnet_js
 
 Progress = Callable[[str], None]
 
@@ -67,6 +67,7 @@ def run_suite(
         {("rsnet", transport): rsnet_unavailable() for transport in ("tcp", "ws")}
         | {("rsocket-py", transport): rsocket_unavailable(transport) for transport in ("tcp", "ws")}
         | {("rsnet-broker", transport): rsnet_unavailable() or broker.unavailable() for transport in ("tcp", "ws")}
+        | {("jetstream", "tcp"): jetstream.unavailable()}
     )
     if "rsnet-js" in systems and any("rsnet-js" in row.systems for row in rows):
         js = rsnet_unavailable() or rsnet_js.unavailable()  # compiles client/js first if needed
@@ -97,6 +98,7 @@ def run_suite(
         table.append(entry)
 
     started = time.monotonic()
+    primary: dict[tuple[str, str, int], float] = {}  # (row id, system, run) -> primary metric
     for run in range(runs):
         for row, entry in zip(rows, table, strict=True):
             if row.max_runs is not None and run >= row.max_runs:
@@ -106,17 +108,23 @@ def run_suite(
                     continue
                 params = record["params"]
                 try:
+                    if row.rate_from is not None:
+                        params = {**params, "rate": paced_rate(row, system, run, primary)}
                     m = measure(system, row.transport, row.kind, params, row.timeout, row.server_params)
                     problem = scenarios.check(row, m.result, params)
                     if problem:
                         raise MeasurementError(f"{system}: {problem}")
                     metrics = scenarios.metrics_of(row, m.result, m.rss, params, m.server_cpu_s)
+                    if row.primary.key in metrics:
+                        primary[row.id, system, run] = metrics[row.primary.key]
                     run_record: dict[str, Any] = {
                         "run": run,
                         "metrics": metrics,
                         "server_cpu_s": round(m.server_cpu_s, 3),
                         "raw": {k: v for k, v in m.result.items() if k != "latencies_us"},
                     }
+                    if params is not record["params"]:
+                        run_record["params"] = params  # this run's own (a paced rate)
                     if row.scenario == 4:
                         run_record["rss"] = m.rss
                     record["runs"].append(run_record)
@@ -146,8 +154,20 @@ def run_suite(
     return {
         "rows": table,
         "broker": {"reason": broker.unavailable(), "planned": broker.planned_rows()},
+        "jetstream": {"reason": jetstream.unavailable()},
         "elapsed_s": round(time.monotonic() - started, 1),
     }
+
+
+def paced_rate(row: Row, system: str, run: int, primary: dict[tuple[str, str, int], float]) -> float:
+    """The rate a latency row paces ``system`` at in ``run``: a fraction of what the same system
+    reached in the row it names, measured earlier in the same run (so the same conditions)."""
+    assert row.rate_from is not None
+    source, fraction = row.rate_from
+    reached = primary.get((source, system, run))
+    if not reached:
+        raise MeasurementError(f"{system}: no maximum rate from row {source} in this run to pace at")
+    return reached * fraction
 
 
 def ratios(row: Row, entry: dict[str, Any]) -> dict[str, Any]:

@@ -4,7 +4,8 @@
     python -m benchmarks.worker '{"system": "rsnet", "role": "client", "transport": "tcp",
                                   "kind": "stream", "port": 4242, "params": {...}, "deadline": 60}'
 
-A server prints ``READY <port>`` once it listens, then serves until killed. A client prints
+A server prints ``READY <port>`` (or ``READY <port> <pid>`` when the server proper is a child
+process of the worker, as ``nats-server`` is) once it listens, then serves until killed. A client prints
 ``RESULT <json>`` (its measurement plus its own CPU time and peak RSS) and exits 0, or prints
 the error to stderr and exits 1. The runner (:mod:`benchmarks.runner`) reads these lines.
 
@@ -44,6 +45,41 @@ def exit_with_parent() -> None:
         threading.Thread(target=watch, daemon=True, name="exit-with-parent").start()
 
 
+TRACED_FILE = "tracemalloc"
+"""Where (in ``$RSNET_BENCH_SCRATCH``) a traced server answers SIGUSR1, one JSON line each."""
+TRACED_TOP = 12
+"""Allocation sites listed per answer: those that grew most since the previous one."""
+
+
+def trace_on_signal() -> None:
+    """Trace this server's Python allocations; on SIGUSR1 append a JSON line to
+    ``$RSNET_BENCH_SCRATCH/tracemalloc``: ``{"traced": bytes, "top": [[site, bytes, count], ...]}``,
+    ``top`` being the allocation sites that grew most since the previous SIGUSR1 (the
+    connections-at-scale client asks before and after it opens its connections). Tracing slows
+    the server: only rows that ask for it trace."""
+    import signal
+    import tracemalloc
+
+    tracemalloc.start()
+    path = os.path.join(os.environ["RSNET_BENCH_SCRATCH"], TRACED_FILE)
+    previous: list[tracemalloc.Snapshot] = []
+    ignore = [tracemalloc.Filter(False, tracemalloc.__file__)]
+
+    def report(signum: int, frame: object) -> None:
+        snapshot = tracemalloc.take_snapshot().filter_traces(ignore)
+        top = []
+        if previous:
+            for stat in snapshot.compare_to(previous[0], "lineno")[:TRACED_TOP]:
+                where = stat.traceback[0]
+                site = f"{os.path.relpath(where.filename)}:{where.lineno}"
+                top.append([site, stat.size_diff, stat.count_diff])
+        previous[:] = [snapshot]
+        with open(path, "a") as f:
+            f.write(json.dumps({"traced": tracemalloc.get_traced_memory()[0], "top": top}) + "\n")
+
+    signal.signal(signal.SIGUSR1, report)
+
+
 def main(argv: list[str]) -> int:
     spec = json.loads(argv[0])
     if spec.get("exit_with_parent"):
@@ -51,12 +87,19 @@ def main(argv: list[str]) -> int:
     module = importlib.import_module(MODULES[spec["system"]])
     if spec["role"] == "server":
 
-        def ready(port: int) -> None:
-            print(f"READY {port}", flush=True)
+        def ready(port: int, pid: int | None = None) -> None:
+            # A server that runs in a child process (nats-server) names it: its pid is sampled.
+            print(f"READY {port}" + (f" {pid}" if pid else ""), flush=True)
 
-        module.serve(spec["transport"], ready, **spec.get("server", {}))
+        server_params = dict(spec.get("server", {}))
+        if server_params.pop("tracemalloc", False):
+            trace_on_signal()
+        module.serve(spec["transport"], ready, **server_params)
         return 0
-    result = module.run_client(spec["kind"], spec["transport"], spec["port"], spec["params"], spec["deadline"])
+    # The server's pid and scratch directory ride along with the row's parameters (only the
+    # connections-at-scale kind reads them: it samples the server's memory itself).
+    params = {**spec["params"], "server_pid": spec.get("server_pid"), "server_scratch": spec.get("server_scratch")}
+    result = module.run_client(spec["kind"], spec["transport"], spec["port"], params, spec["deadline"])
     result.update(own_usage())
     print("RESULT " + json.dumps(result), flush=True)
     return 0

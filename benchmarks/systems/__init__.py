@@ -15,15 +15,17 @@ Every server publishes the same thing: a stream named ``items`` of ``count`` cop
 - :mod:`.rsnet_system`: rsnet's ``Server`` and ``connect``;
 - :mod:`.rsnet_js` (``rsnet-js``): scenario 6 only, rsnet's JavaScript client in Node against
   :mod:`.rsnet_system`'s server; reported "not available" without node or ``client/js/node_modules``;
-- :mod:`.broker` (``rsnet-broker``): scenario 5 only, rsnet's broker serving a topic to
-  1, 10 and 100 subscribers (its server takes ``storage`` and ``fsync``, its client kind is
-  ``fanout``); reported "not available" if ``rsnet.broker`` cannot be imported.
+- :mod:`.broker` (``rsnet-broker``): scenarios 5 and 7, rsnet's broker (its server takes
+  ``storage`` and ``fsync``; client kinds ``fanout``, ``publish``, ``replay``, ``latency``);
+  reported "not available" if ``rsnet.broker`` cannot be imported;
+- :mod:`.jetstream` (``jetstream``): scenario 7, NATS JetStream (``nats-server``) driven by
+  nats-py, the same client kinds; reported "not available" without ``nats-server`` or nats-py.
 """
 
 PEERS = ("rsnet", "rsocket-py", "ceiling")
 """The systems compared side by side in scenarios 1-4."""
 
-SYSTEMS = (*PEERS, "rsnet-js", "rsnet-broker")
+SYSTEMS = (*PEERS, "rsnet-js", "rsnet-broker", "jetstream")
 
 MODULES = {
     "rsnet": "benchmarks.systems.rsnet_system",
@@ -31,4 +33,5 @@ MODULES = {
     "ceiling": "benchmarks.systems.ceiling",
     "rsnet-js": "benchmarks.systems.rsnet_js",
     "rsnet-broker": "benchmarks.systems.broker",
+    "jetstream": "benchmarks.systems.jetstream",
 }

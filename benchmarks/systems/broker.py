@@ -22,6 +22,7 @@ process, as the server's work (one write per subscriber per record) is the thing
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.util
 import itertools
 import os
@@ -30,7 +31,7 @@ from typing import Any
 
 import trio
 
-from .common import Clock, payload, raise_fd_limit
+from .common import Clock, latency_payload, latency_us, payload, raise_fd_limit, scheduled_time
 
 READY = True
 """True once this module measures the broker (see the module docstring)."""
@@ -116,14 +117,14 @@ async def fanout(address: str, params: dict[str, Any]) -> dict[str, Any]:
     import rsnet
     from rsnet.broker.client import publish
 
-    subscribers, count, size, prefetch = params["subscribers"], params["count"], params["size"], params["prefetch"]
+    subscribers, count, size = params["subscribers"], params["count"], params["size"]
     finished: list[float] = []
     received = 0
 
     async def subscriber(conn: Any, task_status: Any) -> None:
         nonlocal received
         expected = 0
-        async with conn.subscribe(TOPIC, {"from": "earliest"}, prefetch=prefetch) as records:
+        async with conn.subscribe(TOPIC, {"from": "earliest"}, **_prefetch(params)) as records:
             task_status.started()
             async for record in records:
                 if record["offset"] != expected:
@@ -160,13 +161,96 @@ async def fanout(address: str, params: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+async def publish_acked(address: str, params: dict[str, Any]) -> dict[str, Any]:
+    """Kind ``publish``: one producer publishes ``count`` records and waits for every acknowledgement."""
+    import rsnet
+    from rsnet.broker.client import publish
+
+    async with rsnet.connect(address) as producer:
+        clock = Clock()
+        sent = await publish(
+            producer, TOPIC, itertools.repeat(payload(params["size"]), params["count"]), producer="bench"
+        )
+        return {"items": sent, "published": sent, **clock.elapsed()}
+
+
+async def replay(address: str, params: dict[str, Any]) -> dict[str, Any]:
+    """Kind ``replay``: ``count`` records are stored first (acknowledged publish, not timed), then
+    one subscriber reads them all from the earliest offset."""
+    import rsnet
+    from rsnet.broker.client import publish
+
+    count = params["count"]
+    async with rsnet.connect(address) as conn:
+        await publish(conn, TOPIC, itertools.repeat(payload(params["size"]), count), producer="fill")
+        clock = Clock()
+        expected = 0
+        async with conn.subscribe(TOPIC, {"from": "earliest"}, **_prefetch(params)) as records:
+            async for record in records:
+                if record["offset"] != expected:
+                    raise RuntimeError(f"replay got offset {record['offset']}, expected {expected}")
+                expected += 1
+                if expected == count:
+                    break
+        return {"items": expected, **clock.elapsed()}
+
+
+async def latency(address: str, params: dict[str, Any]) -> dict[str, Any]:
+    """Kind ``latency``: one producer publishes at ``rate`` records/s for ``seconds``, each record
+    stamped with the time it was due (see :func:`.common.latency_payload`); one subscriber (own
+    connection, from the earliest offset) records arrival minus that time."""
+    import rsnet
+    from rsnet.broker.client import publish
+
+    rate, size = params["rate"], params["size"]
+    count = max(1, int(rate * params["seconds"]))
+    latencies: list[float] = []
+
+    async def paced() -> Any:
+        start = time.perf_counter_ns()
+        sent = 0
+        while sent < count:
+            wait = (scheduled_time(start, sent, rate) - time.perf_counter_ns()) / 1e9
+            if wait > 0:
+                await trio.sleep(wait)
+            now = time.perf_counter_ns()
+            # Every record whose time has come, stamped with the time it was due (a producer
+            # held back by backpressure counts its wait: no coordinated omission).
+            while sent < count and (due := scheduled_time(start, sent, rate)) <= now:
+                yield latency_payload(due, size)
+                sent += 1
+
+    async with rsnet.connect(address) as sub_conn, rsnet.connect(address) as producer:
+        await publish(producer, TOPIC, [])  # only publishing creates a topic
+        async with sub_conn.subscribe(TOPIC, {"from": "earliest"}, **_prefetch(params)) as records:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(functools.partial(publish, producer, TOPIC, paced(), producer="bench"))
+                clock = Clock()
+                async for record in records:
+                    latencies.append(latency_us(record["value"]))
+                    if record["offset"] != len(latencies) - 1:
+                        raise RuntimeError(f"got offset {record['offset']}, expected {len(latencies) - 1}")
+                    if len(latencies) == count:
+                        break
+                elapsed = clock.elapsed()
+    return {"items": len(latencies), "rate": rate, "latencies_us": latencies, **elapsed}
+
+
+def _prefetch(params: dict[str, Any]) -> dict[str, int]:
+    """``prefetch`` if the row sets one; otherwise rsnet's default, as an application gets it."""
+    return {"prefetch": params["prefetch"]} if params.get("prefetch") else {}
+
+
+KINDS = {"fanout": fanout, "publish": publish_acked, "replay": replay, "latency": latency}
+
+
 def run_client(kind: str, transport: str, port: int, params: dict[str, Any], deadline: float) -> dict[str, Any]:
-    if kind != "fanout":
+    if kind not in KINDS:
         raise ValueError(f"unknown kind {kind!r}")
 
     async def main() -> dict[str, Any]:
         raise_fd_limit()
         with trio.fail_after(deadline):
-            return await fanout(url(transport, port), params)
+            return await KINDS[kind](url(transport, port), params)
 
     return trio.run(main)

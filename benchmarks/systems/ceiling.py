@@ -28,7 +28,7 @@ from websockets.http11 import Request, Response
 from websockets.server import ServerProtocol
 from websockets.uri import parse_uri
 
-from .common import Clock, Pacer, payload, raise_fd_limit
+from .common import LIVE_CONCURRENCY, Clock, LiveCount, Pacer, payload, raise_fd_limit
 
 SUBSCRIBE, REQUEST, ACCEPT, NEXT, COMPLETE = 16, 19, 18, 21, 23
 CHUNK = 65536
@@ -224,6 +224,8 @@ async def client(kind: str, transport: str, port: int, params: dict[str, Any]) -
     size = params["size"]
     if kind == "many_connections":
         return await many_connections(transport, port, params)
+    if kind == "live_connections":
+        return await live_connections(transport, port, params)
     conn = await connect(transport, port)
     unpacker = msgpack.Unpacker()
     if kind == "stream":
@@ -314,3 +316,59 @@ def run_client(kind: str, transport: str, port: int, params: dict[str, Any], dea
             return await client(kind, transport, port, params)
 
     return trio.run(main)
+
+
+async def live_connections(transport: str, port: int, params: dict[str, Any]) -> dict[str, Any]:
+    """As rsnet's: each connection subscribes with demand 1; once every one has its first item,
+    the server's memory is read; then each requests the rest and reads to COMPLETE."""
+    items, size = params["items"], params["size"]
+    live = LiveCount(params)
+    handshakes = trio.Semaphore(LIVE_CONCURRENCY)
+    everyone = trio.Event()
+    received = 0
+
+    def settle() -> None:
+        if live.settled and not everyone.is_set():
+            live.all_live()
+            everyone.set()
+
+    async def one() -> None:
+        nonlocal received
+        waiting = True
+        await handshakes.acquire()
+        try:
+            conn = await connect(transport, port)
+            try:
+                await conn.send([subscribe_frame(1, items, size, 1)])
+                unpacker = msgpack.Unpacker()
+                count, done = 0, False
+                while not count:
+                    data = await conn.receive()
+                    if not data:
+                        raise ConnectionError("the server closed before the first item")
+                    unpacker.feed(data)
+                    for frame in unpacker:
+                        count += frame[0] == NEXT
+                        done = done or frame[0] == COMPLETE
+                waiting = False
+                handshakes.release()
+                live.served += 1
+                settle()
+                await everyone.wait()
+                if not done:
+                    await conn.send([packb([REQUEST, 1, items])])
+                    count += await receive_stream(conn, unpacker)
+                received += count
+            finally:
+                await trio.aclose_forcefully(conn.stream)
+        except (OSError, trio.BrokenResourceError) as error:  # counted and reported
+            live.failed.append(f"{type(error).__name__}: {error}")
+            settle()
+        finally:
+            if waiting:
+                handshakes.release()
+
+    async with trio.open_nursery() as nursery:
+        for _ in range(params["connections"]):
+            nursery.start_soon(one)
+    return live.report(received)

@@ -3,8 +3,12 @@ resource figures. No event loop here: both trio and asyncio workers import it.""
 
 from __future__ import annotations
 
+import json
+import os
 import resource
+import signal
 import time
+from typing import Any
 
 PACE_BATCH = 1000
 """A paced (slow) consumer checks its schedule every this many items."""
@@ -29,6 +33,22 @@ class Pacer:
         return max(0.0, self.start + consumed / self.rate - time.perf_counter())
 
 
+def scheduled_time(start_ns: int, index: int, rate: float) -> int:
+    """When (``perf_counter_ns``) record ``index`` of a producer paced at ``rate`` records/s is due."""
+    return start_ns + int(index * 1e9 / rate)
+
+
+def latency_payload(due_ns: int, size: int) -> bytes:
+    """A ``size``-byte record (at least 8) that starts with the time it was due to be sent: the
+    subscriber's latency is its arrival minus that time (``perf_counter_ns``, one process)."""
+    return due_ns.to_bytes(8, "big") + b"x" * (size - 8)
+
+
+def latency_us(record: bytes) -> float:
+    """Microseconds from when ``record`` (made by :func:`latency_payload`) was due until now."""
+    return (time.perf_counter_ns() - int.from_bytes(record[:8], "big")) / 1e3
+
+
 class Clock:
     """Wall and CPU time of the measured part of a client (not its start-up)."""
 
@@ -51,3 +71,72 @@ def own_usage() -> dict[str, float]:
     """This process's CPU seconds (start-up included) and peak RSS (MiB), for the result record."""
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return {"process_cpu_s": usage.ru_utime + usage.ru_stime, "peak_rss_mib": usage.ru_maxrss / 1024}
+
+
+# -- connections at scale: the server's memory, read by the client ------------------------------------
+
+LIVE_CONCURRENCY = 200
+"""Connections a live-connections client has in their handshake at once (a burst of 10,000
+SYNs would overflow the listen backlog and stall in TCP's retry timers, timing the kernel)."""
+
+
+def rss_mib(pid: int) -> float:
+    """Resident set size of process ``pid`` in MiB."""
+    with open(f"/proc/{pid}/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def traced(pid: int, scratch: str, timeout: float = 60.0) -> dict[str, Any]:
+    """Ask a server started with ``tracemalloc`` (see :func:`benchmarks.worker.trace_on_signal`)
+    how many bytes its Python heap holds now, and which allocation sites grew since it was
+    last asked: a SIGUSR1, then its answer's line in the file."""
+    path = os.path.join(scratch, "tracemalloc")
+
+    def answers() -> list[str]:
+        try:
+            with open(path) as f:
+                return f.read().splitlines()
+        except FileNotFoundError:
+            return []
+
+    before = len(answers())
+    os.kill(pid, signal.SIGUSR1)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        lines = answers()
+        if len(lines) > before:
+            return json.loads(lines[before])
+        time.sleep(0.01)
+    raise TimeoutError(f"the server (pid {pid}) did not report its traced memory within {timeout:.0f} s")
+
+
+class LiveCount:
+    """Book-keeping of a live-connections client: the server's memory before any connection
+    and once every connection has its stream open, and how long that took."""
+
+    def __init__(self, params: dict[str, Any]) -> None:
+        self.params = params
+        self.pid: int = params["server_pid"]
+        self.served = 0
+        self.failed: list[str] = []
+        self.result: dict[str, Any] = {"server_rss_base_mib": rss_mib(self.pid)}
+        if params.get("traced"):
+            self.result["server_traced_base"] = traced(self.pid, params["server_scratch"])["traced"]
+        self.clock = Clock()
+
+    @property
+    def settled(self) -> bool:
+        return self.served + len(self.failed) == self.params["connections"]
+
+    def all_live(self) -> None:
+        """Every connection has its stream open (or failed): read the server's memory now."""
+        self.result["setup_s"] = time.perf_counter() - self.clock.wall
+        self.result["server_rss_live_mib"] = rss_mib(self.pid)
+        if self.params.get("traced"):
+            answer = traced(self.pid, self.params["server_scratch"])
+            self.result["server_traced_live"] = answer["traced"]
+            self.result["server_traced_top"] = answer["top"]  # where the connections' memory went
+
+    def report(self, items: int) -> dict[str, Any]:
+        failure = f"{len(self.failed)} failed, first: {self.failed[0]}" if self.failed else ""
+        return {"served": self.served, "items": items, "failure": failure, **self.result, **self.clock.elapsed()}

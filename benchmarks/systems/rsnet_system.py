@@ -17,7 +17,7 @@ import trio
 
 import rsnet
 
-from .common import PACE_BATCH, Clock, Pacer, payload, raise_fd_limit
+from .common import LIVE_CONCURRENCY, PACE_BATCH, Clock, LiveCount, Pacer, payload, raise_fd_limit
 
 
 def make_server() -> rsnet.Server:
@@ -69,22 +69,69 @@ class StopAndWait(rsnet.Subscriber):
         self.done.set()
 
 
-async def consume(conn: Any, count: int, size: int, prefetch: int, pace: float = 0) -> int:
+async def consume(conn: Any, count: int, size: int, prefetch: int | None, pace: float = 0) -> int:
+    """Take a stream of ``count`` items; ``prefetch`` None: rsnet's default (the argument not given)."""
     received = 0
+    demand = {} if prefetch is None else {"prefetch": prefetch}
     if pace:
         pacer = Pacer(pace)
-        async for _ in conn.subscribe("items", {"count": count, "size": size}, prefetch=prefetch):
+        async for _ in conn.subscribe("items", {"count": count, "size": size}, **demand):
             received += 1
             if received % PACE_BATCH == 0:
                 await trio.sleep(pacer.delay(received))
     else:
-        async for _ in conn.subscribe("items", {"count": count, "size": size}, prefetch=prefetch):
+        async for _ in conn.subscribe("items", {"count": count, "size": size}, **demand):
             received += 1
     return received
 
 
+async def live_connections(address: str, params: dict[str, Any]) -> dict[str, Any]:
+    """``connections`` connections, each subscribed with demand 1: once every one has its first
+    item (its stream open on the server, waiting for demand), the server's memory is read; then
+    each takes the rest of its ``items`` and closes."""
+    live = LiveCount(params)
+    handshakes = trio.Semaphore(LIVE_CONCURRENCY)
+    everyone = trio.Event()
+    received = 0
+
+    def settle() -> None:
+        if live.settled and not everyone.is_set():
+            live.all_live()
+            everyone.set()
+
+    async def one() -> None:
+        nonlocal received
+        waiting = True
+        await handshakes.acquire()
+        try:
+            async with rsnet.connect(address) as conn:
+                stream = conn.subscribe("items", {"count": params["items"], "size": params["size"]}, prefetch=1)
+                async with stream:
+                    async for _ in stream:
+                        received += 1
+                        if waiting:
+                            waiting = False
+                            handshakes.release()
+                            live.served += 1
+                            settle()
+                            await everyone.wait()
+        except (rsnet.RsnetError, OSError) as error:  # counted and reported, not fatal to the others
+            live.failed.append(f"{type(error).__name__}: {error}")
+            settle()
+        finally:
+            if waiting:
+                handshakes.release()
+
+    async with trio.open_nursery() as nursery:
+        for _ in range(params["connections"]):
+            nursery.start_soon(one)
+    return live.report(received)
+
+
 async def client(kind: str, transport: str, port: int, params: dict[str, Any]) -> dict[str, Any]:
     size, address = params["size"], url(transport, port)
+    if kind == "live_connections":
+        return await live_connections(address, params)
     if kind == "many_connections":
         received = 0
 
