@@ -511,7 +511,7 @@ def metrics_of(
             out["records_per_s"] = params["count"] / seconds
         elif row.kind in ("publish", "replay", "latency"):
             out["records_per_s"] = out["items_per_s"]
-    if row.kind == "live_connections" and result.get("served"):
+    if row.kind == "live_connections" and result.get("served") and "server_rss_live_mib" in result:
         served = result["served"]
         out["served"] = served
         out["setup_s"] = result["setup_s"]

@@ -313,7 +313,7 @@ def run_client(kind: str, transport: str, port: int, params: dict[str, Any], dea
     async def main() -> dict[str, Any]:
         raise_fd_limit()
         with trio.fail_after(deadline):
-            return await client(kind, transport, port, params)
+            return await client(kind, transport, port, {**params, "deadline": deadline})
 
     return trio.run(main)
 
@@ -362,13 +362,16 @@ async def live_connections(transport: str, port: int, params: dict[str, Any]) ->
             finally:
                 await trio.aclose_forcefully(conn.stream)
         except (OSError, trio.BrokenResourceError) as error:  # counted and reported
-            live.failed.append(f"{type(error).__name__}: {error}")
+            live.failed_connection(f"{type(error).__name__}: {error}", served=not waiting)
             settle()
         finally:
             if waiting:
                 handshakes.release()
 
-    async with trio.open_nursery() as nursery:
-        for _ in range(params["connections"]):
-            nursery.start_soon(one)
+    with trio.move_on_after(live.give_up_s) as giving_up:
+        async with trio.open_nursery() as nursery:
+            for _ in range(params["connections"]):
+                nursery.start_soon(one)
+    if giving_up.cancelled_caught:
+        live.gave_up()
     return live.report(received)

@@ -114,11 +114,18 @@ class LiveCount:
     """Book-keeping of a live-connections client: the server's memory before any connection
     and once every connection has its stream open, and how long that took."""
 
+    GIVE_UP_MARGIN = 20.0
+    """Seconds left before the client's deadline when it stops waiting and reports what it has
+    (closing thousands of connections takes a while): a stuck connection is a finding, said."""
+
     def __init__(self, params: dict[str, Any]) -> None:
         self.params = params
         self.pid: int = params["server_pid"]
+        self.give_up_s = max(1.0, params.get("deadline", 120.0) - self.GIVE_UP_MARGIN)
         self.served = 0
-        self.failed: list[str] = []
+        self.failed: list[str] = []  # connections that failed before their first item
+        self.dropped: list[str] = []  # connections that failed after it
+        self.stopped = ""  # why the client stopped waiting, if it did
         self.result: dict[str, Any] = {"server_rss_base_mib": rss_mib(self.pid)}
         if params.get("traced"):
             self.result["server_traced_base"] = traced(self.pid, params["server_scratch"])["traced"]
@@ -127,6 +134,20 @@ class LiveCount:
     @property
     def settled(self) -> bool:
         return self.served + len(self.failed) == self.params["connections"]
+
+    def failed_connection(self, error: str, *, served: bool) -> None:
+        """A connection failed; ``served``: after its first item (it was counted as served, and
+        does not count again towards :attr:`settled`)."""
+        (self.dropped if served else self.failed).append(error)
+
+    def gave_up(self) -> None:
+        """The client stopped waiting (see :data:`GIVE_UP_MARGIN`): say how far it got."""
+        unsettled = self.params["connections"] - self.served - len(self.failed)
+        self.stopped = (
+            f"gave up after {self.give_up_s:.0f} s: {self.served} served, {len(self.failed)} failed before"
+            f" their first item, {unsettled} neither (still connecting or waiting for it),"
+            f" {len(self.dropped)} failed after it"
+        )
 
     def all_live(self) -> None:
         """Every connection has its stream open (or failed): read the server's memory now."""
@@ -138,5 +159,10 @@ class LiveCount:
             self.result["server_traced_top"] = answer["top"]  # where the connections' memory went
 
     def report(self, items: int) -> dict[str, Any]:
-        failure = f"{len(self.failed)} failed, first: {self.failed[0]}" if self.failed else ""
+        problems = self.failed + self.dropped
+        notes = [self.stopped] if self.stopped else []
+        if problems:
+            notes.append(f"{len(self.failed)} failed before their first item, {len(self.dropped)} after it")
+            notes.append(f"first: {problems[0]}")
+        failure = "; ".join(notes)
         return {"served": self.served, "items": items, "failure": failure, **self.result, **self.clock.elapsed()}
