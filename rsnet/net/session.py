@@ -344,6 +344,13 @@ class _Outbound(Subscriber[Any]):
 # -- the subscriber side: a remote publisher serving a local subscriber --------------------------
 
 
+# Ctrl-C: the methods a user's task calls into (a subscription's request and cancel, opening a
+# stream, closing) and the writer hand-off they use change the session's state in several steps;
+# a KeyboardInterrupt landing between two of them could leave the writer never woken, so that
+# closing the connection waited forever. They are KI-protected: trio delivers the interrupt at
+# the caller's next checkpoint instead.
+
+
 class _Inbound(Subscription):
     """The local Subscription for a stream whose publisher is on the peer.
 
@@ -371,6 +378,7 @@ class _Inbound(Subscription):
         self._delivering = False
         self._bad_request: BaseException | None = None
 
+    @trio.lowlevel.enable_ki_protection  # Ctrl-C: see the note above _Inbound
     def request(self, n: int) -> None:
         if self.cancelled:
             return  # rule 3.6
@@ -385,6 +393,7 @@ class _Inbound(Subscription):
         if first and self.stream_id:
             self._session._demand_pending(self)
 
+    @trio.lowlevel.enable_ki_protection  # Ctrl-C: see the note above _Inbound
     def cancel(self) -> None:
         if self.cancelled:
             return  # rule 3.7
@@ -614,6 +623,7 @@ class Session:
             self.conn.send_go_away(message)
             self._wake_writer()
 
+    @trio.lowlevel.enable_ki_protection  # Ctrl-C: see the note above _Inbound
     def end_by(self, policy: Callable[[Connection], ConnectionLost]) -> None:
         """End the connection by a close policy (the client's is
         :func:`rsnet.client_rules.close_connection`): it queues the closing frame after the
@@ -635,6 +645,7 @@ class Session:
         """The peer's publisher ``name`` (subscribed to on each ``subscribe``)."""
         return RemotePublisher(self, name, params)
 
+    @trio.lowlevel.enable_ki_protection  # Ctrl-C: see the note above _Inbound
     def _open_inbound(self, subscriber: Subscriber[Any], name: str, params: Any, *, offer_id: int = 0) -> None:
         """Subscribe ``subscriber`` to a publisher on the peer: by name (SUBSCRIBE), or the
         publisher of an OFFER stream the peer opened (``offer_id``)."""
@@ -729,12 +740,14 @@ class Session:
         self._outbound.pop(outbound.stream_id, None)
         self._offered.pop(outbound.stream_id, None)
 
+    @trio.lowlevel.enable_ki_protection  # Ctrl-C: see the note above _Inbound
     def _wake_writer(self) -> None:
         if not self._write_scheduled:
             self._write_scheduled = True
             if not self._holding:
                 self._wakeup.set()
 
+    @trio.lowlevel.enable_ki_protection  # Ctrl-C: see the note above _Inbound
     def _write_urgently(self) -> None:
         """Queue a write the peer waits for (it opens a stream or grants demand): the calling
         task writes it at once if it can (:meth:`_send_now`), instead of waiting for the
@@ -745,6 +758,7 @@ class Session:
             self._write_scheduled = True  # _send_now wakes the writer if it still has work
             self._send_now()
 
+    @trio.lowlevel.enable_ki_protection  # Ctrl-C: see the note above _Inbound
     def _send_now(self) -> None:
         """Write what is queued from the calling task, without waiting: only while the writer
         is idle, and only what the transport takes at once. The rest of the work (bytes left
