@@ -81,6 +81,13 @@ def test_sub_on_a_quiet_topic_ends_as_soon_as_the_pipe_closes(broker):
     process.stderr.close()
 
 
+def as_in_a_terminal() -> None:
+    """In the child: Ctrl-C as a terminal's foreground job gets it. A test run started as a
+    background job by a shell inherits SIGINT ignored, and Python then installs no
+    KeyboardInterrupt for it: the command would rightly ignore the signal."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_mid_stream_is_one_line_and_exit_130(demo):
     process = subprocess.Popen(
         [RSNET, "sub", demo.url, "ticks", "-p", "interval=0.01"],
@@ -88,6 +95,7 @@ def test_ctrl_c_mid_stream_is_one_line_and_exit_130(demo):
         stderr=subprocess.PIPE,
         text=True,
         env=env(),
+        preexec_fn=as_in_a_terminal,
     )
     assert process.stdout.readline() == "0\n"
     process.send_signal(signal.SIGINT)
@@ -104,6 +112,7 @@ def test_ctrl_c_during_pub_waits_for_what_was_sent_and_says_what_was_stored(brok
         stderr=subprocess.PIPE,
         text=True,
         env=env(),
+        preexec_fn=as_in_a_terminal,
     )
     process.stdin.write("1\n2\n")
     process.stdin.flush()
