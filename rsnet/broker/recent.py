@@ -14,7 +14,7 @@ then be given to other records), and a subscriber reading anything else reads st
 
 Memory is bounded twice: at most ``RECENT_TOPIC_BYTES`` per topic and a budget shared by the
 whole broker (:class:`RecentBudget`); the oldest items make room first, and items every live
-subscriber has read are let go at once.
+subscriber has read are let go at the topic's next append.
 """
 
 from __future__ import annotations

@@ -152,6 +152,8 @@ class Topic:
         pending, self._pending = self._pending, []
         timestamp = now_ms()
         recent = self.recent if self.readers else None
+        if recent is not None and recent.items:  # what every live subscriber has read goes
+            recent.trim(min(reader.positions[self] for reader in self.readers))
         for sink in pending:
             values, sink.buffer = sink.buffer, []
             if not values:
@@ -223,9 +225,6 @@ class Topic:
 
     def reader_moved(self) -> None:
         """A reader advanced or left: under backpressure, producers may send more."""
-        recent = self.recent
-        if recent.items:
-            recent.trim(min((reader.positions[self] for reader in self.readers), default=recent.end))
         if self.policy is SlowPolicy.BACKPRESSURE:
             for sink in list(self.sinks):
                 sink.refill()
