@@ -72,18 +72,53 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def timed(action: Callable[[], Any], count: int, runs: int, pid: int) -> dict[str, float]:
-    """Records/s of ``action`` over ``runs`` runs (best and median), and the share of one core
-    process ``pid`` (the broker) used meanwhile: near 1.0, the broker is the bound."""
-    rates, shares = [], []
+def process_cpu(broker_pid: int) -> dict[str, float]:
+    """CPU seconds so far of the broker, of Spark's JVM and of Python: Spark's Python workers
+    (the processes below this one other than the broker and ``java``) and this process (the
+    reader in the rows that read outside Spark; a waiting driver otherwise)."""
+    parents: dict[int, int] = {}
+    names: dict[int, str] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    head, tail = f.read().rsplit(")", 1)
+            except OSError:  # it exited meanwhile
+                continue
+            parents[int(entry)] = int(tail.split()[1])
+            names[int(entry)] = head.split("(", 1)[1]
+    ours, frontier = set(), [os.getpid()]
+    while frontier:
+        pid = frontier.pop()
+        children = [child for child, parent in parents.items() if parent == pid]
+        ours.update(children)
+        frontier += children
+    totals = {"broker": 0.0, "spark_jvm": 0.0, "python": time.process_time()}
+    for pid in ours:
+        group = "broker" if pid == broker_pid else "spark_jvm" if names[pid] == "java" else "python"
+        try:
+            totals[group] += cpu_seconds(pid)
+        except OSError:
+            pass
+    return totals
+
+
+def timed(action: Callable[[], Any], count: int, runs: int, pid: int) -> dict[str, Any]:
+    """Records/s of ``action`` over ``runs`` runs (best and median), the share of one core
+    process ``pid`` (the broker) used meanwhile (near 1.0, the broker is the bound), and the
+    CPU time a record cost in each process group (median over the runs, µs)."""
+    rates, shares, costs = [], [], []
     for _ in range(runs):
-        cpu, started = cpu_seconds(pid), time.perf_counter()
+        before, started = process_cpu(pid), time.perf_counter()
         action()
         elapsed = time.perf_counter() - started
+        after = process_cpu(pid)
         rates.append(count / elapsed)
-        shares.append((cpu_seconds(pid) - cpu) / elapsed)
+        shares.append((after["broker"] - before["broker"]) / elapsed)
+        costs.append({group: 1e6 * (after[group] - before[group]) / count for group in after})
     rates.sort()
-    return {"best": rates[-1], "median": rates[len(rates) // 2], "broker_cpu": max(shares)}
+    cpu = {group: sorted(cost[group] for cost in costs)[len(costs) // 2] for group in costs[0]}
+    return {"best": rates[-1], "median": rates[len(rates) // 2], "broker_cpu": max(shares), "cpu_us": cpu}
 
 
 def session() -> Any:
@@ -135,7 +170,7 @@ def run(records: int, runs: int, work: pathlib.Path) -> dict[str, Any]:
         def deliver(build: bool) -> None:
             batches = RecordBatches(spark_schema) if build else None
             with rsnet.sync.connect(url) as client:
-                for chunk in blocking.read_range(client, "bench.readings", 0, records, arrays=True):
+                for chunk in blocking.read_range(client, "bench.readings", 0, records, items="stored"):
                     if batches is not None:
                         batches.build("bench.readings", chunk)
 
@@ -190,7 +225,11 @@ def run(records: int, runs: int, work: pathlib.Path) -> dict[str, Any]:
 def markdown(results: dict[str, Any], command: str) -> str:
     def rate(key: str) -> str:
         value = results[key]
-        return f"{value['median']:,.0f} (best {value['best']:,.0f}) | {value['broker_cpu']:.2f}"
+        cpu = value["cpu_us"]
+        return (
+            f"{value['median']:,.0f} (best {value['best']:,.0f}) | {value['broker_cpu']:.2f} | "
+            f"{cpu['broker']:.2f} | {cpu['spark_jvm']:.2f} | {cpu['python']:.2f}"
+        )
 
     read, file_read = results["rsnet_batch_read"]["median"], results["json_file_read"]["median"]
     meta = machine.describe(command)
@@ -201,28 +240,31 @@ def markdown(results: dict[str, Any], command: str) -> str:
             f"`{command}`, {results['records']:,} records, median of {results['runs']} runs, "
             f"{meta.get('cpu', '')} ({meta.get('cores', '?')} cores, load {meta.get('load_average')}), commit {meta.get('commit')}, local[2], records/s.",
             "",
-            "| measurement | records/s | broker CPU share |",
-            "|---|---|---|",
+            "| measurement | records/s | broker CPU share | CPU µs/record: broker | Spark JVM | Python |",
+            "|---|---|---|---|---|---|",
             f"| batch read, rsnet topic (minPartitions 2) -> noop | {rate('rsnet_batch_read')} |",
             f"| batch read, rsnet topic (1 partition) -> noop | {rate('rsnet_batch_read_1_partition')} |",
             f"| batch read, rsnet topic (minPartitions 2) with a user schema (no JSON text) -> noop | "
             f"{rate('rsnet_batch_read_schema')} |",
             f"| batch read, JSON-lines file on local disk -> noop | {rate('json_file_read')} |",
-            f"| rsnet / file | {read / file_read:.2f}x | |",
+            f"| rsnet / file | {read / file_read:.2f}x | | | | |",
             f"| streaming write, JSON file -> durable rsnet topic (acknowledged) | {rate('stream_write_rsnet')} |",
             f"| streaming write, JSON file -> noop (all but the sink) | {rate('stream_write_noop')} |",
             f"| where the time goes: broker delivery alone (one blocking client, exact demand) | {rate('broker_delivery')} |",
             f"| where the time goes: delivery + Arrow building (default schema: JSON text) in one process | "
             f"{rate('delivery_and_arrow')} |",
-            f"| filling the topic (one blocking producer, acknowledged) | {results['fill_records_per_s']:,.0f} | |",
+            f"| filling the topic (one blocking producer, acknowledged) | {results['fill_records_per_s']:,.0f} | | | | |",
             "",
             "Reading the numbers: the broker CPU share is of one core, measured during the row (the broker is",
-            "one process, one thread). Near 1.0 the broker's delivery is the bound; a low share while a task",
-            "waits means the wait is elsewhere: for writes into a durable topic, the broker's fsync (`always`)",
-            "runs inside its event loop, and one producer gets demand back only after each append. Spark's",
-            "own fixed costs (query start, checkpoint) weigh on small runs; this machine is shared, so compare",
-            "rows of one run, not runs. With the default schema each value is turned into JSON text (about 2 µs",
-            "a record here, most of the connector's own work); a user schema reads fields straight into Arrow.",
+            "one process, one thread): near 1.0 the broker's delivery is the bound. The CPU columns say where",
+            "the time goes, as CPU time a record cost in the broker, in Spark's JVM (driver and executor",
+            "threads: Arrow to rows, the sink) and in Python: Spark's Python workers (the connector: decoding",
+            "the records, Arrow building, JSON text for the default schema), or the reading process in the",
+            "rows outside Spark. On two cores their sum bounds",
+            "the rate at 2 / sum. The file source's cost is all in the JVM (its JSON parsing). For writes into",
+            "a durable topic the broker fsyncs (`always`) each append, and a producer gets demand back only",
+            "after its append. Spark's own fixed costs (query start, checkpoint) weigh on small runs; this",
+            "machine is shared, so compare rows of one run, not runs.",
             "",
         ]
     )

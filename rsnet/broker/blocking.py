@@ -21,7 +21,7 @@ from __future__ import annotations
 import itertools
 import operator
 from collections.abc import Callable, Generator, Iterable, Iterator
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 from ..errors import StreamError
 from ..protocol import ErrorCode
@@ -55,12 +55,20 @@ def _offer(client: BlockingClient, name: str, items: Iterable[Any], params: dict
 
 
 def read_range(
-    client: BlockingClient, topic: str, start: int, end: int, *, window: int = READ_WINDOW, arrays: bool = False
+    client: BlockingClient,
+    topic: str,
+    start: int,
+    end: int,
+    *,
+    window: int = READ_WINDOW,
+    items: Literal["maps", "arrays", "stored"] = "maps",
 ) -> Iterator[list[Any]]:
     """The records of ``topic`` with offsets in ``[start, end)``, in order, as lists of up to
-    ``window`` records (so the caller handles them in bulk): maps ``{"topic", "offset",
-    "timestamp", "value"}``, or with ``arrays`` lists ``[offset, timestamp, value]`` (the
-    subscription's ``items: "arrays"``: about half the decoding, for a reader that knows its topic).
+    ``window`` records (so the caller handles them in bulk), shaped as the subscription's
+    ``items`` param says (protocol/BROKER.md): maps ``{"topic", "offset", "timestamp",
+    "value"}``; ``"arrays"``, lists ``[offset, timestamp, value]`` (about half the decoding,
+    for a reader that knows its topic); ``"stored"``, lists ``[offset, timestamp, value,
+    producer, sequence]`` (the broker sends them as stored: the cheapest read from storage).
 
     Demand is exact: the total requested is never more than ``end - start``, so no record
     beyond the range is sent, and at most ``window`` records are requested and not yet taken
@@ -77,8 +85,8 @@ def read_range(
     count = end - start
     if count <= 0:
         return
-    params: dict[str, Any] = {"from": start, "items": "arrays"} if arrays else {"from": start}
-    offset: Callable[[Any], int] = operator.itemgetter(0 if arrays else "offset")
+    params: dict[str, Any] = {"from": start, "items": items}
+    offset: Callable[[Any], int] = operator.itemgetter("offset" if items == "maps" else 0)
     # A generator (closing it cancels the stream), though typed as an iterator.
     records = cast(Generator[Any], client.subscribe(topic, params, prefetch=min(window, count), limit=count))
     try:

@@ -612,9 +612,9 @@ class Broker:
         if cursor is not None:
             cursor = _identifier(cursor, "cursor")
         shape = params.get("items", "maps")
-        if shape not in ("maps", "arrays"):
-            raise StreamError(ErrorCode.REJECTED, "items must be 'maps' (the default) or 'arrays'")
-        arrays = shape == "arrays"
+        if shape not in ("maps", "arrays", "stored"):
+            raise StreamError(ErrorCode.REJECTED, "items must be 'maps' (the default), 'arrays' or 'stored'")
+        arrays, stored = shape == "arrays", shape == "stored"
         if is_wildcard(name):
             _validated(validate_pattern, name)
             if cursor is not None:
@@ -624,7 +624,7 @@ class Broker:
                     ErrorCode.REJECTED, "a pattern subscription starts at 'earliest', 'latest' or a timestamp"
                 )
             self._check(context, "subscribe", name)
-            return _PatternPublisher(self, name, start, Shape(arrays, with_topic=True))
+            return _PatternPublisher(self, name, start, Shape(arrays, stored, with_topic=True))
         _validated(validate_topic, name)
         self._check(context, "subscribe", name)
         topic = self.topic(name, create=False)
@@ -633,13 +633,13 @@ class Broker:
                 raise StreamError(ErrorCode.UNKNOWN_PUBLISHER, f"no topic named {name!r}")
             _check_start_before_creation(name, start)
             # Waits, as for a pattern, from its first record.
-            return _PatternPublisher(self, name, "earliest", Shape(arrays, with_topic=False))
+            return _PatternPublisher(self, name, "earliest", Shape(arrays, stored, with_topic=False))
         if cursor is not None:
             committed = self._cursors[name].get(cursor)
             if committed is not None:
                 start = committed
         position = resolve_start(topic, start)  # a trimmed offset is refused here, coded
-        return _TopicPublisher(self, topic, position, Shape(arrays, with_topic=False))
+        return _TopicPublisher(self, topic, position, Shape(arrays, stored, with_topic=False))
 
     def open_sink(self, name: str, params: Any, context: StreamContext) -> Subscriber[Any]:
         params = _params(params)

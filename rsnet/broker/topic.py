@@ -28,11 +28,12 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
+import msgpack
 import trio
 
 from ..errors import StreamError
 from ..net.failures import TRACEBACKS_PER_MINUTE, RateLimitedLog
-from ..protocol import DEFAULT_MAX_FRAME_SIZE, MAX_INT, ErrorCode
+from ..protocol import DEFAULT_MAX_FRAME_SIZE, MAX_INT, Encoded, ErrorCode
 from ..streams import Subscriber, Subscription
 from ..streams.rules import MAX_DEMAND, add_demand, check_signal_argument, invalid_request, validate_subscription
 from ..streams.subscriptions import DrainLoop, deliver_safely
@@ -390,6 +391,10 @@ class Shape:
     arrays: bool = False
     """``[offset, timestamp, value]`` instead of the map ``{"topic", "offset", "timestamp",
     "value"}``: half the bytes to decode for a reader that knows its topic."""
+    stored: bool = False
+    """Arrays as the log stores them, ``[offset, timestamp, value, producer, sequence]``: a
+    network subscriber gets each record's stored bytes, never decoded and encoded again (a
+    third of the broker's work a record of a read from storage)."""
     with_topic: bool = False
     """Arrays end with the topic's name (a pattern subscription interleaves topics)."""
 
@@ -422,10 +427,10 @@ class TopicReader(DrainLoop, Subscription):
         # given each read as one list; one that also takes encoded items (the network session)
         # gets the records at a topic's head as the bytes shared by every subscriber there.
         self._many: Callable[[list[Any]], None] | None = getattr(subscriber, "on_next_many", None)
-        self._encoded: Callable[[list[Any]], None] | None = (
-            None if shape.arrays else getattr(subscriber, "on_next_encoded", None)
-        )
+        self._encoded: Callable[[list[Any]], None] | None = getattr(subscriber, "on_next_encoded", None)
         self._shape = shape
+        self._shared = self._encoded is not None and not (shape.arrays or shape.stored)  # see RecentItems
+        self._as_stored = self._encoded is not None and shape.stored  # the stored bytes as the items
 
     def add_topic(self, topic: Topic, position: int) -> None:
         if self.cancelled:
@@ -535,14 +540,14 @@ class TopicReader(DrainLoop, Subscription):
             if visible <= 0:
                 continue
             wanted = min(self.requested, READ_BATCH, visible)
-            if self._encoded is not None and topic not in self.skipped:
+            if self._shared and topic not in self.skipped:
                 shared = topic.recent.get(position, wanted)
                 if shared:  # at the head: the bytes every subscriber there gets
                     emitted += self._deliver(topic, position, shared, self._encoded)
                     topic.reader_moved()
                     continue
             try:
-                fields = log.read_fields(position, wanted)
+                fields: list[Any] = (log.read_stored if self._as_stored else log.read_fields)(position, wanted)
             except OffsetDamaged as damaged:  # everything before it was delivered; end here, coded
                 self._failure = offset_damaged(topic.name, damaged)
                 self._missed = True  # the drain loop goes round once more and delivers the error
@@ -558,20 +563,33 @@ class TopicReader(DrainLoop, Subscription):
             name = topic.name
             skipped = self.skipped.pop(topic, 0)
             items: list[Any]
-            if not self._shape.arrays:
+            shape, many = self._shape, self._many
+            if self._as_stored:  # skipped records show as a gap in the offsets
+                many = self._encoded
+                if shape.with_topic:  # the array one longer, the topic's name at its end
+                    name_bytes = msgpack.packb(name)
+                    items = [Encoded(b"\x96" + body[1:] + name_bytes) for body in fields]
+                else:
+                    items = list(map(Encoded, fields))
+            elif shape.stored:  # a subscriber in this process: the same arrays, decoded
+                if shape.with_topic:
+                    for record in fields:
+                        record.append(name)
+                items = fields
+            elif not shape.arrays:
                 items = [
                     {"topic": name, "offset": offset, "timestamp": timestamp, "value": value}
                     for offset, timestamp, value, _producer, _sequence in fields
                 ]
                 if skipped:
                     items[0]["skipped"] = skipped
-            elif self._shape.with_topic:
+            elif shape.with_topic:
                 items = [[offset, timestamp, value, name] for offset, timestamp, value, _, _ in fields]
             else:  # skipped records show as a gap in the offsets
                 items = fields
                 for record in items:
                     del record[3:]  # producer and sequence stay in the broker
-            emitted += self._deliver(topic, position, items, self._many)
+            emitted += self._deliver(topic, position, items, many)
             topic.reader_moved()
         self._next += 1
         self.delivered += emitted

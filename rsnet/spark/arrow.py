@@ -68,15 +68,15 @@ class RecordBatches:
         )
 
     def build(self, topic: str, records: list[list[Any]]) -> pa.RecordBatch:
-        """The batch of ``records`` of ``topic``, each ``[offset, timestamp, value]`` (a
-        subscription with ``items: "arrays"``)."""
+        """The batch of ``records`` of ``topic``, each ``[offset, timestamp, value, ...]`` (a
+        subscription with ``items: "stored"`` or ``"arrays"``)."""
         if self.default:
             return self._default(topic, records)
         return self._fields(records)
 
     def _default(self, topic: str, records: list[list[Any]]) -> pa.RecordBatch:
         schema = self.arrow_schema
-        offsets, stamps, values = zip(*records, strict=True) if records else ((), (), ())
+        offsets, stamps, values = list(zip(*records, strict=True))[:3] if records else ((), (), ())
         columns = [
             pa.array([topic] * len(records), schema.field("topic").type),
             pa.array(offsets, pa.int64()),

@@ -178,11 +178,11 @@ def read_ranges(opts: _options.Options, builder: RecordBatches, part: Range) -> 
     the broker still has (a gap, trimmed by retention or damaged on disk, fails the read, or,
     with failOnDataLoss=false, is logged and skipped)."""
     position, end = part.start, part.end
-    pending: list[list[Any]] = []  # [offset, timestamp, value] each
+    pending: list[list[Any]] = []  # [offset, timestamp, value, producer, sequence] each
     with connected(opts) as client:
         while position < end:
             try:
-                for chunk in blocking.read_range(client, part.topic, position, end, arrays=True):
+                for chunk in blocking.read_range(client, part.topic, position, end, items="stored"):
                     if not chunk:
                         continue
                     first = chunk[0][0]

@@ -14,7 +14,7 @@ from rsnet.broker.codes import BrokerCode
 from rsnet.broker.storage import MemoryLog, Retention
 from rsnet.broker.topic import Shape, SlowPolicy, Topic, TopicReader
 from rsnet.protocol import ErrorCode
-from rsnet.streams import Subscriber, Subscription
+from rsnet.streams import Subscriber, Subscription, from_iterable
 
 from .support import broker_running, take
 
@@ -145,6 +145,29 @@ async def test_items_arrays_carry_the_same_records_without_keys():
         assert refused.value.code == ErrorCode.REJECTED and "items" in refused.value.message
 
 
+@pytest.mark.parametrize("durable", [False, True], ids=["memory", "durable"])
+async def test_items_stored_carry_each_record_as_stored_with_its_producer(tmp_path, durable):
+    """BROKER.md, ``items: "stored"``: ``[offset, timestamp, value, producer, sequence]``, the
+    record's stored bytes sent as they are (the topic's name appended on a pattern)."""
+    broker = Broker(data_dir=tmp_path if durable else None)
+    async with broker_running(broker) as url, rsnet.connect(url) as conn:
+        await publish(conn, "s.one", [{"n": i, "pad": "x" * 300 * i} for i in range(5)], producer="p", first_sequence=7)
+        await conn.offer(
+            "s.two", from_iterable(["plain", b"\x00bin"])
+        )  # no producer: nil, nil (and no $acks to wait for)
+        maps = await take(conn, "s.one", 5, **{"from": "earliest"})
+        stored = await take(conn, "s.one", 5, **{"from": "earliest", "items": "stored"})
+        assert stored == [[r["offset"], r["timestamp"], r["value"], "p", 7 + i] for i, r in enumerate(maps)]
+        from_two = await take(conn, "s.two", 1, **{"from": 1, "items": "stored"})
+        assert [r[2:] for r in from_two] == [[b"\x00bin", None, None]]
+        on_pattern = await take(conn, "s.*", 7, **{"from": "earliest", "items": "stored"})
+        assert sorted((r[5], r[0], r[3]) for r in on_pattern) == [("s.one", i, "p") for i in range(5)] + [
+            ("s.two", 0, None),
+            ("s.two", 1, None),
+        ]
+        assert all(len(r) == 6 for r in on_pattern)
+
+
 class Manual(Subscriber[Any]):
     """Requests only when the test says so."""
 
@@ -163,6 +186,18 @@ class Manual(Subscriber[Any]):
 
     def on_complete(self) -> None:
         self.items.append("complete")
+
+
+def test_items_stored_reach_a_subscriber_in_this_process_decoded():
+    topic = Topic("m.x", MemoryLog())
+    topic.log.append(["a", "b"], timestamp_ms=3, producer="q", first_sequence=0)
+    for shape, tail in ((Shape(stored=True), []), (Shape(stored=True, with_topic=True), ["m.x"])):
+        subscriber = Manual()  # no on_next_encoded: not a network session
+        reader = TopicReader(subscriber, shape=shape)
+        subscriber.on_subscribe(reader)
+        reader.add_topic(topic, 0)
+        reader.request(2)
+        assert subscriber.items == [[0, 3, "a", "q", 0, *tail], [1, 3, "b", "q", 1, *tail]]
 
 
 def test_items_arrays_show_records_skipped_by_drop_as_a_gap_in_offsets():

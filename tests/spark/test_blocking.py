@@ -16,11 +16,11 @@ from .support import TOKEN, publish, wait_until
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.parametrize("arrays", [False, True])
-def test_exact_demand_sends_no_record_beyond_the_range(broker_url, arrays):
+@pytest.mark.parametrize("items", ["maps", "arrays", "stored"])
+def test_exact_demand_sends_no_record_beyond_the_range(broker_url, items):
     from rsnet.broker import blocking
 
-    topic = f"demand.exact-{arrays}"
+    topic = f"demand.exact-{items}"
     publish(broker_url, topic, list(range(1000)))
 
     def delivered():
@@ -30,14 +30,13 @@ def test_exact_demand_sends_no_record_beyond_the_range(broker_url, arrays):
 
     before = delivered()
     with rsnet.sync.connect(broker_url, token=TOKEN) as client:
-        chunks = list(blocking.read_range(client, topic, 100, 437, window=64, arrays=arrays))
+        chunks = list(blocking.read_range(client, topic, 100, 437, window=64, items=items))
     records = [r for chunk in chunks for r in chunk]
-    if arrays:  # [offset, timestamp, value]
-        assert [(r[0], r[2]) for r in records] == [(i, i) for i in range(100, 437)] and all(
-            len(r) == 3 for r in records
-        )
-    else:
+    if items == "maps":
         assert [(r["offset"], r["value"]) for r in records] == [(i, i) for i in range(100, 437)]
+    else:  # [offset, timestamp, value], and producer, sequence when stored
+        assert [(r[0], r[2]) for r in records] == [(i, i) for i in range(100, 437)]
+        assert {len(r) for r in records} == {3 if items == "arrays" else 5}
     wait_until(lambda: delivered() - before >= 337, "the broker's delivery count")
     assert delivered() - before == 337  # the records the range holds, none more
 

@@ -311,6 +311,19 @@ class TopicLog(abc.ABC):
     def read_fields(self, offset: int, max_count: int) -> list[list[Any]]:
         """:meth:`read`, each record as its list ``[offset, timestamp_ms, value, producer,
         sequence]``: the broker's subscriptions read this way, without an object per record."""
+        count = self._readable(offset, max_count)
+        return self._read(offset, count) if count else []
+
+    def read_stored(self, offset: int, max_count: int) -> list[bytes]:
+        """:meth:`read`, each record as the body it is stored as: the msgpack array ``[offset,
+        timestamp_ms, value, producer, sequence]``, its frame's CRC and its offset checked, the
+        rest not decoded (what :meth:`append` wrote was checked then). For subscriptions that
+        send records as stored: no decoding, no encoding again, no objects per record."""
+        count = self._readable(offset, max_count)
+        return self._read(offset, count, stored=True) if count else []
+
+    def _readable(self, offset: int, max_count: int) -> int:
+        """How many records a read of up to ``max_count`` from ``offset`` returns (see :meth:`read`)."""
         self._check_open()
         if type(offset) is not int or offset < 0:
             raise ValueError(f"offset must be an int >= 0, not {offset!r}")
@@ -327,7 +340,7 @@ class TopicLog(abc.ABC):
             if offset < damage.first:
                 count = min(count, damage.first - offset)
                 break
-        return self._read(offset, count) if count else []
+        return count
 
     def offset_for_timestamp(self, timestamp_ms: int) -> int:
         """The first retained offset whose record has ``timestamp_ms >= t``; ``next_offset`` if none.
@@ -378,8 +391,9 @@ class TopicLog(abc.ABC):
         """
 
     @abc.abstractmethod
-    def _read(self, offset: int, count: int) -> list[list[Any]]:
-        """Exactly ``count`` records from ``offset``, all of which exist."""
+    def _read(self, offset: int, count: int, stored: bool = False) -> list[Any]:
+        """Exactly ``count`` records from ``offset``, all of which exist: decoded field lists,
+        or with ``stored`` their bodies as stored (see :meth:`read_stored`)."""
 
     @abc.abstractmethod
     def _offset_for_timestamp(self, timestamp_ms: int) -> int:

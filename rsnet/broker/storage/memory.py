@@ -78,9 +78,12 @@ class MemoryLog(TopicLog):
         self._stored(len(frames), producer, last)
         self._durable_offset = self._next_offset
 
-    def _read(self, offset: int, count: int) -> list[list[Any]]:
+    def _read(self, offset: int, count: int, stored: bool = False) -> list[Any]:
         start = self._head + offset - self._first_offset
-        return [decode_fields(memoryview(f)[FRAME_HEAD.size :]) for f in self._frames[start : start + count]]
+        frames = self._frames[start : start + count]
+        if stored:  # checked when appended, and never on a disk since
+            return [f[FRAME_HEAD.size :] for f in frames]
+        return [decode_fields(memoryview(f)[FRAME_HEAD.size :]) for f in frames]
 
     def _offset_for_timestamp(self, timestamp_ms: int) -> int:
         return self._first_offset + self._first_at_or_after(timestamp_ms, self._head) - self._head

@@ -67,6 +67,21 @@ def unpack(body: bytes | memoryview) -> Any:
     return msgpack.unpackb(body)
 
 
+_UINT_WIDTHS = {0xCC: 1, 0xCD: 2, 0xCE: 4, 0xCF: 8}  # msgpack's uint 8/16/32/64 markers
+
+
+def stored_offset(body: bytes) -> int | None:
+    """The offset in a record's ``body``, read from its first bytes without decoding the rest;
+    None if the body does not start as a record does (a 5-element array, then a uint)."""
+    if len(body) < 2 or body[0] != 0x95:
+        return None
+    first = body[1]
+    if first < 0x80:  # positive fixint
+        return first
+    width = _UINT_WIDTHS.get(first)
+    return None if width is None else int.from_bytes(body[2 : 2 + width], "big")
+
+
 def frame(body: bytes) -> bytes:
     """``body`` framed: length, CRC, body."""
     length = len(body).to_bytes(4, "big")

@@ -32,12 +32,13 @@ import struct
 import zlib
 from array import array
 from collections.abc import Iterator
+from typing import Any
 
 import msgpack
 
 from .files import FileOps, replace_atomically
 from .log import ProducerState, StorageError
-from .records import FRAME_HEAD, BadRecord, check_frame, decode_fields, frame, unpack
+from .records import FRAME_HEAD, BadRecord, check_frame, decode_fields, frame, stored_offset, unpack
 
 MAGIC = b"rsnetlog"
 FORMAT_VERSION = 1
@@ -345,6 +346,61 @@ def file_crc(fd: int | None, path: str, end: int) -> int | None:
     finally:
         if own:
             os.close(fd)
+
+
+def take_records(
+    buffer: bytes, here: int, offset: int, wanted: int, end: int, records: list[Any], stored: bool = False
+) -> tuple[int, int]:
+    """The hot loop of every read that is not at a topic's head: walk the frames in ``buffer``
+    from ``here`` (where the record at ``offset`` starts), hop over those before ``wanted`` by
+    their length fields, then append to ``records`` each record up to ``end`` whose frame is
+    whole in ``buffer``, whose CRC holds and whose body is a 5-element array holding the offset
+    expected: what this log wrote (its fields were checked then). Each record is appended
+    decoded, or with ``stored`` as its body's bytes; then only the first and the last body
+    taken have their offsets read: each frame starts where the CRC-checked length of the one
+    before it ends, so a frame missing or repeated in between shows as a wrong last offset.
+
+    Returns ``(here, offset)`` of the first frame not taken: cut off by the end of ``buffer``
+    (read on from there), or not as expected, which the caller's checked path (:func:`frames`,
+    :func:`~.records.decode_fields`) then reads again to say what is wrong. A hop may end past
+    the end of ``buffer``: that is where the next frame starts.
+    """
+    size = len(buffer)
+    head = FRAME_HEAD.size
+    while offset < wanted and here + 4 <= size:
+        here += head + int.from_bytes(buffer[here : here + 4], "big")
+        offset += 1
+    if offset < wanted:
+        return here, offset
+    append = records.append
+    unpack_head = FRAME_HEAD.unpack_from
+    crc32 = zlib.crc32
+    start, first, taken = here, offset, len(records)
+    while offset < end and here + head <= size:
+        length, crc = unpack_head(buffer, here)
+        after = here + head + length
+        if after > size:
+            break
+        body = buffer[here + head : after]  # a bytes copy: msgpack decodes it twice as fast as a view
+        if crc32(body, crc32(buffer[here : here + 4])) != crc:
+            break
+        if stored:
+            append(body)
+        else:
+            try:
+                record = unpack(body)
+            except Exception:  # any decoder failure: the checked path says what is wrong
+                break
+            if type(record) is not list or len(record) != 5 or record[0] != offset:
+                break
+            append(record)
+        offset += 1
+        here = after
+    if stored and offset > first:
+        if stored_offset(records[taken]) != first or stored_offset(records[-1]) != offset - 1:
+            del records[taken:]
+            return start, first  # for the checked path to find which
+    return here, offset
 
 
 def frames(

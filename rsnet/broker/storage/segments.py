@@ -369,16 +369,16 @@ class SegmentLog(TopicLog):
 
     # -- reading --------------------------------------------------------------------------------
 
-    def _read(self, offset: int, count: int) -> list[list[Any]]:
+    def _read(self, offset: int, count: int, stored: bool = False) -> list[Any]:
         """Raises CorruptData only if the first record is unreadable: the ones before a record
         damaged since the log was opened are returned, and the next read reaches the damage."""
-        records: list[list[Any]] = []
+        records: list[Any] = []
         index = bisect.bisect_right(self._bases, offset) - 1
         try:
             while len(records) < count:
                 segment = self._segments[index]
                 start_offset, position = segment.locate(offset)
-                self._read_into(records, segment, start_offset, position, offset, count - len(records))
+                self._read_into(records, segment, start_offset, position, offset, count - len(records), stored)
                 offset = segment.next_offset
                 index += 1
         except CorruptData:
@@ -409,11 +409,19 @@ class SegmentLog(TopicLog):
             offset, position = segment.locate(damage.end)
 
     def _read_into(
-        self, records: list[list[Any]], segment: Segment, offset: int, position: int, wanted: int, count: int
+        self,
+        records: list[Any],
+        segment: Segment,
+        offset: int,
+        position: int,
+        wanted: int,
+        count: int,
+        stored: bool = False,
     ) -> None:
-        """Append to ``records`` up to ``count`` records of ``segment`` from offset ``wanted`` on,
-        scanning from ``offset`` at file ``position``; raises CorruptData for a record that fails
-        its check (those before it are appended).
+        """Append to ``records`` up to ``count`` records of ``segment`` from offset ``wanted`` on
+        (decoded, or with ``stored`` their bodies as stored), scanning from ``offset`` at file
+        ``position``; raises CorruptData for a record that fails its check (those before it are
+        appended).
 
         The hot path of every subscription that is not at the head: a frame whose CRC holds and
         whose body is a 5-element array with the offset expected is the record this log wrote
@@ -421,9 +429,23 @@ class SegmentLog(TopicLog):
         """
         fd = self._reader(segment)
         # A read lands within INDEX_INTERVAL_BYTES of the record it wants: read that first.
-        first_chunk = 2 * INDEX_INTERVAL_BYTES if count < 64 else READ_CHUNK
-        offset, skip = wanted, wanted - offset
-        end = min(offset + count, segment.next_offset)
+        chunk = 2 * INDEX_INTERVAL_BYTES if count < 64 else READ_CHUNK
+        end = min(wanted + count, segment.next_offset)
+        # Whole chunks through the hot loop, on until a frame it does not take as it is: one
+        # larger than a chunk, cut off by the file's end, or damaged. The checked path below
+        # reads on from that frame, saying what is wrong if anything is.
+        while position < segment.size:
+            wanted_bytes = min(chunk, segment.size - position)
+            buffer = os.pread(fd, wanted_bytes, position)
+            here, offset = segment_file.take_records(buffer, 0, offset, wanted, end, records, stored)
+            position += here
+            if offset == end:
+                return
+            if here == 0 or len(buffer) < wanted_bytes:
+                break
+            chunk = READ_CHUNK
+        first_chunk = chunk
+        offset, skip = max(offset, wanted), max(0, wanted - offset)
         append = records.append
         try:
             # The loop rebinds ``position`` on purpose: the except clause names the failing frame's.
@@ -436,7 +458,7 @@ class SegmentLog(TopicLog):
                 if type(record) is not list or len(record) != 5 or record[0] != offset:
                     record = decode_fields(body)  # raises BadRecord, or else the offset is wrong
                     raise BadRecord(f"record holds offset {record[0]} where {offset} was expected")
-                append(record)
+                append(body if stored else record)
                 offset += 1
                 if offset == end:
                     return
