@@ -14,6 +14,7 @@ default cursor name ``spark-<id>`` comes from it, so it survives restarts).
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import uuid
 from collections.abc import Iterator
@@ -46,6 +47,29 @@ log = logging.getLogger("rsnet.spark")
 
 CONNECT_TIMEOUT = 10.0
 """Seconds to reach the broker and complete the handshake."""
+
+
+COLLECT_AFTER = 100_000
+"""Python's young-generation threshold while a partition is read (the default is 700)."""
+
+
+@contextlib.contextmanager
+def fewer_collections() -> Iterator[None]:
+    """Run Python's cyclic garbage collector less often, until the block ends.
+
+    A read holds each record (a list) until its Arrow batch is built: at the default
+    threshold the collector runs every 700 of them, and promoting them brings full
+    collections over the worker's whole heap (pyspark, pyarrow). Measured: a third of the
+    read's CPU in the worker (2.0 -> 1.3 µs a record). The collector still runs, after
+    COLLECT_AFTER allocations, so the memory garbage cycles can hold stays bounded; the
+    worker's own threshold is back when the read ends, as it was.
+    """
+    threshold = gc.get_threshold()
+    gc.set_threshold(max(threshold[0], COLLECT_AFTER), *threshold[1:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*threshold)
 
 
 class DataLossError(RuntimeError):
@@ -179,7 +203,7 @@ def read_ranges(opts: _options.Options, builder: RecordBatches, part: Range) -> 
     with failOnDataLoss=false, is logged and skipped)."""
     position, end = part.start, part.end
     pending: list[list[Any]] = []  # [offset, timestamp, value, producer, sequence] each
-    with connected(opts) as client:
+    with fewer_collections(), connected(opts) as client:
         while position < end:
             try:
                 for chunk in blocking.read_range(client, part.topic, position, end, items="stored"):

@@ -56,3 +56,34 @@ print(sorted(name for name in sys.modules if name.split(".")[0] in ("trio", "asy
 """
     result = subprocess.run([sys.executable, "-I", "-c", probe], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]", result.stdout
+
+
+def test_a_partition_read_collects_garbage_less_often_and_gives_the_threshold_back(broker_url):
+    """rsnet.spark.source.fewer_collections: while a partition is read, Python's young
+    generation waits for COLLECT_AFTER allocations (the records it holds would otherwise make
+    the collector walk the worker's whole heap over and over); the worker's own threshold is
+    back once the read is done, or abandoned."""
+    import gc
+
+    from rsnet.spark import options
+    from rsnet.spark.arrow import RecordBatches
+    from rsnet.spark.source import COLLECT_AFTER, Range, read_ranges
+
+    from .test_arrow import DEFAULT
+
+    publish(broker_url, "gc.read", list(range(25_000)))
+    opts = options.parse({"url": broker_url, "topic": "gc.read", "token": TOKEN})
+    before = gc.get_threshold()
+    try:
+        gc.set_threshold(700, 10, 10)
+        batches = read_ranges(opts, RecordBatches(DEFAULT), Range("gc.read", 0, 25_000))
+        first = next(batches)
+        assert gc.get_threshold() == (COLLECT_AFTER, 10, 10)
+        rows = first.num_rows + sum(batch.num_rows for batch in batches)
+        assert rows == 25_000 and gc.get_threshold() == (700, 10, 10)
+        abandoned = read_ranges(opts, RecordBatches(DEFAULT), Range("gc.read", 0, 25_000))
+        next(abandoned)
+        abandoned.close()
+        assert gc.get_threshold() == (700, 10, 10)
+    finally:
+        gc.set_threshold(*before)
