@@ -28,7 +28,7 @@ from ..protocol import ErrorCode
 from ..sync import BlockingClient
 from ..sync import connect as _connect
 from .codes import BrokerCode
-from .names import is_wildcard, topic_matches, validate_pattern
+from .names import MAX_MATCH_PATTERNS, is_wildcard, topic_matches, validate_pattern
 
 READ_WINDOW = 8192
 """Records :func:`read_range` keeps requested and not yet taken, at most (its memory bound)."""
@@ -102,10 +102,11 @@ def read_range(
 # -- the broker's conventions --------------------------------------------------------------------
 
 
-def list_topics(client: BlockingClient) -> list[dict[str, Any]]:
+def list_topics(client: BlockingClient, match: list[str] | None = None) -> list[dict[str, Any]]:
     """``$topics``: one map per topic the client may subscribe to (``topic``, ``first_offset``,
-    ``next_offset``, ...; see protocol/BROKER.md)."""
-    return list(subscribe(client, "$topics", None, 1024))
+    ``next_offset``, ...; see protocol/BROKER.md), only those matching a name or pattern of
+    ``match`` if given."""
+    return list(subscribe(client, "$topics", None if match is None else {"match": match}, 1024))
 
 
 def resolve_topics(client: BlockingClient, names: Iterable[str]) -> dict[str, tuple[int, int]]:
@@ -124,7 +125,8 @@ def resolve_topics(client: BlockingClient, names: Iterable[str]) -> dict[str, tu
             validate_pattern(name)
         except ValueError as invalid:
             raise ValueError(f"invalid topic or pattern {name!r}: {invalid}") from None
-    known = {info["topic"]: (info["first_offset"], info["next_offset"]) for info in list_topics(client)}
+    listed = list_topics(client, names if len(names) <= MAX_MATCH_PATTERNS else None)
+    known = {info["topic"]: (info["first_offset"], info["next_offset"]) for info in listed}
     found: dict[str, tuple[int, int]] = {}
     for name in names:
         if is_wildcard(name):

@@ -46,7 +46,7 @@ from ..streams.rules import MAX_DEMAND, add_demand, check_subscriber, invalid_re
 from ..streams.subscriptions import deliver_safely
 from .admin import administer
 from .codes import BrokerCode
-from .names import is_valid_topic, is_wildcard, topic_matches, validate_pattern, validate_topic
+from .names import MAX_MATCH_PATTERNS, is_valid_topic, is_wildcard, topic_matches, validate_pattern, validate_topic
 from .overrides import OverrideStore, effective, nest, sources
 from .recent import RecentBudget
 from .storage import CorruptData, CursorStore, FsyncPolicy, MemoryLog, Retention, SegmentLog, StorageError, TopicLog
@@ -576,9 +576,14 @@ class Broker:
 
     def open_publisher(self, name: str, params: Any, context: StreamContext) -> Publisher[Any]:
         params = _params(params)
-        if name == "$topics":  # only the topics this client may subscribe to
+        if name == "$topics":  # only the topics this client may subscribe to (and asked for)
+            patterns = _match_param(params.get("match"))
             return _Snapshot(
-                self, lambda topic: self.authorize is None or self.authorize(context.principal, "subscribe", topic)
+                self,
+                lambda topic: (
+                    (patterns is None or any(topic_matches(pattern, topic) for pattern in patterns))
+                    and (self.authorize is None or self.authorize(context.principal, "subscribe", topic))
+                ),
             )
         if name == "$commit":
             topic_name, cursor, offset = params.get("topic"), params.get("cursor"), params.get("offset")
@@ -661,11 +666,14 @@ class Broker:
             first_sequence=sequence,
         )
 
-    def snapshot(self) -> list[dict[str, Any]]:
-        """What ``$topics`` and ``rsnet topics`` show: every topic, open or closed (a closed
-        topic as it was when its log was closed; closing one needs no producer nor subscriber)."""
+    def snapshot(self, wanted: Callable[[str], bool] | None = None) -> list[dict[str, Any]]:
+        """What ``$topics`` and ``rsnet topics`` show: every topic (or those ``wanted``), open
+        or closed (a closed topic as it was when its log was closed; closing one needs no
+        producer nor subscriber)."""
         result = []
         for name in self.topic_names():
+            if wanted is not None and not wanted(name):
+                continue
             topic = self.topics.get(name)
             if topic is not None:
                 first, after, size = topic.log.first_offset, topic.log.next_offset, topic.log.size_bytes
@@ -726,6 +734,20 @@ class Broker:
         if store is None:
             return {}
         return dict(store) if isinstance(store, dict) else store.all()
+
+
+def _match_param(match: Any) -> list[str] | None:
+    """``$topics``'s ``match`` param: a topic name or pattern, or a list of them; None: all."""
+    if match is None:
+        return None
+    patterns = [match] if isinstance(match, str) else match
+    if not isinstance(patterns, list) or not 0 < len(patterns) <= MAX_MATCH_PATTERNS:
+        raise StreamError(
+            ErrorCode.REJECTED, f"match must be a topic name or pattern, or a list of 1 to {MAX_MATCH_PATTERNS} of them"
+        )
+    for pattern in patterns:
+        _validated(validate_pattern, pattern)
+    return patterns
 
 
 def _identifier(value: Any, what: str) -> str:
@@ -813,8 +835,7 @@ class _Snapshot(Publisher[Any]):
         self._broker, self._visible = broker, visible
 
     def subscribe(self, subscriber: Subscriber[Any]) -> None:
-        entries = [entry for entry in self._broker.snapshot() if self._visible(entry["topic"])]
-        from_iterable(entries).subscribe(subscriber)
+        from_iterable(self._broker.snapshot(self._visible)).subscribe(subscriber)
 
 
 class _AckPublisher(Publisher[Any]):

@@ -67,6 +67,10 @@ def _show(text: str, limit: int = 60) -> str:
     return repr(text if len(text) <= limit else text[:limit] + "...")
 
 
+MAX_MATCH_PATTERNS = 1024
+"""Names and patterns one ``$topics`` may ask for (its ``match`` param)."""
+
+
 def validate_topic(name: object) -> str:
     """Return ``name`` if it is a concrete topic name (no wildcards), else raise InvalidName."""
     return _check(name, wildcards=False)

@@ -85,6 +85,25 @@ async def snapshot(conn):
     return [topic async for topic in conn.subscribe("$topics")]
 
 
+async def test_topics_lists_only_those_matching_the_names_and_patterns_asked_for():
+    """BROKER.md, ``$topics`` with ``match``: a name, a pattern, or a list; a bad one is REJECTED."""
+    async with broker_running(Broker()) as url, rsnet.connect(url) as conn:
+        for name in ("eu.orders", "eu.refunds", "us.orders", "logs"):
+            await publish(conn, name, [1])
+
+        async def names(match):
+            return sorted([t["topic"] async for t in conn.subscribe("$topics", {"match": match})])
+
+        assert await names("eu.*") == ["eu.orders", "eu.refunds"]
+        assert await names("logs") == ["logs"]
+        assert await names(["*.orders", "logs", "missing"]) == ["eu.orders", "logs", "us.orders"]
+        assert len(await snapshot(conn)) == 4  # no match: every topic
+        for bad in ("eu..x", [], ["ok", 7], {"eu": 1}, ["t"] * 1025):
+            with pytest.raises(rsnet.StreamError) as refused:
+                await names(bad)
+            assert refused.value.code == ErrorCode.REJECTED, bad
+
+
 def rsnet_snapshot_next(topics, name):
     return next(t["next_offset"] for t in topics if t["topic"] == name)
 
