@@ -16,8 +16,9 @@ Kinds and their parameters:
 - ``many_connections``: ``connections`` concurrent connections, one stream of ``items`` each.
 - scenario 6 (``rsnet`` and ``rsnet-js``): ``stream`` again, read by the Python client and by the
   Node one from the same server: the ratio is the Node client's advantage (``subject``).
-- ``fanout`` (scenarios 5 and 7, brokers only): ``subscribers`` connections subscribed from
-  the earliest offset with ``prefetch``, one producer publishing ``count`` records of ``size``
+- ``fanout`` (scenarios 5 and 7, brokers only): ``subscribers`` subscriptions over
+  ``connections`` connections (at most ``FANOUT_CONNECTIONS``, 10) from the earliest offset
+  with ``prefetch``, one producer publishing ``count`` records of ``size``
   bytes to the broker; the broker's ``storage`` and ``fsync`` are server parameters.
 - ``publish`` (scenario 7): one producer publishes ``count`` records and waits for every
   acknowledgement; ``replay``: ``count`` records stored first (not timed), one subscriber reads
@@ -268,6 +269,9 @@ def build(quick: bool) -> list[Row]:
     return rows
 
 
+FANOUT_CONNECTIONS = 10
+"""Subscribers share at most this many connections (issue 13: 100 subscribers over 10)."""
+
 FANOUT_COUNTS = {
     # subscribers: (records per run, --quick records); deliveries = records x subscribers.
     1: (200_000, 5_000),
@@ -275,6 +279,13 @@ FANOUT_COUNTS = {
     100: (5_000, 200),
 }
 """Records published per run: a second or a few per run at the broker's speed on this machine."""
+
+
+def _subscribers(count: int) -> str:
+    connections = min(count, FANOUT_CONNECTIONS)
+    if count == 1:
+        return "1 subscriber"
+    return f"{count} subscribers ({connections} connections)"
 
 
 def broker_rows(quick: bool) -> list[Row]:
@@ -287,11 +298,12 @@ def broker_rows(quick: bool) -> list[Row]:
                 Row(
                     id=f"s5-{fsync or storage}-{subscribers}",
                     scenario=5,
-                    title=f"1 producer to {subscribers} subscriber{'s' if subscribers > 1 else ''}, {where}",
+                    title=f"1 producer to {_subscribers(subscribers)}, {where}",
                     kind="fanout",
                     transport="tcp",
                     params={
                         "subscribers": subscribers,
+                        "connections": min(subscribers, FANOUT_CONNECTIONS),
                         "count": small if quick else full,
                         "size": 16,
                         "prefetch": PREFETCH,
@@ -385,10 +397,10 @@ def jetstream_rows(quick: bool) -> list[Row]:
         rows.append(
             broker_row(
                 f"s7-fanout-{subscribers}" + ("" if fsync == "always" else f"-{fsync}"),
-                f"1 producer to {subscribers} subscriber{'s' if subscribers > 1 else ''}, rsnet {POLICIES[fsync]}",
+                f"1 producer to {_subscribers(subscribers)}, rsnet {POLICIES[fsync]}",
                 "fanout",
                 fsync,
-                {**params, "subscribers": subscribers},
+                {**params, "subscribers": subscribers, "connections": min(subscribers, FANOUT_CONNECTIONS)},
                 per_system=per_system,
                 metrics=(DELIVERIES_S, RECORDS_S, CPU_SERVER, CPU_CLIENT),
             )

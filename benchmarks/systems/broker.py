@@ -8,8 +8,9 @@ as ``rsnet broker`` runs it: ``serve(transport, ready, storage, fsync)`` with ``
 it is acknowledged or shown to subscribers; ``interval``: every 100 ms, the broker's default;
 ``never``: the OS decides). Topics use the broker's defaults (backpressure, max lag 10,000).
 
-The client (kind ``fanout``, parameters ``subscribers``, ``count``, ``size``, ``prefetch``)
-opens ``subscribers`` connections, one subscriber each, subscribing to a fresh topic with
+The client (kind ``fanout``, parameters ``subscribers``, ``connections``, ``count``, ``size``,
+``prefetch``) opens ``connections`` connections (default: one per subscriber) and spreads the
+``subscribers`` over them round-robin, each subscribing to a fresh topic with
 ``from="earliest"`` and ``prefetch``; it waits until the broker lists every subscription
 (``$topics``), so set-up is not timed. Then the clock starts, and one producer on its own
 connection ``publish``-es ``count`` records of ``size`` bytes (``conn.offer`` under the hood,
@@ -118,6 +119,7 @@ async def fanout(address: str, params: dict[str, Any]) -> dict[str, Any]:
     from rsnet.broker.client import publish
 
     subscribers, count, size = params["subscribers"], params["count"], params["size"]
+    connections = params.get("connections", subscribers)
     finished: list[float] = []
     received = 0
 
@@ -138,12 +140,12 @@ async def fanout(address: str, params: dict[str, Any]) -> dict[str, Any]:
         received += expected
 
     async with contextlib.AsyncExitStack() as stack:
-        conns = [await stack.enter_async_context(rsnet.connect(address)) for _ in range(subscribers)]
+        conns = [await stack.enter_async_context(rsnet.connect(address)) for _ in range(connections)]
         producer = await stack.enter_async_context(rsnet.connect(address))
         await publish(producer, TOPIC, [])  # only publishing creates a topic; subscribing waits
         async with trio.open_nursery() as nursery:
-            for conn in conns:
-                await nursery.start(subscriber, conn)
+            for index in range(subscribers):
+                await nursery.start(subscriber, conns[index % connections])
             # Every SUBSCRIBE is sent; wait until the broker has them all, so none starts late.
             while await subscriber_count(producer, TOPIC) < subscribers:
                 await trio.sleep(0.005)

@@ -17,7 +17,8 @@ memory stream), one replica;
   fsync (2.9 syncs in the background and has no option to sync per write; 2.10 added
   ``sync_interval``, default 2 minutes), so an acknowledged record survives a crash of
   ``nats-server`` but not necessarily a crash of the machine.
-- ``fanout``: ``subscribers`` connections, each with its own ordered push consumer (nats-py's
+- ``fanout``: ``subscribers`` ordered push consumers over ``connections`` connections (default:
+  one each), round-robin (nats-py's
   ``ordered_consumer=True``: deliver all, no acknowledgements, flow control, in order, gaps
   repaired), the equivalent of rsnet's subscription from the earliest offset; then the same
   producer as ``publish``. Deliveries/s = records x subscribers / (first publish to last
@@ -219,10 +220,10 @@ async def publish_rows(kind: str, port: int, params: dict[str, Any]) -> dict[str
         if kind == "fanout":
             subscribers = params["subscribers"]
             readers = [_Reader(count) for _ in range(subscribers)]
-            for reader in readers:
-                conn = await _connect(port)
-                connections.append(conn)
-                await reader.subscribe(conn.jetstream())
+            readers_conns = [await _connect(port) for _ in range(params.get("connections", subscribers))]
+            connections += readers_conns
+            for index, reader in enumerate(readers):
+                await reader.subscribe(readers_conns[index % len(readers_conns)].jetstream())
             clock = Clock()
             published = await _publish_acked(js, (record for _ in range(count)))
             publish_s = time.perf_counter() - clock.wall
