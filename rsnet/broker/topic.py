@@ -155,9 +155,13 @@ class Topic:
     async def _run_syncer(self, sync_interval: float | None, threads: trio.CapacityLimiter | None) -> None:
         """Sync whenever the writer appended (or every ``sync_interval`` seconds), one sync at
         a time: appends made while one runs wait for the next."""
+        next_sync = trio.current_time() + (sync_interval or 0)
         while True:
             if sync_interval:
-                await trio.sleep(sync_interval)
+                # Every interval from the last one's start, not from its end: a sync's own time
+                # must not stretch the period (readers see records only once synced).
+                await trio.sleep_until(next_sync)
+                next_sync = max(next_sync + sync_interval, trio.current_time())
             else:
                 await self._sync_wanted.wait()
                 self._sync_wanted = trio.Event()

@@ -23,7 +23,7 @@ import rsnet
 from rsnet.broker.broker import Broker
 from rsnet.broker.client import publish
 from rsnet.broker.codes import BrokerCode
-from rsnet.broker.storage import SegmentLog
+from rsnet.broker.storage import FsyncPolicy, SegmentLog
 from rsnet.streams import from_iterable
 
 from .storage_faults import GatedFiles
@@ -244,4 +244,31 @@ async def test_fsyncs_run_in_at_most_sync_threads_threads_per_broker(tmp_path: p
         finally:
             files.release()
         await until(lambda: a.log.durable_offset == 2 and b.log.durable_offset == 2)
+        nursery.cancel_scope.cancel()
+
+
+async def test_under_interval_the_periodic_fsync_runs_in_a_thread_and_acknowledges_only_when_it_returned(
+    tmp_path: pathlib.Path,
+) -> None:
+    files = GatedFiles()
+    broker = Broker(data_dir=tmp_path, fsync=FsyncPolicy.INTERVAL, fsync_interval=0.01)
+    broker.storage_files = files
+    async with broker_serving(broker) as (url, _), rsnet.connect(url) as conn, trio.open_nursery() as nursery:
+        try:
+            await publish(conn, "t", ["r0"], producer="p")
+            topic = broker.topics["t"]
+            acks: list[Any] = []
+            records: list[Any] = []
+            await nursery.start(collect, conn, "$acks", {"producer": "p", "topic": "t"}, acks)
+            await nursery.start(collect, conn, "t", {"from": "earliest"}, records)
+            await until(lambda: len(acks) == 1 and len(records) == 1)
+            files.hold(tmp_path / "t")
+            nursery.start_soon(offer, conn, "t", ["r1", "r2"], "p", 1)
+            await until(lambda: topic.log.next_offset == 3)
+            await entered(files)  # the next periodic fsync is the one held
+            await trio.testing.wait_all_tasks_blocked()
+            assert topic.log.durable_offset == 1 and len(acks) == 1 and len(records) == 1
+        finally:
+            files.release()
+        await until(lambda: acks[-1]["sequence"] == 2 and len(records) == 3)
         nursery.cancel_scope.cancel()
