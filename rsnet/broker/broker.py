@@ -20,7 +20,8 @@ Served by an :class:`rsnet.Server` whose host is a :class:`Broker`; what clients
 - SUBSCRIBE to ``$topics``: one item per topic (offsets, counts, subscriber lags), then complete.
 
 Topic writer tasks, the retention sweep and cursor commits run in the broker's nursery
-(:meth:`Broker.run`); logs are closed when it ends.
+(:meth:`Broker.run`); logs are closed when it ends, after every fsync a worker thread was
+running has returned. Durable topics fsync in worker threads, at most ``sync_threads`` at once.
 """
 
 from __future__ import annotations
@@ -91,6 +92,11 @@ def default_max_open_topics() -> int:
     return max(16, (soft if soft != resource.RLIM_INFINITY else 65536) // 8)
 
 
+DEFAULT_SYNC_THREADS = 4
+"""Worker threads fsyncing durable topics' logs at once, per broker (each topic has at most
+one sync running; topics beyond this many wait their turn). Threads are not what limits fsyncs
+on one disk: its flushes mostly queue behind each other, so a few threads keep it busy."""
+
 DEFAULT_IDLE_CLOSE_S = 60.0
 """Seconds a durable topic stays open with no producer and no subscriber before its log (and
 its file descriptors) is closed; the next request opens it again."""
@@ -153,6 +159,7 @@ class Broker:
         max_cursors: int = DEFAULT_MAX_CURSORS,
         max_open_topics: int | None = None,
         unclean_recovery: bool = False,
+        sync_threads: int = DEFAULT_SYNC_THREADS,
     ) -> None:
         self.data_dir = pathlib.Path(data_dir) if data_dir is not None else None
         self.fsync = fsync
@@ -171,6 +178,7 @@ class Broker:
         self.max_cursors = max_cursors
         self.max_open_topics = max_open_topics if max_open_topics is not None else default_max_open_topics()
         self.unclean_recovery = unclean_recovery  # see SegmentLog.open; off: damage it cannot place stops the start
+        self.sync_threads = trio.CapacityLimiter(sync_threads)  # fsyncs running at once, all topics
         self.storage_files = storage_files.REAL  # how durable logs change their files (tests inject faults)
         self.topics: dict[str, Topic] = {}  # the open ones; see also _closed
         self.recovery: dict[str, Any] = {}  # topic -> RecoveryReport of its log
@@ -382,10 +390,11 @@ class Broker:
         if closed is not None:
             topic.records_in, topic.records_out, topic.dropped, topic.disconnected = closed.counters
         self.topics[name] = topic
-        interval = self.fsync_interval if settings.durable and self.fsync is FsyncPolicy.INTERVAL else None
+        durable = settings.durable and self.data_dir is not None
+        interval = self.fsync_interval if durable and self.fsync is FsyncPolicy.INTERVAL else None
         assert self._nursery is not None, "the broker is not running"
         scope = self._writers[topic] = trio.CancelScope()
-        self._nursery.start_soon(self._run_writer, topic, interval, scope)
+        self._nursery.start_soon(self._run_writer, topic, interval, durable and self.fsync is FsyncPolicy.ALWAYS, scope)
         if new:  # a stored topic's readers came to it themselves, when they subscribed
             for reader, pattern in list(self._watchers.items()):
                 if topic_matches(pattern, name) and not reader.cancelled:
@@ -433,11 +442,13 @@ class Broker:
         self._cursors.setdefault(name, {})
         return self._memory_logs.setdefault(name, MemoryLog(settings.retention))
 
-    async def _run_writer(self, topic: Topic, sync_interval: float | None, scope: trio.CancelScope) -> None:
+    async def _run_writer(
+        self, topic: Topic, sync_interval: float | None, sync_each_append: bool, scope: trio.CancelScope
+    ) -> None:
         """The topic's writer, in the broker's nursery; if it fails, only its topic stops."""
         with scope:
             try:
-                await topic.run_writer(sync_interval)
+                await topic.run_writer(sync_interval, sync_each_append=sync_each_append, sync_threads=self.sync_threads)
             except Exception as failure:
                 self._topic_failed(topic, failure)
 

@@ -14,7 +14,9 @@ Slow subscribers, per topic (``max_lag`` is in records):
 - ``disconnect``: a subscriber more than ``max_lag`` behind is ended with ``SLOW_SUBSCRIBER``.
 
 Everything here runs on the broker's trio thread; nothing awaits, except the topic's writer,
-which batches what producers sent into one ``append`` (one fsync) per turn of the event loop.
+which batches what producers sent into one ``append`` per turn of the event loop, and its
+syncer, which runs the log's fsyncs in a worker thread (one at a time, each covering every
+append made while the previous one ran: group commit), so that no fsync stops the event loop.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from typing import Any, Protocol, runtime_checkable
 import msgpack
 import trio
 
-from ..errors import StreamError
+from ..errors import StreamError, single_errors
 from ..net.failures import TRACEBACKS_PER_MINUTE, RateLimitedLog
 from ..protocol import DEFAULT_MAX_FRAME_SIZE, MAX_INT, Encoded, ErrorCode
 from ..streams import Subscriber, Subscription
@@ -90,10 +92,11 @@ class Topic:
         self.disconnected = 0  # subscribers ended by the disconnect policy
         self._pending: list[TopicSink] = []  # sinks holding records for the writer
         self._wakeup = trio.Event()
+        self._sync_wanted = trio.Event()  # the writer appended records for the syncer to sync
         self._on_stored = on_stored  # (producer, last sequence) pairs that became durable
         self.failure_log = failure_log or RateLimitedLog(logging.getLogger("rsnet.broker"), TRACEBACKS_PER_MINUTE)
         self._on_storage_failed = on_storage_failed  # the error and the producers refused
-        self.storage_failure: str | None = None  # why the last append or sync failed, until one succeeds
+        self.storage_failure: str | None = None  # why the last append or sync failed, until an append succeeds
         self.storage_failures = 0  # appends and syncs that failed
 
     @property
@@ -118,32 +121,82 @@ class Topic:
         self._pending.append(sink)
         self._wakeup.set()
 
-    async def run_writer(self, sync_interval: float | None) -> None:
+    async def run_writer(
+        self,
+        sync_interval: float | None = None,
+        *,
+        sync_each_append: bool = False,
+        sync_threads: trio.CapacityLimiter | None = None,
+    ) -> None:
         """Append what producers sent, batched, then tell the sinks what is stored.
 
-        With ``sync_interval`` (the INTERVAL fsync policy) records count as stored once a
-        periodic ``sync`` has made them durable.
-        """
-        deadline = trio.current_time() + sync_interval if sync_interval else float("inf")
-        while True:
-            with trio.move_on_at(deadline):
-                await self._wakeup.wait()
-            self._wakeup = trio.Event()
-            if self._pending:
-                self._append_pending()
-            if sync_interval and trio.current_time() >= deadline:
-                deadline = trio.current_time() + sync_interval
-                try:
-                    self.log.sync()
-                except StorageError as failure:
-                    self._storage_failed(failure)
-                else:
-                    self.storage_failure = None
-                    for reader in list(self.readers):
-                        reader.appended(self)  # more is durable: readers may go on
-            self._settle()
+        How records become durable is the log's fsync policy: ``sync_each_append`` (ALWAYS)
+        syncs after appending, ``sync_interval`` (INTERVAL) every that many seconds, neither
+        (NEVER, in memory) never. Syncs run in a worker thread taken from ``sync_threads``
+        (the broker's bound on them; trio's default limiter if None), at most one per topic,
+        while the writer goes on appending: each sync covers everything appended before it
+        began, so under load one fsync covers many appends. Records count as stored, for
+        ``$acks`` and for readers, only once the sync covering them has returned.
 
-    def _append_pending(self) -> None:
+        Cancelling it waits for a sync a thread is running (a thread cannot be interrupted).
+        """
+        with single_errors():  # the broker contains a topic's failure by its own exception
+            async with trio.open_nursery() as nursery:
+                if sync_each_append or sync_interval:
+                    nursery.start_soon(self._run_syncer, sync_interval, sync_threads)
+                while True:
+                    await self._wakeup.wait()
+                    self._wakeup = trio.Event()
+                    if self._pending:
+                        self._append_pending(sync=not sync_each_append)
+                        if sync_each_append:
+                            self._sync_wanted.set()
+                    self._settle()
+
+    async def _run_syncer(self, sync_interval: float | None, threads: trio.CapacityLimiter | None) -> None:
+        """Sync whenever the writer appended (or every ``sync_interval`` seconds), one sync at
+        a time: appends made while one runs wait for the next."""
+        next_sync = trio.current_time() + (sync_interval or 0)
+        while True:
+            if sync_interval:
+                # Every interval from the last one's start, not from its end: a sync's own time
+                # must not stretch the period (readers see records only once synced).
+                await trio.sleep_until(next_sync)
+                next_sync = max(next_sync + sync_interval, trio.current_time())
+            else:
+                await self._sync_wanted.wait()
+                self._sync_wanted = trio.Event()
+            await self._sync(threads)
+
+    async def _sync(self, threads: trio.CapacityLimiter | None) -> None:
+        """One fsync of what the log has written, in a worker thread; then acknowledge and
+        deliver what it made durable, or refuse the producers if it failed."""
+        try:
+            pending = self.log.begin_sync()
+        except StorageError as refused:  # the log is failed, or a sync before this one failed
+            self._storage_failed(refused)
+            return
+        if pending is None:
+            return
+        failure: OSError | None = None
+        try:
+            await trio.to_thread.run_sync(pending.run, limiter=threads)
+        except OSError as exc:
+            failure = exc
+        finally:
+            pending.close()  # if no thread ever took it (cancelled while waiting for one)
+        try:
+            self.log.finish_sync(pending, failure)
+        except StorageError as error:
+            self._storage_failed(error)
+            return
+        # storage_failure stays: an append may have failed (a full disk) after this sync began,
+        # and it is the next append that shows the disk takes writes again.
+        for reader in list(self.readers):
+            reader.appended(self)  # more is durable: readers may go on
+        self._settle()
+
+    def _append_pending(self, sync: bool = True) -> None:
         if self.storage_failure is not None:
             try:  # a log left failed by an earlier fault may work again (space freed): look
                 self.log.repair()
@@ -155,6 +208,7 @@ class Topic:
         recent = self.recent if self.readers else None
         if recent is not None and recent.items:  # what every live subscriber has read goes
             recent.trim(min(reader.positions[self] for reader in self.readers))
+        durable = self.log.durable_offset
         for sink in pending:
             values, sink.buffer = sink.buffer, []
             if not values:
@@ -166,6 +220,7 @@ class Topic:
                     timestamp_ms=timestamp,
                     producer=sink.producer,
                     first_sequence=sink.next_sequence if sink.producer is not None else None,
+                    sync=sync,
                 )
             except StorageError as failure:
                 self._storage_failed(failure)
@@ -177,8 +232,10 @@ class Topic:
             self.records_in += sum(offset is not None for offset in offsets)
         if recent is None:
             self.recent.clear()  # nobody to share them with; a new reader starts from storage
-        for reader in list(self.readers):
-            reader.appended(self)
+        if self.log.durable_offset != durable or self.policy is not SlowPolicy.BACKPRESSURE:
+            # Readers see only durable records: until a sync, only the lag policies have news.
+            for reader in list(self.readers):
+                reader.appended(self)
 
     def _storage_failed(self, failure: StorageError) -> None:
         """The log could not store (or sync) records: every producer of the topic is refused

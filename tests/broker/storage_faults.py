@@ -9,6 +9,10 @@
 Calls that are not told to fail run for real (on the real file system), so a test sees the
 log's own files exactly as the fault left them. ``write`` may write part of the data first
 (``partial``), as a write that runs out of space does.
+
+:class:`GatedFiles` also holds fsyncs (the broker runs them in worker threads) until a test
+lets them go, to look at what happens while one is in flight. Both may be called from
+several threads at once.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import errno as errno_codes
 import os
+import threading
 
 from rsnet.broker.storage.files import FileOps
 
@@ -37,6 +42,7 @@ class FaultyFiles(FileOps):
         self._faults: list[_Fault] = []
         self.failed: list[tuple[str, int]] = []  # (call, errno) of every injected failure
         self.calls: list[str] = []  # every call made, by name
+        self._lock = threading.Lock()  # fsyncs come from worker threads too
 
     def fail(
         self,
@@ -59,6 +65,10 @@ class FaultyFiles(FileOps):
         self._faults.clear()
 
     def _check(self, call: str, path: str | None) -> _Fault | None:
+        with self._lock:
+            return self._check_locked(call, path)
+
+    def _check_locked(self, call: str, path: str | None) -> _Fault | None:
         self.calls.append(call)
         for fault in self._faults:
             if fault.call != call or (
@@ -137,6 +147,47 @@ class FaultyFiles(FileOps):
             return os.readlink(f"/proc/self/fd/{fd}")
         except OSError:
             return None
+
+
+class GatedFiles(FaultyFiles):
+    """:class:`FaultyFiles` whose fsyncs (``datasync``) of files under a path wait, while
+    :meth:`hold` is in force, until :meth:`release`; then they go on (and fail if told to).
+
+    ``entered`` is set when a held fsync starts waiting; ``synced`` lists the path of every
+    fsync that returned, in order."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._held_under: str | None = None
+        self._gate = threading.Event()
+        self.entered = threading.Event()
+        self.synced: list[str | None] = []
+
+    def hold(self, under: str | os.PathLike[str]) -> None:
+        self._held_under = os.path.abspath(os.fspath(under))
+        self._gate.clear()
+        self.entered.clear()
+
+    def release(self) -> None:
+        self._held_under = None
+        self._gate.set()
+
+    def datasync(self, fd: int) -> None:
+        path = self._path(fd)
+        held = self._held_under
+        if held is not None and path is not None and path.startswith(held):
+            self.entered.set()
+            if not self._gate.wait(30):  # a test that never releases fails instead of hanging
+                raise AssertionError(f"an fsync of {path} was held for 30 s: release() never came")
+        super().datasync(fd)
+        with self._lock:
+            self.synced.append(path)
+
+    def syncs_under(self, under: str | os.PathLike[str]) -> int:
+        """How many fsyncs of files under ``under`` have returned."""
+        prefix = os.path.abspath(os.fspath(under))
+        with self._lock:
+            return sum(1 for path in self.synced if path is not None and path.startswith(prefix))
 
 
 ENOSPC = errno_codes.ENOSPC

@@ -1,7 +1,8 @@
 """The broker's storage engine: one append-only log per topic, and named consumer cursors.
 
 Synchronous and single-threaded per log: no trio, no network, no clocks (callers pass the
-time). The topic engine calls it; nothing here knows about subscribers or producers beyond
+time). The one exception is an fsync: ``begin_sync`` hands out a :class:`PendingSync` whose
+``run`` may go to another thread while the log's thread goes on (see ALWAYS below). The topic engine calls it; nothing here knows about subscribers or producers beyond
 the (producer, sequence) idempotency key stored with each record.
 
 - :class:`TopicLog` (``log.py``): the contract. Offsets are contiguous from 0 per topic;
@@ -27,9 +28,21 @@ broker acknowledges only up to ``durable_offset``, and what that means is the po
     on a process kill: nothing acknowledged. On an OS crash or power failure: nothing
     acknowledged either, provided the disk honours flushes. Cost: an fsync in every
     ``append``'s latency.
+
+    The broker does the same without waiting for the disk in its event loop: it appends with
+    ``append(..., sync=False)`` (a write into the OS's page cache) and runs the fsync in a
+    worker thread: ``begin_sync()`` notes ``next_offset`` and gives the thread descriptors of
+    its own, ``PendingSync.run()`` fsyncs, and ``finish_sync()``, back on the log's thread,
+    moves ``durable_offset`` to the offset noted, and only then are those records
+    acknowledged or shown to readers. Appends made while a sync runs are covered by the next
+    one, which covers all of them at once (group commit); fsyncs of one log never overlap
+    (rolling to a new segment, ``sync()`` and closing wait for the one running). The
+    guarantees are ALWAYS's, with one fsync in the acknowledgement latency, shared by every
+    append it covers.
 ``INTERVAL``
     ``append`` writes to the OS and returns; the caller runs ``sync()`` every interval,
-    which fsyncs and only then moves ``durable_offset`` up. Acknowledged records are never
+    which fsyncs and only then moves ``durable_offset`` up (the broker runs it in a worker
+    thread, as under ALWAYS). Acknowledged records are never
     lost, exactly as under ALWAYS: the price is acknowledgement latency (up to one interval)
     instead of one fsync per append. What is written but not yet synced survives a process
     kill (the OS has it) and may be lost on an OS crash or power failure, but none of it was
@@ -96,7 +109,9 @@ Every change to a file goes through ``files.FileOps`` (tests inject ENOSPC and E
 write the file system refuses is cut off and ``append`` raises :class:`WriteFailed`
 (``full`` for ENOSPC/EDQUOT) with the log as it was before the call. A failed fsync rolls the
 log back to its last sync point (cut and synced again, state rewound), since the kernel may
-have dropped the pages it could not write; none of it was acknowledged. Either way the log
+have dropped the pages it could not write; none of it was acknowledged. An fsync run in a
+worker thread fails the same way, when ``finish_sync`` is given its error: everything written
+since the last successful sync is cut, including what was appended while it ran. Either way the log
 goes on: the next ``append`` works once the disk does. Only if that cut fails too does the
 log refuse writes (:class:`LogFailed`) until ``repair()`` has scanned its files again; reads
 are served throughout.
@@ -127,6 +142,7 @@ from .log import (
     OffsetBeyondEnd,
     OffsetDamaged,
     OffsetTrimmed,
+    PendingSync,
     Retention,
     StorageError,
     TopicLog,
@@ -148,6 +164,7 @@ __all__ = [
     "OffsetBeyondEnd",
     "OffsetDamaged",
     "OffsetTrimmed",
+    "PendingSync",
     "Record",
     "RecoveryReport",
     "Retention",

@@ -2,7 +2,8 @@
 
 The rules shared by both kinds of log live here, in :class:`TopicLog`: argument checks,
 idempotent-producer deduplication, encoding, and the bounds of ``read``. A subclass only
-stores frames and finds them again (``_store``, ``_read``, ``_offset_for_timestamp``).
+stores frames and finds them again (``_store``, ``_read``, ``_offset_for_timestamp``), and
+makes them durable (``begin_sync``/``finish_sync``, with a :class:`PendingSync` between them).
 
 This module imports msgpack and the standard library only.
 """
@@ -13,6 +14,7 @@ import abc
 import dataclasses
 import enum
 import errno as _errno
+import threading
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -114,6 +116,9 @@ class FsyncPolicy(enum.Enum):
     """When a durable log forces its writes to the disk (see the package docstring for the risks).
 
     ALWAYS: ``append`` fsyncs before it returns; ``durable_offset`` is then ``next_offset``.
+    ``append(..., sync=False)`` leaves that fsync to the caller (the broker runs it in a worker
+    thread, one fsync for all the appends made while the previous one ran: see
+    :class:`PendingSync`).
     INTERVAL: ``append`` writes to the OS only; the caller calls ``sync()`` every interval,
     which fsyncs and moves ``durable_offset`` up to ``next_offset``.
     NEVER: never fsyncs by itself; ``durable_offset`` is ``next_offset`` as soon as the OS has
@@ -123,6 +128,83 @@ class FsyncPolicy(enum.Enum):
     ALWAYS = "always"
     INTERVAL = "interval"
     NEVER = "never"
+
+
+class PendingSync(abc.ABC):
+    """One fsync of what a log has written and not yet made durable, in three steps, so that
+    the slow middle one can run on another thread while the log's own thread goes on:
+
+    1. ``log.begin_sync()``, on the log's thread: what to sync, up to :attr:`end_offset` (the
+       ``next_offset`` when it began; records appended later wait for the next sync);
+    2. :meth:`run`, on any thread, at most once: the fsyncs. It uses only file descriptors of
+       its own and changes nothing in the log, so the log may append, and close, meanwhile;
+    3. ``log.finish_sync(pending, failure)``, on the log's thread, with what :meth:`run`
+       raised (an OSError) or None: only then does ``durable_offset`` reach ``end_offset``.
+
+    A log has at most one sync begun and not finished. Anything else that syncs (``sync()``,
+    rolling to a new segment, ``begin_sync`` again) first waits, on its own thread, for a
+    :meth:`run` that has started, and finishes it: fsyncs of one log never overlap, so no sync
+    is trusted after a failure the kernel reported to another one.
+
+    :meth:`close` gives back the file descriptors of a sync that will not run (its task was
+    cancelled before a thread took it); it is harmless after :meth:`run`.
+    """
+
+    end_offset: int
+    """Every record below this offset is durable once the sync finished without failure."""
+
+    _PREPARED, _RUNNING, _RAN, _ABANDONED = range(4)
+
+    def __init__(self, end_offset: int) -> None:
+        self.end_offset = end_offset
+        self.failure: BaseException | None = None
+        """What :meth:`run` raised, once it ran."""
+        self._state = self._PREPARED
+        self._state_lock = threading.Lock()  # run() on a worker thread, close() on the log's
+        self._ran = threading.Event()
+
+    def run(self) -> None:
+        """Run the fsyncs (on any thread); raises OSError as they do. Does nothing if the sync
+        was given up (:meth:`close`) first."""
+        with self._state_lock:
+            if self._state != self._PREPARED:
+                return
+            self._state = self._RUNNING
+        try:
+            self._sync_files()
+        except BaseException as failure:
+            self.failure = failure
+            raise
+        finally:
+            self._release()
+            with self._state_lock:
+                self._state = self._RAN
+            self._ran.set()
+
+    def close(self) -> None:
+        """Give the sync up if :meth:`run` has not started it (its file descriptors are closed);
+        otherwise nothing."""
+        with self._state_lock:
+            if self._state != self._PREPARED:
+                return
+            self._state = self._ABANDONED
+        self._release()
+        self._ran.set()
+
+    def wait(self) -> bool:
+        """On the log's thread: block until a :meth:`run` already started has returned, and say
+        whether it ran (False: it had not started, and now never will)."""
+        self.close()
+        self._ran.wait()
+        return self._state == self._RAN
+
+    @abc.abstractmethod
+    def _sync_files(self) -> None:
+        """The fsyncs; raises OSError."""
+
+    @abc.abstractmethod
+    def _release(self) -> None:
+        """Close this sync's file descriptors (called exactly once)."""
 
 
 DEFAULT_MAX_PRODUCERS = 10_000
@@ -247,6 +329,7 @@ class TopicLog(abc.ABC):
         timestamp_ms: int,
         producer: str | None = None,
         first_sequence: int | None = None,
+        sync: bool = True,
     ) -> list[int | None]:
         """Append ``values`` in order; return each one's offset, or None for a duplicate.
 
@@ -266,6 +349,11 @@ class TopicLog(abc.ABC):
         On disk a batch is not atomic: if the process dies inside ``append``, a prefix of the
         batch may be kept. Nothing of it was acknowledged, and a retry with the same
         sequences stores only the rest.
+
+        ``sync=False`` skips the fsync ``FsyncPolicy.ALWAYS`` makes before returning: the
+        records are written (readable, not durable) and the caller makes them durable with
+        ``sync()`` or ``begin_sync``/``finish_sync`` (one sync for many appends). Other
+        policies never fsync in ``append``.
         """
         self._check_usable()
         if type(timestamp_ms) is not int or not MIN_INT64 <= timestamp_ms <= MAX_INT64:
@@ -294,7 +382,9 @@ class TopicLog(abc.ABC):
         first = self._next_offset
         self._append_ms = timestamp_ms
         if frames:
-            self._store(frames, timestamp_ms, producer, None if first_sequence is None else first_sequence + duplicates)
+            self._store(
+                frames, timestamp_ms, producer, None if first_sequence is None else first_sequence + duplicates, sync
+            )
         return [None] * duplicates + list(range(first, first + len(frames)))
 
     def read(self, offset: int, max_count: int) -> list[Record]:
@@ -355,9 +445,36 @@ class TopicLog(abc.ABC):
             return self._next_offset
         return self._offset_for_timestamp(timestamp_ms)
 
-    @abc.abstractmethod
     def sync(self) -> None:
-        """Force what is written to the disk; ``durable_offset`` becomes ``next_offset``."""
+        """Force what is written to the disk; ``durable_offset`` becomes ``next_offset``.
+
+        ``begin_sync``, ``run`` and ``finish_sync`` on this thread. Raises :class:`WriteFailed`
+        if the fsync fails (see ``finish_sync``)."""
+        pending = self.begin_sync()
+        if pending is None:
+            return
+        failure: OSError | None = None
+        try:
+            pending.run()
+        except OSError as exc:
+            failure = exc
+        finally:
+            pending.close()
+        self.finish_sync(pending, failure)
+
+    @abc.abstractmethod
+    def begin_sync(self) -> PendingSync | None:
+        """Prepare an fsync of what is written and not yet durable (see :class:`PendingSync`);
+        None if there is nothing to sync. Waits for a sync begun earlier that is running, and
+        finishes it first. Raises :class:`StorageError` if the log cannot sync (closed, failed)."""
+
+    @abc.abstractmethod
+    def finish_sync(self, pending: PendingSync, failure: OSError | None) -> None:
+        """On the log's thread, after ``pending.run()``: with no ``failure``, ``durable_offset``
+        moves up to ``pending.end_offset``. With one, raises :class:`WriteFailed`: the log is
+        rolled back to what the last successful sync made durable (or, if it cannot be, fails
+        until ``repair()``), as a failed ``sync()`` leaves it. Does nothing for a sync already
+        finished (by a sync that waited for it) or given up (the log was closed or repaired)."""
 
     @abc.abstractmethod
     def enforce_retention(self, now_ms: int) -> int:
@@ -383,8 +500,10 @@ class TopicLog(abc.ABC):
     # -- for subclasses -----------------------------------------------------------------------
 
     @abc.abstractmethod
-    def _store(self, frames: list[bytes], timestamp_ms: int, producer: str | None, first_sequence: int | None) -> None:
-        """Store framed records numbered from ``next_offset``.
+    def _store(
+        self, frames: list[bytes], timestamp_ms: int, producer: str | None, first_sequence: int | None, sync: bool
+    ) -> None:
+        """Store framed records numbered from ``next_offset`` (``sync``: see ``append``).
 
         Advances ``next_offset`` (and the producer's sequence, see ``_stored``) as records
         are stored, so after an exception the log still describes exactly what it holds.

@@ -13,7 +13,7 @@ from __future__ import annotations
 import bisect
 from typing import Any
 
-from .log import Retention, TopicLog
+from .log import PendingSync, Retention, TopicLog
 from .records import FRAME_HEAD, decode_fields
 
 COMPACT_AFTER = 4096
@@ -32,8 +32,13 @@ class MemoryLog(TopicLog):
         self._running_max: list[int] = []  # highest timestamp up to and including each record
         self._head = 0
 
-    def sync(self) -> None:
+    def begin_sync(self) -> PendingSync | None:
+        """Nothing to sync: in memory, stored is all there is."""
         self._check_open()
+        return None
+
+    def finish_sync(self, pending: PendingSync, failure: OSError | None) -> None:
+        raise ValueError("a MemoryLog never begins a sync")  # begin_sync returns None
 
     def repair(self) -> None:
         """Nothing to repair: memory does not fail the way files do."""
@@ -68,7 +73,9 @@ class MemoryLog(TopicLog):
 
     # -- storage --------------------------------------------------------------------------------
 
-    def _store(self, frames: list[bytes], timestamp_ms: int, producer: str | None, first_sequence: int | None) -> None:
+    def _store(
+        self, frames: list[bytes], timestamp_ms: int, producer: str | None, first_sequence: int | None, sync: bool
+    ) -> None:
         running = max(timestamp_ms, self._running_max[-1]) if self._running_max else timestamp_ms
         self._frames.extend(frames)
         self._timestamps.extend([timestamp_ms] * len(frames))

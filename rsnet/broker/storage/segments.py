@@ -17,6 +17,13 @@ Other files (a cursor store, for instance) are left alone. The pieces, one modul
 - ``recovery.py``: what opening a directory keeps (the rules are in the package docstring);
 - this module: :class:`SegmentLog`, which appends, rolls, reads, syncs and enforces retention.
 
+Syncing (see :class:`~.log.PendingSync`): ``begin_sync`` hands a worker thread descriptors of
+its own (a ``dup`` of the active segment's, sealed segments opened again), so nothing the log
+does meanwhile (appending, retention deleting a segment, closing) can close a descriptor under
+the thread's fsync or let it sync a file that reused the number. Fsyncs of one log never
+overlap: rolling to a new segment and ``sync()`` first wait for a sync that is running (a roll
+happens once per ``segment_bytes``; its fsync covers little, since the previous sync).
+
 The header's sequences make idempotency survive both restarts and retention: when older
 segments are deleted, the remaining segments' headers still know every producer remembered
 (``Retention.max_producers`` bounds them).
@@ -44,7 +51,7 @@ from typing import Any
 
 from . import recovery, segment_file, sidecars
 from .files import REAL, FileOps, unlink_if_present
-from .log import CorruptData, FsyncPolicy, LogFailed, Retention, StorageError, TopicLog, WriteFailed
+from .log import CorruptData, FsyncPolicy, LogFailed, PendingSync, Retention, StorageError, TopicLog, WriteFailed
 from .records import BadRecord, decode_fields, unpack
 from .recovery import RecoveryReport
 from .segment_file import INDEX_INTERVAL_BYTES, Segment
@@ -82,6 +89,7 @@ class SegmentLog(TopicLog):
         self._directory_synced = True
         self._failure: BaseException | None = None
         self._sync_point: tuple[Any, ...] = ()  # see _mark_synced
+        self._in_flight: _SegmentSync | None = None  # begun, not finished: see begin_sync
 
     @classmethod
     def open(
@@ -126,32 +134,87 @@ class SegmentLog(TopicLog):
 
     # -- TopicLog -----------------------------------------------------------------------------
 
-    def sync(self) -> None:
-        """See :meth:`TopicLog.sync`; raises :class:`WriteFailed` if the fsync fails (the log is
-        then rolled back to its last sync point, see ``_fsync_active``)."""
-        try:
-            self._sync()
-        except OSError as exc:
-            raise WriteFailed(f"{self.directory}: records could not be made durable: {exc}", exc.errno) from exc
-
-    def _sync(self) -> None:
+    def begin_sync(self) -> PendingSync | None:
+        """See :meth:`TopicLog.begin_sync`: the segments written since the last sync (sealed
+        ones first, then the active one) and the directory if a segment's entry is not synced
+        yet (NEVER). Raises :class:`WriteFailed` if a sync running before fails (the log is
+        then rolled back, see ``finish_sync``) or no descriptor is left for this one."""
+        self._await_in_flight()
         self._check_usable()
-        if self._synced_offset < self._next_offset:
-            for segment in self._segments:
-                if segment.next_offset > self._synced_offset:
-                    if segment is self._active:
-                        self._fsync_active()
-                    else:
-                        fd = os.open(segment.path, os.O_RDONLY | os.O_CLOEXEC)
-                        try:
-                            self._fsync(fd)
-                        finally:
-                            os.close(fd)
-            self._synced_offset = self._next_offset
-        if not self._directory_synced:
-            self._sync_directory()
-        self._durable_offset = self._next_offset
-        self._mark_synced()
+        end = self._next_offset
+        unsynced = (
+            [s for s in self._segments if s.next_offset > self._synced_offset] if self._synced_offset < end else []
+        )
+        if not unsynced and self._directory_synced:
+            return None
+        fds: list[int] = []
+        try:
+            for segment in unsynced:
+                # The active segment's own descriptor stays the log's (to append, truncate,
+                # close); the thread gets a duplicate, which only it closes.
+                fds.append(
+                    os.dup(self._active_fd)
+                    if segment is self._active
+                    else os.open(segment.path, os.O_RDONLY | os.O_CLOEXEC)
+                )
+        except OSError as exc:
+            for fd in fds:
+                os.close(fd)
+            raise WriteFailed(f"{self.directory}: records could not be made durable: {exc}", exc.errno) from exc
+        pending = _SegmentSync(
+            self._files,
+            fds,
+            fds[-1] if unsynced and unsynced[-1] is self._active else -1,
+            None if self._directory_synced else self.directory,
+            end,
+            self._snapshot(),
+        )
+        self._in_flight = pending
+        return pending
+
+    def finish_sync(self, pending: PendingSync, failure: OSError | None) -> None:
+        """See :meth:`TopicLog.finish_sync`. A failed fsync of the active segment rolls the log
+        back to its last sync point (``_roll_back``); any other failed fsync (a sealed segment
+        or the directory, under NEVER only) fails the log until ``repair()``."""
+        if pending is not self._in_flight:
+            return
+        self._in_flight = None
+        assert isinstance(pending, _SegmentSync)
+        if failure is None:
+            self._synced_offset = pending.end_offset  # syncs never overlap: this only grows
+            self._durable_offset = max(self._durable_offset, pending.end_offset)
+            if pending.directory is not None:
+                self._directory_synced = True
+            self._sync_point = pending.sync_point
+            return
+        if pending.active_failed:
+            self._roll_back(failure)
+        else:
+            self._failure = failure
+        raise WriteFailed(f"{self.directory}: records could not be made durable: {failure}", failure.errno) from failure
+
+    def _await_in_flight(self) -> None:
+        """Fsyncs never overlap: wait (blocking this thread) for a sync a worker is running and
+        finish it here, raising WriteFailed if it failed; one not started yet is given up (the
+        sync that comes next covers what it would have)."""
+        pending = self._in_flight
+        if pending is None:
+            return
+        if not pending.wait():
+            self._in_flight = None
+            return
+        failure = pending.failure
+        if failure is not None and not isinstance(failure, OSError):
+            self._in_flight = None
+            raise failure  # not a storage failure: a bug, raised where it shows
+        self.finish_sync(pending, failure)
+
+    def _drop_in_flight(self) -> None:
+        """Forget a sync begun and not finished (closing, repairing): its result no longer
+        counts, and a thread still running it only closes descriptors of its own."""
+        if self._in_flight is not None:
+            self._in_flight.close()
+            self._in_flight = None
 
     def enforce_retention(self, now_ms: int) -> int:
         """Delete every segment whose records have all expired; return how many records went.
@@ -203,12 +266,14 @@ class SegmentLog(TopicLog):
         return dropped
 
     def close(self) -> None:
+        """See :meth:`TopicLog.close`: the final sync first waits for one a worker is running."""
         if self._closed:
             return
         try:
             if self.fsync is not FsyncPolicy.NEVER and self._failure is None:
                 self.sync()
         finally:
+            self._drop_in_flight()
             self._closed = True
             self._release()
 
@@ -218,11 +283,17 @@ class SegmentLog(TopicLog):
     def _active(self) -> Segment:
         return self._segments[-1]
 
-    def _store(self, frames: list[bytes], timestamp_ms: int, producer: str | None, first_sequence: int | None) -> None:
+    def _store(
+        self, frames: list[bytes], timestamp_ms: int, producer: str | None, first_sequence: int | None, sync: bool
+    ) -> None:
         try:
             self._store_frames(frames, timestamp_ms, producer, first_sequence)
         except OSError as exc:
             raise WriteFailed(f"{self.directory}: records could not be stored: {exc}", exc.errno) from exc
+        if self.fsync is FsyncPolicy.ALWAYS and sync:
+            self.sync()
+        elif self.fsync is FsyncPolicy.NEVER:
+            self._durable_offset = self._next_offset
 
     def _store_frames(
         self, frames: list[bytes], timestamp_ms: int, producer: str | None, first_sequence: int | None
@@ -244,10 +315,6 @@ class SegmentLog(TopicLog):
                 segment.sequences[producer] = first_sequence + end - 1
             self._stored(end - start, producer, None if first_sequence is None else first_sequence + end - 1)
             start = end
-        if self.fsync is FsyncPolicy.ALWAYS:
-            self._sync()
-        elif self.fsync is FsyncPolicy.NEVER:
-            self._durable_offset = self._next_offset
 
     def _write(self, segment: Segment, frames: list[bytes], timestamp_ms: int) -> None:
         data = b"".join(frames)
@@ -270,12 +337,13 @@ class SegmentLog(TopicLog):
 
     def _roll(self) -> None:
         """Seal the active segment (synced unless NEVER), write its sidecar, and start a new
-        one at ``next_offset``: a segment with a later one after it is sealed."""
+        one at ``next_offset``: a segment with a later one after it is sealed.
+
+        A sync running on a worker is waited for first, whatever the policy: the sync point a
+        failed fsync rolls back to must be in the active segment (see ``_roll_back``)."""
+        self._await_in_flight()
         if self.fsync is not FsyncPolicy.NEVER and self._synced_offset < self._next_offset:
-            self._fsync_active()
-            self._synced_offset = self._next_offset
-            self._durable_offset = self._next_offset
-            self._mark_synced()
+            self.sync()
         old = self._active
         self._write_sidecar(old)
         segment, fd = self._create_segment(self._next_offset)
@@ -305,31 +373,13 @@ class SegmentLog(TopicLog):
         is synced with the next segment's, which ``_roll`` creates right after."""
         sidecars.write(self._files, segment, self.fsync is not FsyncPolicy.NEVER)
 
-    def _fsync(self, fd: int) -> None:
-        try:
-            self._files.datasync(fd)
-        except OSError as exc:
-            self._failure = exc
-            raise
-
-    def _fsync_active(self) -> None:
-        """fsync the active segment; if that fails, roll the log back to its last sync point.
-
-        After a failed fsync the kernel may have dropped the pages it could not write and
-        report success to the next fsync, so what was written since the last successful sync
-        cannot be trusted: it is cut off (truncate, then fsync again), and the log's state is
-        rewound to match. None of it was acknowledged (``durable_offset`` never passed the
-        sync point). Only if cutting it off fails too is the log failed (:class:`LogFailed`).
-        """
-        try:
-            self._files.datasync(self._active_fd)
-        except OSError as exc:
-            self._roll_back(exc)
-            raise
-
     def _mark_synced(self) -> None:
         """Everything in the log is durable now: the point a failed fsync rolls back to."""
-        self._sync_point = (
+        self._sync_point = self._snapshot()
+
+    def _snapshot(self) -> tuple[Any, ...]:
+        """The log's state now, to install as the sync point once a sync covering it succeeded."""
+        return (
             len(self._segments),
             self._next_offset,
             self._size_bytes,
@@ -338,6 +388,14 @@ class SegmentLog(TopicLog):
         )
 
     def _roll_back(self, cause: OSError) -> None:
+        """The fsync of the active segment failed: roll the log back to its last sync point.
+
+        After a failed fsync the kernel may have dropped the pages it could not write and
+        report success to the next fsync, so what was written since the last successful sync
+        cannot be trusted: it is cut off (truncate, then fsync again), and the log's state is
+        rewound to match. None of it was acknowledged (``durable_offset`` never passed the
+        sync point). Only if cutting it off fails too is the log failed (:class:`LogFailed`).
+        """
         segments, next_offset, size_bytes, producers, checkpoint = self._sync_point
         assert segments == len(self._segments), "a segment is rolled only after a sync point"
         try:
@@ -515,6 +573,7 @@ class SegmentLog(TopicLog):
         self._check_open()
         if self._failure is None:
             return
+        self._drop_in_flight()  # what it covers, the scan below finds (or not) on its own
         try:
             recovered = recovery.recover(self._files, self.directory, self.fsync is not FsyncPolicy.NEVER)
         except OSError as exc:
@@ -543,3 +602,42 @@ class SegmentLog(TopicLog):
         self._durable_offset = self._synced_offset = self._next_offset
         self._size_bytes = sum(segment.size for segment in self._segments)
         self._mark_synced()
+
+
+class _SegmentSync(PendingSync):
+    """A :class:`SegmentLog`'s fsync (see ``begin_sync``), run on any thread with descriptors
+    of its own: the segments' data in order, the active segment's last, then the directory."""
+
+    def __init__(
+        self,
+        files: FileOps,
+        fds: list[int],
+        active_fd: int,
+        directory: str | None,
+        end_offset: int,
+        sync_point: tuple[Any, ...],
+    ) -> None:
+        super().__init__(end_offset)
+        self._files = files
+        self._fds = fds
+        self._active_fd = active_fd  # among fds, or -1 when the active segment has nothing new
+        self.directory = directory
+        """The directory whose entries are synced after the data, if any are new."""
+        self.sync_point = sync_point
+        """The log's state at ``end_offset``: what a later failed fsync rolls back to."""
+        self.active_failed = False
+        """The fsync that failed was the active segment's (a rollback can cut what it lost)."""
+
+    def _sync_files(self) -> None:
+        for fd in self._fds:
+            try:
+                self._files.datasync(fd)
+            except OSError:
+                self.active_failed = fd == self._active_fd
+                raise
+        if self.directory is not None:
+            self._files.sync_directory(self.directory)
+
+    def _release(self) -> None:
+        for fd in self._fds:
+            os.close(fd)

@@ -1,0 +1,274 @@
+"""The broker fsyncs durable topics in worker threads, never in its event loop (issue 13).
+
+An in-process broker on 127.0.0.1 (fsync ``always``, its default) whose logs change their files
+through :class:`GatedFiles`: a test holds one topic's fsync and looks at what happens while it
+is in flight. Acknowledged means stored: nothing is acknowledged or delivered before the fsync
+covering it has returned, and everything else (other topics, the connection) goes on.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import pathlib
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+
+import rsnet
+from rsnet.broker.broker import Broker
+from rsnet.broker.client import publish
+from rsnet.broker.codes import BrokerCode
+from rsnet.broker.storage import FsyncPolicy, SegmentLog
+from rsnet.streams import from_iterable
+
+from .storage_faults import GatedFiles
+from .support import broker_serving
+
+
+async def until(condition: Callable[[], bool]) -> None:
+    """Wait until ``condition()`` holds (checked every millisecond: a state, not a timing)."""
+    with trio.fail_after(10):
+        while not condition():
+            await trio.sleep(0.001)
+
+
+async def entered(files: GatedFiles) -> None:
+    """Wait until a held fsync has started (in the broker's worker thread)."""
+    assert await trio.to_thread.run_sync(files.entered.wait, 10), "no fsync was held"
+
+
+async def collect(
+    conn: rsnet.Client, name: str, params: dict[str, Any], into: list[Any], *, task_status: trio.TaskStatus[None]
+) -> None:
+    async with conn.subscribe(name, params, prefetch=1024) as items:
+        task_status.started()
+        async for item in items:
+            into.append(item)
+
+
+async def offer(conn: rsnet.Client, topic: str, records: list[Any], producer: str, sequence: int) -> None:
+    """Send ``records`` without waiting for their acknowledgement."""
+    await conn.offer(topic, from_iterable(records), {"producer": producer, "sequence": sequence})
+
+
+def stored(directory: pathlib.Path) -> list[Any]:
+    """What a fresh open of the topic's directory finds on disk."""
+    log, report = SegmentLog.open(directory)
+    with log:
+        assert report.clean, report.damaged
+        return [record.value for record in log.read(log.first_offset, 10**6)]
+
+
+def open_descriptors(directory: pathlib.Path) -> list[str]:
+    found = []
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{name}")
+        except OSError:
+            continue
+        if target.startswith(str(directory)):
+            found.append(target)
+    return found
+
+
+def gated_broker(tmp_path: pathlib.Path) -> tuple[Broker, GatedFiles]:
+    files = GatedFiles()
+    broker = Broker(data_dir=tmp_path)  # fsync always
+    broker.storage_files = files
+    return broker, files
+
+
+@asynccontextmanager
+async def serving_gated(tmp_path: pathlib.Path) -> AsyncIterator[tuple[Broker, GatedFiles, rsnet.Client]]:
+    """A gated broker, served, and a connection to it; a test that fails while it holds an
+    fsync has it released first, so the broker's shutdown does not wait for it."""
+    broker, files = gated_broker(tmp_path)
+    async with broker_serving(broker) as (url, _), rsnet.connect(url) as conn:
+        try:
+            yield broker, files, conn
+        finally:
+            files.release()
+
+
+async def test_while_a_topics_fsync_runs_nothing_of_it_is_acknowledged_or_delivered_and_other_topics_go_on(
+    tmp_path: pathlib.Path,
+) -> None:
+    async with serving_gated(tmp_path) as (broker, files, conn), trio.open_nursery() as nursery:
+        await publish(conn, "slow", ["s0"], producer="p")
+        await publish(conn, "fast", ["f0"], producer="q")
+        slow_records: list[Any] = []
+        acks: list[Any] = []
+        fast_records: list[Any] = []
+        await nursery.start(collect, conn, "slow", {"from": "earliest"}, slow_records)
+        await nursery.start(collect, conn, "$acks", {"producer": "p", "topic": "slow"}, acks)
+        await nursery.start(collect, conn, "fast", {"from": "earliest"}, fast_records)
+        await until(lambda: len(slow_records) == 1 and len(acks) == 1 and len(fast_records) == 1)
+        assert acks[0]["sequence"] == 0
+        slow = broker.topics["slow"]
+
+        files.hold(tmp_path / "slow")
+        nursery.start_soon(offer, conn, "slow", ["s1", "s2", "s3"], "p", 1)
+        await entered(files)
+        await until(lambda: slow.log.next_offset == 4)  # written while its fsync is held
+
+        # The event loop is free: another durable topic stores (its fsync in another thread),
+        # acknowledges and delivers, on the same connection.
+        await publish(conn, "fast", ["f1", "f2"], producer="q", first_sequence=1)
+        await until(lambda: len(fast_records) == 3)
+        await trio.testing.wait_all_tasks_blocked()
+        assert slow.log.durable_offset == 1
+        assert [r["value"] for r in slow_records] == ["s0"] and len(acks) == 1  # nothing before the fsync
+
+        files.release()
+        await until(lambda: len(slow_records) == 4 and acks[-1]["sequence"] == 3)
+        assert [r["value"] for r in slow_records] == ["s0", "s1", "s2", "s3"]
+        assert [r["value"] for r in fast_records] == ["f0", "f1", "f2"]
+        nursery.cancel_scope.cancel()
+
+
+async def test_appends_made_during_one_fsync_are_all_covered_by_the_next_one(tmp_path: pathlib.Path) -> None:
+    directory = tmp_path / "slow"
+    async with serving_gated(tmp_path) as (broker, files, conn), trio.open_nursery() as nursery:
+        await publish(conn, "slow", ["s0"], producer="p")
+        slow = broker.topics["slow"]
+        files.hold(directory)
+        syncs = files.syncs_under(directory)
+        writes = files.calls.count("write_all")
+        nursery.start_soon(offer, conn, "slow", ["s1"], "p", 1)
+        await entered(files)  # the first fsync, for s1, is in flight
+        for n in range(4):  # four producers, one append each at least (the writer appends per producer)
+            nursery.start_soon(offer, conn, "slow", [f"{n}-{i}" for i in range(5)], f"producer-{n}", 0)
+        await until(lambda: slow.log.next_offset == 22)
+        assert files.calls.count("write_all") - writes >= 5 and slow.log.durable_offset == 1
+        files.release()
+        await until(lambda: slow.log.durable_offset == 22)
+        assert files.syncs_under(directory) - syncs == 2  # the one held, then one for the other 20 records
+        nursery.cancel_scope.cancel()
+
+
+async def test_an_fsync_failing_in_its_thread_refuses_the_producers_and_keeps_what_was_acknowledged(
+    tmp_path: pathlib.Path,
+) -> None:
+    directory = tmp_path / "slow"
+    async with serving_gated(tmp_path) as (broker, files, conn):
+        await publish(conn, "slow", ["s0"], producer="p")
+        slow = broker.topics["slow"]
+        files.hold(directory)
+        refused: list[rsnet.StreamError] = []
+
+        async def refused_publish(records: list[Any], producer: str, first_sequence: int) -> None:
+            with pytest.raises(rsnet.StreamError) as error:
+                await publish(conn, "slow", records, producer=producer, first_sequence=first_sequence)
+            refused.append(error.value)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(refused_publish, ["s1", "s2", "s3"], "p", 1)
+            await entered(files)
+            nursery.start_soon(refused_publish, ["q0"], "q", 0)  # appended while the fsync runs
+            await until(lambda: slow.log.next_offset == 5)
+            files.fail("datasync", errno.EIO, under=directory, times=1)
+            files.release()
+        assert [error.code for error in refused] == [BrokerCode.STORAGE_ERROR] * 2
+        # Rolled back to what the last successful fsync made durable: s0. Nothing else was
+        # acknowledged, so nothing acknowledged is lost, and offset 1 is free for a resend.
+        assert (slow.log.next_offset, slow.log.durable_offset) == (1, 1)
+        await publish(conn, "slow", ["s1", "s2", "s3"], producer="p", first_sequence=1)
+
+    assert stored(directory) == ["s0", "s1", "s2", "s3"]  # a reopen finds every acknowledged record
+    async with broker_serving(Broker(data_dir=tmp_path)) as (url, _), rsnet.connect(url) as conn:
+        records = []
+        async with conn.subscribe("slow", {"from": "earliest"}) as items:
+            async for record in items:
+                records.append((record["offset"], record["value"]))
+                if len(records) == 4:
+                    break
+        assert records == [(0, "s0"), (1, "s1"), (2, "s2"), (3, "s3")]
+
+
+async def test_shutting_down_waits_for_the_fsync_in_flight_then_closes_the_logs(tmp_path: pathlib.Path) -> None:
+    broker, files = gated_broker(tmp_path)
+    directory = tmp_path / "slow"
+    stopped = trio.Event()
+    scope = trio.CancelScope()
+
+    async def serve(*, task_status: trio.TaskStatus[str]) -> None:
+        with scope:
+            async with broker_serving(broker) as (url, _):
+                task_status.started(url)
+                await trio.sleep_forever()
+        stopped.set()
+
+    async with trio.open_nursery() as nursery:
+        url = await nursery.start(serve)
+        async with rsnet.connect(url) as conn:
+            await publish(conn, "slow", ["s0"], producer="p")
+            slow = broker.topics["slow"]
+            files.hold(directory)
+            async with trio.open_nursery() as offering:
+                offering.start_soon(offer, conn, "slow", ["s1", "s2", "s3"], "p", 1)
+                await entered(files)
+                await until(lambda: slow.log.next_offset == 4)
+                offering.cancel_scope.cancel()
+        scope.cancel()  # stop the broker while the fsync of s1.. is held in its thread
+        await trio.testing.wait_all_tasks_blocked()
+        assert not stopped.is_set() and broker.topics.get("slow") is slow  # its log is still open
+        files.release()
+        with trio.fail_after(10):
+            await stopped.wait()
+    assert "slow" not in broker.topics and open_descriptors(tmp_path) == []  # closed, no descriptor left
+    assert stored(directory) == ["s0", "s1", "s2", "s3"]  # closing synced what was written
+
+
+async def test_fsyncs_run_in_at_most_sync_threads_threads_per_broker(tmp_path: pathlib.Path) -> None:
+    files = GatedFiles()
+    broker = Broker(data_dir=tmp_path, sync_threads=1)
+    broker.storage_files = files
+    async with broker_serving(broker) as (url, _), rsnet.connect(url) as conn, trio.open_nursery() as nursery:
+        try:
+            await publish(conn, "a", ["a0"], producer="p")
+            await publish(conn, "b", ["b0"], producer="q")
+            a, b = broker.topics["a"], broker.topics["b"]
+            files.hold(tmp_path / "a")
+            nursery.start_soon(offer, conn, "a", ["a1"], "p", 1)
+            await entered(files)  # a's fsync has the broker's only thread
+            nursery.start_soon(offer, conn, "b", ["b1"], "q", 1)
+            await until(lambda: b.log.next_offset == 2)
+            await trio.testing.wait_all_tasks_blocked()
+            assert b.log.durable_offset == 1  # b's fsync waits for a thread
+            assert broker.sync_threads.borrowed_tokens == 1 and broker.sync_threads.statistics().tasks_waiting == 1
+        finally:
+            files.release()
+        await until(lambda: a.log.durable_offset == 2 and b.log.durable_offset == 2)
+        nursery.cancel_scope.cancel()
+
+
+async def test_under_interval_the_periodic_fsync_runs_in_a_thread_and_acknowledges_only_when_it_returned(
+    tmp_path: pathlib.Path,
+) -> None:
+    files = GatedFiles()
+    broker = Broker(data_dir=tmp_path, fsync=FsyncPolicy.INTERVAL, fsync_interval=0.01)
+    broker.storage_files = files
+    async with broker_serving(broker) as (url, _), rsnet.connect(url) as conn, trio.open_nursery() as nursery:
+        try:
+            await publish(conn, "t", ["r0"], producer="p")
+            topic = broker.topics["t"]
+            acks: list[Any] = []
+            records: list[Any] = []
+            await nursery.start(collect, conn, "$acks", {"producer": "p", "topic": "t"}, acks)
+            await nursery.start(collect, conn, "t", {"from": "earliest"}, records)
+            await until(lambda: len(acks) == 1 and len(records) == 1)
+            files.hold(tmp_path / "t")
+            nursery.start_soon(offer, conn, "t", ["r1", "r2"], "p", 1)
+            await until(lambda: topic.log.next_offset == 3)
+            await entered(files)  # the next periodic fsync is the one held
+            await trio.testing.wait_all_tasks_blocked()
+            assert topic.log.durable_offset == 1 and len(acks) == 1 and len(records) == 1
+        finally:
+            files.release()
+        await until(lambda: acks[-1]["sequence"] == 2 and len(records) == 3)
+        nursery.cancel_scope.cancel()
