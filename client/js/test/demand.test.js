@@ -153,3 +153,28 @@ test("an empty BATCH (0 items is allowed) hands the waiting iterator nothing", a
   assert.deepEqual(await first, { value: "a", done: false });
   items.cancel();
 });
+
+test("an iterator hands out the items of several buffered frames in order, then those of a frame it waited for", async () => {
+  const { client, server, toClient, events } = pair();
+  const items = client.subscribe("p", null, { prefetch: 100 });
+  const [subscribe] = await events();
+  server.sendAccept(subscribe.stream_id);
+  server.sendBatch(subscribe.stream_id, [1, 2, 3]);
+  toClient(server.dataToSend());
+  assert.equal((await items.next()).value, 1); // the first frame is partly taken ...
+  server.sendBatch(subscribe.stream_id, [4]);
+  server.sendBatch(subscribe.stream_id, [5, 6]);
+  toClient(server.dataToSend()); // ... when two more arrive in one read
+  const taken = [];
+  for (let i = 0; i < 5; i++) taken.push((await items.next()).value);
+  assert.deepEqual(taken, [2, 3, 4, 5, 6]);
+  const waiting = items.next(); // nothing buffered: it waits
+  server.sendBatch(subscribe.stream_id, [7, 8]);
+  server.sendNext(subscribe.stream_id, 9);
+  toClient(server.dataToSend());
+  assert.deepEqual(await waiting, { value: 7, done: false });
+  assert.deepEqual([(await items.next()).value, (await items.next()).value], [8, 9]);
+  server.sendComplete(subscribe.stream_id);
+  toClient(server.dataToSend());
+  assert.deepEqual(await items.next(), { value: undefined, done: true });
+});

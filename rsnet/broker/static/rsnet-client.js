@@ -3018,6 +3018,7 @@ async function openBrowserWebSocket(url) {
 var MAX_DEMAND = MAX_INT;
 var HIGH_WATER = 1 << 20;
 var now = () => performance.now();
+var EMPTY = [];
 var schedule = typeof setImmediate === "function" ? (fn) => setImmediate(fn) : (fn) => setTimeout(fn, 0);
 function addDemand2(a, n) {
   const sum = a + n;
@@ -3115,8 +3116,10 @@ var RemotePublisher = class {
   }
 };
 var ItemStream = class {
-  queue = [];
+  current = [];
   head = 0;
+  later = [];
+  laterHead = 0;
   subscription = null;
   demand;
   left;
@@ -3162,10 +3165,26 @@ var ItemStream = class {
       waiting.resolve({ value: items[0], done: false });
       if (this.finished) return;
     }
-    if (this.head === this.queue.length) {
-      this.queue = items;
+    if (first === items.length) return;
+    if (this.head === this.current.length) {
+      this.current = items;
       this.head = first;
-    } else for (let i = first; i < items.length; i++) this.queue.push(items[i]);
+    } else this.later.push(items);
+  }
+  /** The current frame's last item was handed out: on to the next frame, or to none. */
+  advance() {
+    const later = this.later;
+    this.head = 0;
+    if (this.laterHead === later.length) {
+      this.current = EMPTY;
+      return;
+    }
+    this.current = later[this.laterHead];
+    later[this.laterHead++] = EMPTY;
+    if (this.laterHead === later.length) {
+      later.length = 0;
+      this.laterHead = 0;
+    }
   }
   onError(error) {
     this.finished = true;
@@ -3192,12 +3211,10 @@ var ItemStream = class {
     if (--this.left === 0) this.cancel();
   }
   next() {
-    if (this.head < this.queue.length) {
-      const value = this.queue[this.head++];
-      if (this.head === this.queue.length) {
-        this.queue = [];
-        this.head = 0;
-      }
+    const current = this.current;
+    if (this.head < current.length) {
+      const value = current[this.head++];
+      if (this.head === current.length) this.advance();
       this.taken();
       return Promise.resolve({ value, done: false });
     }
@@ -3221,8 +3238,10 @@ var ItemStream = class {
   cancel() {
     this.finished = true;
     this.error = null;
-    this.queue = [];
+    this.current = EMPTY;
     this.head = 0;
+    this.later = [];
+    this.laterHead = 0;
     const subscription = this.subscription;
     this.subscription = null;
     subscription?.cancel();
