@@ -113,3 +113,26 @@ test("items report the bytes of their NEXT or BATCH frame, several frames to a r
   assert.deepEqual(items.map((e) => e.items.length), [3, 1]);
   assert.deepEqual(items.map((e) => e.nbytes), [4 + 3 + 3 + 1, 3 + 3 + 1024]);
 });
+
+test("a BATCH of binary items: bin 8, 16 and 32 decode to copies; a BATCH mixing binary and other values too", () => {
+  const conn = new Connection("client");
+  conn.dataToSend();
+  conn.receiveData(bytes("93020180"));
+  conn.eventsReceived();
+  conn.sendSubscribe("x", null, 10);
+  conn.dataToSend();
+  const bin16 = "c5" + "0100" + "ab".repeat(256);
+  const bin32 = "c6" + "00000003" + "010203";
+  // ACCEPT; BATCH [bin8 "\x00\xff", bin16 256 x 0xab, bin32 1 2 3]; BATCH [bin8 "\x07", "s", 5]: one read.
+  const received = bytes("931201" + "80" + "931601" + "93" + "c40200ff" + bin16 + bin32 + "931601" + "93" + "c40107" + "a173" + "05");
+  conn.receiveData(received);
+  const [all, mixed] = conn.eventsReceived().filter((e) => e.event === "ITEMS");
+  assert.deepEqual(all.items, [Uint8Array.of(0, 255), new Uint8Array(256).fill(0xab), Uint8Array.of(1, 2, 3)]);
+  assert.deepEqual(mixed.items, [Uint8Array.of(7), "s", 5]);
+  for (const item of [...all.items, mixed.items[0]]) {
+    assert.ok(item instanceof Uint8Array && item.buffer !== received.buffer, "a copy, not a view of the received bytes");
+  }
+  received.fill(0); // the receive buffer reused: the items keep their bytes
+  assert.deepEqual(all.items[0], Uint8Array.of(0, 255));
+  assert.deepEqual(mixed.items[0], Uint8Array.of(7));
+});
