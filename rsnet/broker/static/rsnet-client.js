@@ -2964,8 +2964,12 @@ async function openTcp(host, port) {
   }
   return new Tcp();
 }
+async function loadWs() {
+  const { createRequire } = await import("node:module");
+  return createRequire(import.meta.url)("ws");
+}
 async function openNodeWebSocket(url, maxMessageSize) {
-  const { WebSocket: WebSocket2 } = await import("ws");
+  const { WebSocket: WebSocket2 } = await loadWs();
   const ws = new WebSocket2(url, ["rsnet"], { maxPayload: maxMessageSize, perMessageDeflate: false });
   await new Promise((resolve, reject) => {
     ws.once("open", resolve);
