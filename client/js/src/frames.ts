@@ -250,41 +250,6 @@ export class FrameReader {
     return text.decode(this.buf.subarray(p, p + n));
   }
 
-  /**
-   * The array of binary values at `pos` (each copied out, as the codec's decoders copy them),
-   * or null, with nothing consumed, when an element is not binary. The common BATCH, items of
-   * bytes, is read here in one pass with one copy per item; msgpackr would cost about a third
-   * more per item. The scanner has already checked every length against the frame's bytes.
-   */
-  private binaries(): unknown[] | null {
-    const buf = this.buf;
-    const start = this.pos;
-    const n = this.arrayHeader();
-    let p = this.pos;
-    const items = new Array<unknown>(n);
-    for (let i = 0; i < n; i++) {
-      const b = buf[p];
-      let size: number;
-      if (b === 0xc4) {
-        size = buf[p + 1];
-        p += 2;
-      } else if (b === 0xc5) {
-        size = (buf[p + 1] << 8) | buf[p + 2];
-        p += 3;
-      } else if (b === 0xc6) {
-        size = this.view.getUint32(p + 1);
-        p += 5;
-      } else {
-        this.pos = start;
-        return null;
-      }
-      items[i] = buf.slice(p, p + size);
-      p += size;
-    }
-    this.pos = p;
-    return items;
-  }
-
   /** Decode the next value (to the frame's end when `last`). */
   private any(last: boolean): unknown {
     const start = this.pos;
@@ -332,7 +297,7 @@ export class FrameReader {
       case "items": {
         const b = this.buf[this.pos];
         if (!((b >= 0x90 && b <= 0x9f) || b === 0xdc || b === 0xdd)) throw fail(name, "an array");
-        return this.binaries() ?? this.any(last);
+        return this.any(last);
       }
       case "versions": {
         const n = this.arrayHeader();

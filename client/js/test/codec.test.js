@@ -114,7 +114,7 @@ test("items report the bytes of their NEXT or BATCH frame, several frames to a r
   assert.deepEqual(items.map((e) => e.nbytes), [4 + 3 + 3 + 1, 3 + 3 + 1024]);
 });
 
-test("a BATCH of binary items: bin 8, 16 and 32 decode to copies; a BATCH mixing binary and other values too", () => {
+test("binary items (bin 8, 16 and 32) decode to copies, not views of the received bytes, alone in a BATCH or mixed", () => {
   const conn = new Connection("client");
   conn.dataToSend();
   conn.receiveData(bytes("93020180"));

@@ -1998,40 +1998,6 @@ var FrameReader = class {
     this.pos = p + n;
     return text.decode(this.buf.subarray(p, p + n));
   }
-  /**
-   * The array of binary values at `pos` (each copied out, as the codec's decoders copy them),
-   * or null, with nothing consumed, when an element is not binary. The common BATCH, items of
-   * bytes, is read here in one pass with one copy per item; msgpackr would cost about a third
-   * more per item. The scanner has already checked every length against the frame's bytes.
-   */
-  binaries() {
-    const buf = this.buf;
-    const start = this.pos;
-    const n = this.arrayHeader();
-    let p = this.pos;
-    const items = new Array(n);
-    for (let i = 0; i < n; i++) {
-      const b = buf[p];
-      let size;
-      if (b === 196) {
-        size = buf[p + 1];
-        p += 2;
-      } else if (b === 197) {
-        size = buf[p + 1] << 8 | buf[p + 2];
-        p += 3;
-      } else if (b === 198) {
-        size = this.view.getUint32(p + 1);
-        p += 5;
-      } else {
-        this.pos = start;
-        return null;
-      }
-      items[i] = buf.slice(p, p + size);
-      p += size;
-    }
-    this.pos = p;
-    return items;
-  }
   /** Decode the next value (to the frame's end when `last`). */
   any(last) {
     const start = this.pos;
@@ -2076,7 +2042,7 @@ var FrameReader = class {
       case "items": {
         const b = this.buf[this.pos];
         if (!(b >= 144 && b <= 159 || b === 220 || b === 221)) throw fail(name, "an array");
-        return this.binaries() ?? this.any(last);
+        return this.any(last);
       }
       case "versions": {
         const n = this.arrayHeader();
