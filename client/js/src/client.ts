@@ -13,7 +13,10 @@
  * (demand.ts: adaptive within a byte budget by default, or a fixed `prefetch`), never per item.
  *
  * Frames are written once per turn of the event loop (many frames per write and per
- * WebSocket message). When the connection ends, every open stream ends with
+ * WebSocket message); demand goes out sooner, once the code that requested it yields (a
+ * microtask), because a consumer iterating over buffered items never lets the event loop turn
+ * until it has taken them all, and the REQUEST would wait for that, the server idle meanwhile.
+ * When the connection ends, every open stream ends with
  * `ConnectionLost` (the CONN_ERROR's code if there was one): nothing waits forever.
  */
 import { Connection, type Event } from "./connection.js";
@@ -389,6 +392,7 @@ export class Client {
   private readonly outbound = new Map<number, Outbound>();
   private dirty: Inbound[] = [];
   private flushScheduled = false;
+  private demandFlushQueued = false;
   private closing = false;
   private lost: ConnectionLost | null = null;
   private keepaliveTimer: ReturnType<typeof setTimeout> | undefined;
@@ -584,7 +588,14 @@ export class Client {
 
   demandPending(inbound: Inbound): void {
     this.dirty.push(inbound);
-    this.scheduleFlush();
+    if (this.demandFlushQueued) return;
+    // A microtask, not the next turn: see the module comment (the Python client likewise
+    // yields once per request so that its writer sends it while items are still buffered).
+    this.demandFlushQueued = true;
+    queueMicrotask(() => {
+      this.demandFlushQueued = false;
+      this.flush();
+    });
   }
 
   endInbound(inbound: Inbound, sendCancel: boolean): void {
@@ -629,12 +640,14 @@ export class Client {
   private scheduleFlush(): void {
     if (this.flushScheduled) return;
     this.flushScheduled = true;
-    schedule(() => this.flush());
+    schedule(() => {
+      this.flushScheduled = false;
+      this.flush();
+    });
   }
 
   /** Coalesced demand and pending items become frames; everything pending goes in one write. */
   private flush(): void {
-    this.flushScheduled = false;
     const dirty = this.dirty;
     this.dirty = [];
     for (const inbound of dirty) {

@@ -3306,6 +3306,7 @@ var Client = class {
   outbound = /* @__PURE__ */ new Map();
   dirty = [];
   flushScheduled = false;
+  demandFlushQueued = false;
   closing = false;
   lost = null;
   keepaliveTimer;
@@ -3453,7 +3454,12 @@ var Client = class {
   }
   demandPending(inbound) {
     this.dirty.push(inbound);
-    this.scheduleFlush();
+    if (this.demandFlushQueued) return;
+    this.demandFlushQueued = true;
+    queueMicrotask(() => {
+      this.demandFlushQueued = false;
+      this.flush();
+    });
   }
   endInbound(inbound, sendCancel) {
     if (inbound.streamId === 0) return;
@@ -3491,11 +3497,13 @@ var Client = class {
   scheduleFlush() {
     if (this.flushScheduled) return;
     this.flushScheduled = true;
-    schedule(() => this.flush());
+    schedule(() => {
+      this.flushScheduled = false;
+      this.flush();
+    });
   }
   /** Coalesced demand and pending items become frames; everything pending goes in one write. */
   flush() {
-    this.flushScheduled = false;
     const dirty = this.dirty;
     this.dirty = [];
     for (const inbound of dirty) {
