@@ -178,3 +178,19 @@ test("an iterator hands out the items of several buffered frames in order, then 
   toClient(server.dataToSend());
   assert.deepEqual(await items.next(), { value: undefined, done: true });
 });
+
+test("an iterator's refill goes out while items are still buffered, before the event loop turns", async () => {
+  const { client, server, toClient, events } = pair();
+  const items = client.subscribe("p", null, { prefetch: 8 }); // 8 up front, then 6 each time 6 were taken
+  const [subscribe] = await events();
+  assert.equal(subscribe.initial_demand, 8);
+  server.sendAccept(subscribe.stream_id);
+  server.sendBatch(subscribe.stream_id, [1, 2, 3, 4, 5, 6, 7, 8]);
+  toClient(server.dataToSend());
+  for (let i = 1; i <= 6; i++) assert.equal((await items.next()).value, i); // microtasks only
+  // No macrotask ran since: a refill sent on the next turn would not be here yet, and a
+  // consumer with items left would not let that turn come until it had taken them all.
+  assert.deepEqual(server.eventsReceived().map((e) => [e.event, e.n]), [["REQUEST", 6]]);
+  assert.equal((await items.next()).value, 7);
+  items.cancel();
+});
