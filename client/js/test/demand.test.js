@@ -194,3 +194,28 @@ test("an iterator's refill goes out while items are still buffered, before the e
   assert.equal((await items.next()).value, 7);
   items.cancel();
 });
+
+test("an iterator lets go of the items it handed out, even while frames keep arriving before it drains", async () => {
+  // Memory stays bounded by what is buffered: a consumer that never empties its buffer (the
+  // server refills it first) must not keep every item it has taken.
+  const v8 = await import("node:v8");
+  const vm = await import("node:vm");
+  v8.setFlagsFromString("--expose-gc");
+  const gc = vm.runInNewContext("gc");
+  const { client, server, toClient, events } = pair();
+  const items = client.subscribe("p", null, { prefetch: 1000 });
+  const [subscribe] = await events();
+  server.sendAccept(subscribe.stream_id);
+  const taken = [];
+  for (let frame = 0; frame < 50; frame++) {
+    server.sendBatch(subscribe.stream_id, Array.from({ length: 10 }, (_, i) => ({ frame, i })));
+    toClient(server.dataToSend());
+    // Take 10 items, so that the buffer is never empty when the next frame arrives (5 stay).
+    for (let i = 0; i < (frame === 0 ? 5 : 10); i++) taken.push(new WeakRef((await items.next()).value));
+  }
+  await new Promise((resolve) => setImmediate(resolve)); // WeakRefs hold their targets until the turn ends
+  gc();
+  const alive = taken.slice(0, 400).filter((ref) => ref.deref() !== undefined).length;
+  assert.equal(alive, 0, "items taken long ago are garbage");
+  items.cancel();
+});
