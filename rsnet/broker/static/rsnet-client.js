@@ -1372,7 +1372,16 @@ var Scanner = class {
   }
   scanArray(pos, n, depth) {
     this.fits(pos, n);
+    const buf = this.buf;
+    const inline = depth < MAX_DEPTH;
     for (let i = 0; i < n; i++) {
+      if (inline && buf[pos] === 196 && pos + 1 < this.end) {
+        const size = buf[pos + 1];
+        this.fits(pos + 2, size);
+        pos += 2 + size;
+        if (pos > this.end) return -1;
+        continue;
+      }
       pos = this.scan(pos, depth + 1);
       if (pos < 0) return -1;
     }
