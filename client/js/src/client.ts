@@ -216,7 +216,7 @@ export class RemotePublisher<T = unknown> implements Publisher<T> {
  * and the garbage collector would copy them again and again).
  */
 export class ItemStream<T = unknown> implements AsyncIterableIterator<T>, Subscriber<T> {
-  private current: T[] = [];
+  private current = EMPTY as T[];
   private head = 0;
   private later: T[][] = [];
   private laterHead = 0;

@@ -3129,7 +3129,7 @@ var RemotePublisher = class {
   }
 };
 var ItemStream = class {
-  current = [];
+  current = EMPTY;
   head = 0;
   later = [];
   laterHead = 0;
