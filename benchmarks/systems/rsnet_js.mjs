@@ -14,7 +14,8 @@ const cpu = process.cpuUsage();
 const started = process.hrtime.bigint();
 let items = 0;
 // As a user writes it (README): async iteration with the Python client's demand policy,
-// prefetch up front and prefetch - prefetch/4 each time that many were consumed.
+// prefetch up front and prefetch - prefetch/4 each time that many were consumed; prefetch null
+// (a default-demand row) is the option not set: adaptive demand, as in the Python client.
 for await (const _ of conn.subscribe("items", { count: params.count, size: params.size }, { prefetch: params.prefetch })) {
   items += 1;
 }

@@ -3,7 +3,8 @@
 The server is :mod:`.rsnet_system`'s (``rsnet.Server`` hosting ``items``), so a row measured on
 ``rsnet`` and ``rsnet-js`` differs only in the client: the Python client (``rsnet.connect``,
 ``subscribe(prefetch=P)``) against the Node one (``connect(url)``, ``for await`` over
-``conn.subscribe(name, params, {prefetch: P})``, the same demand policy). The client process is
+``conn.subscribe(name, params, {prefetch: P})``, the same demand policy; P None: the option not
+set in either client, adaptive demand). The client process is
 this worker, which runs ``node rsnet_js.mjs`` (plain node, not ``node --test``) and returns the
 numbers Node measured itself: items, seconds and CPU seconds of the measured part. Only the
 ``stream`` kind.

@@ -13,7 +13,10 @@
  * (demand.ts: adaptive within a byte budget by default, or a fixed `prefetch`), never per item.
  *
  * Frames are written once per turn of the event loop (many frames per write and per
- * WebSocket message). When the connection ends, every open stream ends with
+ * WebSocket message); demand goes out sooner, once the code that requested it yields (a
+ * microtask), because a consumer iterating over buffered items never lets the event loop turn
+ * until it has taken them all, and the REQUEST would wait for that, the server idle meanwhile.
+ * When the connection ends, every open stream ends with
  * `ConnectionLost` (the CONN_ERROR's code if there was one): nothing waits forever.
  */
 import { Connection, type Event } from "./connection.js";
@@ -75,6 +78,9 @@ const HIGH_WATER = 1 << 20;
 
 /** The demand policies' clock: monotonic milliseconds. */
 const now = (): number => performance.now();
+
+/** The empty frame an ItemStream holds when nothing is buffered (never written to). */
+const EMPTY: unknown[] = [];
 
 const schedule: (fn: () => void) => void =
   typeof setImmediate === "function" ? (fn) => setImmediate(fn) : (fn) => setTimeout(fn, 0);
@@ -202,10 +208,18 @@ export class RemotePublisher<T = unknown> implements Publisher<T> {
  * handed out (one counter step; a REQUEST only when the policy asks for one), and of every
  * wait (`next()` with nothing buffered while the stream is open). With `limit`, handing out
  * the last item the limit allows cancels the stream.
+ *
+ * Buffered items stay in the arrays the decoder made, one per frame, never copied into one
+ * queue: `current` is being handed out (from `head`), `later` holds the frames after it. A
+ * frame's array is let go as its last item is handed out, so consumed items become garbage
+ * frame by frame (one queue that never drains while frames keep arriving would keep them all,
+ * and the garbage collector would copy them again and again).
  */
 export class ItemStream<T = unknown> implements AsyncIterableIterator<T>, Subscriber<T> {
-  private queue: T[] = [];
+  private current = EMPTY as T[];
   private head = 0;
+  private later: T[][] = [];
+  private laterHead = 0;
   private subscription: Subscription | null = null;
   private readonly demand: Demand;
   private left: number; // items the limit still allows
@@ -256,10 +270,27 @@ export class ItemStream<T = unknown> implements AsyncIterableIterator<T>, Subscr
       waiting.resolve({ value: items[0], done: false });
       if (this.finished) return; // that was the last item the limit allows
     }
-    if (this.head === this.queue.length) {
-      this.queue = items; // the decoder's fresh array: adopt it rather than copy
+    if (first === items.length) return;
+    if (this.head === this.current.length) {
+      this.current = items; // nothing buffered: adopt the decoder's fresh array, no copy
       this.head = first;
-    } else for (let i = first; i < items.length; i++) this.queue.push(items[i]);
+    } else this.later.push(items); // first is 0: a waiting consumer means nothing was buffered
+  }
+
+  /** The current frame's last item was handed out: on to the next frame, or to none. */
+  private advance(): void {
+    const later = this.later;
+    this.head = 0;
+    if (this.laterHead === later.length) {
+      this.current = EMPTY as T[];
+      return;
+    }
+    this.current = later[this.laterHead];
+    later[this.laterHead++] = EMPTY as T[];
+    if (this.laterHead === later.length) {
+      later.length = 0;
+      this.laterHead = 0;
+    }
   }
 
   onError(error: Error): void {
@@ -291,12 +322,11 @@ export class ItemStream<T = unknown> implements AsyncIterableIterator<T>, Subscr
   }
 
   next(): Promise<IteratorResult<T>> {
-    if (this.head < this.queue.length) {
-      const value = this.queue[this.head++];
-      if (this.head === this.queue.length) {
-        this.queue = [];
-        this.head = 0;
-      }
+    const current = this.current;
+    if (this.head < current.length) {
+      // Invariant: `current` has items left unless nothing at all is buffered.
+      const value = current[this.head++];
+      if (this.head === current.length) this.advance();
       this.taken();
       return Promise.resolve({ value, done: false });
     }
@@ -322,8 +352,10 @@ export class ItemStream<T = unknown> implements AsyncIterableIterator<T>, Subscr
   cancel(): void {
     this.finished = true;
     this.error = null;
-    this.queue = [];
+    this.current = EMPTY as T[];
     this.head = 0;
+    this.later = [];
+    this.laterHead = 0;
     const subscription = this.subscription;
     this.subscription = null;
     subscription?.cancel();
@@ -360,6 +392,7 @@ export class Client {
   private readonly outbound = new Map<number, Outbound>();
   private dirty: Inbound[] = [];
   private flushScheduled = false;
+  private demandFlushQueued = false;
   private closing = false;
   private lost: ConnectionLost | null = null;
   private keepaliveTimer: ReturnType<typeof setTimeout> | undefined;
@@ -555,7 +588,14 @@ export class Client {
 
   demandPending(inbound: Inbound): void {
     this.dirty.push(inbound);
-    this.scheduleFlush();
+    if (this.demandFlushQueued) return;
+    // A microtask, not the next turn: see the module comment (the Python client likewise
+    // yields once per request so that its writer sends it while items are still buffered).
+    this.demandFlushQueued = true;
+    queueMicrotask(() => {
+      this.demandFlushQueued = false;
+      this.flush();
+    });
   }
 
   endInbound(inbound: Inbound, sendCancel: boolean): void {
@@ -600,12 +640,14 @@ export class Client {
   private scheduleFlush(): void {
     if (this.flushScheduled) return;
     this.flushScheduled = true;
-    schedule(() => this.flush());
+    schedule(() => {
+      this.flushScheduled = false;
+      this.flush();
+    });
   }
 
   /** Coalesced demand and pending items become frames; everything pending goes in one write. */
   private flush(): void {
-    this.flushScheduled = false;
     const dirty = this.dirty;
     this.dirty = [];
     for (const inbound of dirty) {

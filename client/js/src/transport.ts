@@ -124,8 +124,20 @@ async function openTcp(host: string, port: number): Promise<Transport> {
   return new Tcp();
 }
 
+/**
+ * The `ws` package, loaded with `require`: `ws` is CommonJS, and an `import` of it from ES
+ * modules makes Node run its CommonJS export scanner over the eight files of ws's ESM wrapper,
+ * measured at about 3x the CPU of `require` here (60-100 ms against 20-25 ms), plus a
+ * background compile of that scanner that kept a core busy for about 150 ms more while the
+ * first stream ran.
+ */
+async function loadWs(): Promise<typeof import("ws")> {
+  const { createRequire } = await import("node:module");
+  return createRequire(import.meta.url)("ws") as typeof import("ws");
+}
+
 async function openNodeWebSocket(url: string, maxMessageSize: number): Promise<Transport> {
-  const { WebSocket } = await import("ws");
+  const { WebSocket } = await loadWs();
   const ws = new WebSocket(url, ["rsnet"], { maxPayload: maxMessageSize, perMessageDeflate: false });
   await new Promise<void>((resolve, reject) => {
     ws.once("open", resolve);

@@ -60,6 +60,8 @@ test("what SPEC 3 forbids is refused", () => {
   assert.throws(() => decode(bytes("c1")), ProtocolError, "0xc1 is never used");
   assert.throws(() => decode(bytes("91".repeat(513) + "00")), ProtocolError, "deeper than 512 levels");
   assert.equal(decode(bytes("91".repeat(511) + "00")).length, 1);
+  assert.throws(() => decode(bytes("91".repeat(512) + "c40100")), ProtocolError, "binary 513 levels deep");
+  assert.deepEqual(decode(bytes("91".repeat(511) + "c40100")).flat(511), [Uint8Array.of(0)]);
 });
 
 test("a frame that cannot fit is refused from its length header, before its bytes arrive", () => {
@@ -112,4 +114,52 @@ test("items report the bytes of their NEXT or BATCH frame, several frames to a r
   const items = conn.eventsReceived().filter((e) => e.event === "ITEMS");
   assert.deepEqual(items.map((e) => e.items.length), [3, 1]);
   assert.deepEqual(items.map((e) => e.nbytes), [4 + 3 + 3 + 1, 3 + 3 + 1024]);
+});
+
+test("binary items (bin 8, 16 and 32) decode to copies, not views of the received bytes, alone in a BATCH or mixed", () => {
+  const conn = new Connection("client");
+  conn.dataToSend();
+  conn.receiveData(bytes("93020180"));
+  conn.eventsReceived();
+  conn.sendSubscribe("x", null, 10);
+  conn.dataToSend();
+  const bin16 = "c5" + "0100" + "ab".repeat(256);
+  const bin32 = "c6" + "00000003" + "010203";
+  // ACCEPT; BATCH [bin8 "\x00\xff", bin16 256 x 0xab, bin32 1 2 3]; BATCH [bin8 "\x07", "s", 5]: one read.
+  const received = bytes("931201" + "80" + "931601" + "93" + "c40200ff" + bin16 + bin32 + "931601" + "93" + "c40107" + "a173" + "05");
+  conn.receiveData(received);
+  const [all, mixed] = conn.eventsReceived().filter((e) => e.event === "ITEMS");
+  assert.deepEqual(all.items, [Uint8Array.of(0, 255), new Uint8Array(256).fill(0xab), Uint8Array.of(1, 2, 3)]);
+  assert.deepEqual(mixed.items, [Uint8Array.of(7), "s", 5]);
+  for (const item of [...all.items, mixed.items[0]]) {
+    assert.ok(item instanceof Uint8Array && item.buffer !== received.buffer, "a copy, not a view of the received bytes");
+  }
+  received.fill(0); // the receive buffer reused: the items keep their bytes
+  assert.deepEqual(all.items[0], Uint8Array.of(0, 255));
+  assert.deepEqual(mixed.items[0], Uint8Array.of(7));
+});
+
+test("a BATCH of binary items split across reads, byte by byte, decodes the same; one that outgrows max_frame_size is refused mid-way", () => {
+  const open = (options) => {
+    const conn = new Connection("client", options);
+    conn.dataToSend();
+    conn.receiveData(bytes("93020180"));
+    conn.sendSubscribe("x", null, 1000);
+    conn.dataToSend();
+    conn.receiveData(bytes("931201" + "80"));
+    conn.eventsReceived();
+    return conn;
+  };
+  const conn = open();
+  const batch = bytes("931601" + "94" + "c40101" + "c400" + "c403020304" + "c5000105");
+  for (const b of batch) conn.receiveData(Uint8Array.of(b));
+  const [items] = conn.eventsReceived();
+  assert.deepEqual(items.items, [Uint8Array.of(1), new Uint8Array(0), Uint8Array.of(2, 3, 4), Uint8Array.of(5)]);
+  // 100 items of 200 bytes cannot fit 16384 bytes: refused at the length header of the item
+  // that crosses the limit (the 82nd), before its bytes arrive.
+  const small = open({ max_frame_size: 16384 });
+  const item = "c4c8" + "ab".repeat(200);
+  small.receiveData(bytes("931601" + "dc0064" + item.repeat(81) + "c4c8"));
+  const [closed] = small.eventsReceived().filter((e) => e.event === "CLOSED");
+  assert.equal(closed?.code, 4); // FRAME_TOO_LARGE
 });

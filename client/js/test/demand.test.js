@@ -153,3 +153,69 @@ test("an empty BATCH (0 items is allowed) hands the waiting iterator nothing", a
   assert.deepEqual(await first, { value: "a", done: false });
   items.cancel();
 });
+
+test("an iterator hands out the items of several buffered frames in order, then those of a frame it waited for", async () => {
+  const { client, server, toClient, events } = pair();
+  const items = client.subscribe("p", null, { prefetch: 100 });
+  const [subscribe] = await events();
+  server.sendAccept(subscribe.stream_id);
+  server.sendBatch(subscribe.stream_id, [1, 2, 3]);
+  toClient(server.dataToSend());
+  assert.equal((await items.next()).value, 1); // the first frame is partly taken ...
+  server.sendBatch(subscribe.stream_id, [4]);
+  server.sendBatch(subscribe.stream_id, [5, 6]);
+  toClient(server.dataToSend()); // ... when two more arrive in one read
+  const taken = [];
+  for (let i = 0; i < 5; i++) taken.push((await items.next()).value);
+  assert.deepEqual(taken, [2, 3, 4, 5, 6]);
+  const waiting = items.next(); // nothing buffered: it waits
+  server.sendBatch(subscribe.stream_id, [7, 8]);
+  server.sendNext(subscribe.stream_id, 9);
+  toClient(server.dataToSend());
+  assert.deepEqual(await waiting, { value: 7, done: false });
+  assert.deepEqual([(await items.next()).value, (await items.next()).value], [8, 9]);
+  server.sendComplete(subscribe.stream_id);
+  toClient(server.dataToSend());
+  assert.deepEqual(await items.next(), { value: undefined, done: true });
+});
+
+test("an iterator's refill goes out while items are still buffered, before the event loop turns", async () => {
+  const { client, server, toClient, events } = pair();
+  const items = client.subscribe("p", null, { prefetch: 8 }); // 8 up front, then 6 each time 6 were taken
+  const [subscribe] = await events();
+  assert.equal(subscribe.initial_demand, 8);
+  server.sendAccept(subscribe.stream_id);
+  server.sendBatch(subscribe.stream_id, [1, 2, 3, 4, 5, 6, 7, 8]);
+  toClient(server.dataToSend());
+  for (let i = 1; i <= 6; i++) assert.equal((await items.next()).value, i); // microtasks only
+  // No macrotask ran since: a refill sent on the next turn would not be here yet, and a
+  // consumer with items left would not let that turn come until it had taken them all.
+  assert.deepEqual(server.eventsReceived().map((e) => [e.event, e.n]), [["REQUEST", 6]]);
+  assert.equal((await items.next()).value, 7);
+  items.cancel();
+});
+
+test("an iterator lets go of the items it handed out, even while frames keep arriving before it drains", async () => {
+  // Memory stays bounded by what is buffered: a consumer that never empties its buffer (the
+  // server refills it first) must not keep every item it has taken.
+  const v8 = await import("node:v8");
+  const vm = await import("node:vm");
+  v8.setFlagsFromString("--expose-gc");
+  const gc = vm.runInNewContext("gc");
+  const { client, server, toClient, events } = pair();
+  const items = client.subscribe("p", null, { prefetch: 1000 });
+  const [subscribe] = await events();
+  server.sendAccept(subscribe.stream_id);
+  const taken = [];
+  for (let frame = 0; frame < 50; frame++) {
+    server.sendBatch(subscribe.stream_id, Array.from({ length: 10 }, (_, i) => ({ frame, i })));
+    toClient(server.dataToSend());
+    // Take 10 items, so that the buffer is never empty when the next frame arrives (5 stay).
+    for (let i = 0; i < (frame === 0 ? 5 : 10); i++) taken.push(new WeakRef((await items.next()).value));
+  }
+  await new Promise((resolve) => setImmediate(resolve)); // WeakRefs hold their targets until the turn ends
+  gc();
+  const alive = taken.slice(0, 400).filter((ref) => ref.deref() !== undefined).length;
+  assert.equal(alive, 0, "items taken long ago are garbage");
+  items.cancel();
+});

@@ -1372,7 +1372,16 @@ var Scanner = class {
   }
   scanArray(pos, n, depth) {
     this.fits(pos, n);
+    const buf = this.buf;
+    const inline = depth < MAX_DEPTH;
     for (let i = 0; i < n; i++) {
+      if (inline && buf[pos] === 196 && pos + 1 < this.end) {
+        const size = buf[pos + 1];
+        this.fits(pos + 2, size);
+        pos += 2 + size;
+        if (pos > this.end) return -1;
+        continue;
+      }
       pos = this.scan(pos, depth + 1);
       if (pos < 0) return -1;
     }
@@ -2930,8 +2939,12 @@ async function openTcp(host, port) {
   }
   return new Tcp();
 }
+async function loadWs() {
+  const { createRequire } = await import("node:module");
+  return createRequire(import.meta.url)("ws");
+}
 async function openNodeWebSocket(url, maxMessageSize) {
-  const { WebSocket: WebSocket2 } = await import("ws");
+  const { WebSocket: WebSocket2 } = await loadWs();
   const ws = new WebSocket2(url, ["rsnet"], { maxPayload: maxMessageSize, perMessageDeflate: false });
   await new Promise((resolve, reject) => {
     ws.once("open", resolve);
@@ -3018,6 +3031,7 @@ async function openBrowserWebSocket(url) {
 var MAX_DEMAND = MAX_INT;
 var HIGH_WATER = 1 << 20;
 var now = () => performance.now();
+var EMPTY = [];
 var schedule = typeof setImmediate === "function" ? (fn) => setImmediate(fn) : (fn) => setTimeout(fn, 0);
 function addDemand2(a, n) {
   const sum = a + n;
@@ -3115,8 +3129,10 @@ var RemotePublisher = class {
   }
 };
 var ItemStream = class {
-  queue = [];
+  current = EMPTY;
   head = 0;
+  later = [];
+  laterHead = 0;
   subscription = null;
   demand;
   left;
@@ -3162,10 +3178,26 @@ var ItemStream = class {
       waiting.resolve({ value: items[0], done: false });
       if (this.finished) return;
     }
-    if (this.head === this.queue.length) {
-      this.queue = items;
+    if (first === items.length) return;
+    if (this.head === this.current.length) {
+      this.current = items;
       this.head = first;
-    } else for (let i = first; i < items.length; i++) this.queue.push(items[i]);
+    } else this.later.push(items);
+  }
+  /** The current frame's last item was handed out: on to the next frame, or to none. */
+  advance() {
+    const later = this.later;
+    this.head = 0;
+    if (this.laterHead === later.length) {
+      this.current = EMPTY;
+      return;
+    }
+    this.current = later[this.laterHead];
+    later[this.laterHead++] = EMPTY;
+    if (this.laterHead === later.length) {
+      later.length = 0;
+      this.laterHead = 0;
+    }
   }
   onError(error) {
     this.finished = true;
@@ -3192,12 +3224,10 @@ var ItemStream = class {
     if (--this.left === 0) this.cancel();
   }
   next() {
-    if (this.head < this.queue.length) {
-      const value = this.queue[this.head++];
-      if (this.head === this.queue.length) {
-        this.queue = [];
-        this.head = 0;
-      }
+    const current = this.current;
+    if (this.head < current.length) {
+      const value = current[this.head++];
+      if (this.head === current.length) this.advance();
       this.taken();
       return Promise.resolve({ value, done: false });
     }
@@ -3221,8 +3251,10 @@ var ItemStream = class {
   cancel() {
     this.finished = true;
     this.error = null;
-    this.queue = [];
+    this.current = EMPTY;
     this.head = 0;
+    this.later = [];
+    this.laterHead = 0;
     const subscription = this.subscription;
     this.subscription = null;
     subscription?.cancel();
@@ -3283,6 +3315,7 @@ var Client = class {
   outbound = /* @__PURE__ */ new Map();
   dirty = [];
   flushScheduled = false;
+  demandFlushQueued = false;
   closing = false;
   lost = null;
   keepaliveTimer;
@@ -3430,7 +3463,12 @@ var Client = class {
   }
   demandPending(inbound) {
     this.dirty.push(inbound);
-    this.scheduleFlush();
+    if (this.demandFlushQueued) return;
+    this.demandFlushQueued = true;
+    queueMicrotask(() => {
+      this.demandFlushQueued = false;
+      this.flush();
+    });
   }
   endInbound(inbound, sendCancel) {
     if (inbound.streamId === 0) return;
@@ -3468,11 +3506,13 @@ var Client = class {
   scheduleFlush() {
     if (this.flushScheduled) return;
     this.flushScheduled = true;
-    schedule(() => this.flush());
+    schedule(() => {
+      this.flushScheduled = false;
+      this.flush();
+    });
   }
   /** Coalesced demand and pending items become frames; everything pending goes in one write. */
   flush() {
-    this.flushScheduled = false;
     const dirty = this.dirty;
     this.dirty = [];
     for (const inbound of dirty) {
