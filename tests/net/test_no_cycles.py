@@ -11,6 +11,8 @@ and check that the sessions and protocol connections of closed connections are g
 from __future__ import annotations
 
 import gc
+import socket
+import struct
 import weakref
 from collections.abc import Iterator
 
@@ -18,6 +20,7 @@ import pytest
 import trio
 
 import rsnet
+from rsnet.protocol import MAX_INT, Connection, Role, State
 
 from .support import demo_server, running
 
@@ -61,3 +64,46 @@ async def test_closed_connections_are_freed_without_the_garbage_collector(collec
     left = [what for what, ref in alive if ref() is not None]
     assert len(alive) == 4 * CONNECTIONS
     assert not left, f"kept alive by a reference cycle: {len(left)} objects, e.g. {left[:4]}"
+
+
+async def _subscribe_then_reset(port: int) -> None:
+    """A peer that opens an endless stream with all the demand there is, reads a little of
+    it, then resets the connection (RST, not FIN) while the server is still writing."""
+    sock = trio.socket.socket()
+    await sock.connect(("127.0.0.1", port))
+    conn = Connection(Role.CLIENT)
+    await sock.send(conn.data_to_send())
+    while conn.state is not State.OPEN:
+        conn.receive_data(await sock.recv(65536))
+    conn.send_subscribe("range", {"count": 10**12}, initial_demand=MAX_INT)
+    await sock.send(conn.data_to_send())
+    received = 0
+    while received < 256 * 1024:
+        received += len(await sock.recv(65536))
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    sock.close()
+
+
+async def test_connections_reset_mid_stream_are_freed_without_the_garbage_collector(collector_off):
+    """20 peers reset their connection while the server streams to them: the server's sessions
+    and protocol connections are gone afterwards, with the collector off. (A stream waiting for
+    the writer when the connection broke used to keep its session in a cycle.)"""
+    server = demo_server()
+    alive: list[weakref.ref[object]] = []
+    async with running(server) as urls:
+        port = int(urls["tcp"].rsplit(":", 1)[1])
+        for _ in range(CONNECTIONS):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_subscribe_then_reset, port)
+                with trio.fail_after(10):
+                    while not server.sessions:
+                        await trio.sleep(0.001)
+                (served,) = server.sessions
+                alive += [weakref.ref(served), weakref.ref(served.conn)]
+                del served
+            with trio.fail_after(10):
+                while server.sessions:
+                    await trio.sleep(0.01)
+        await trio.sleep(0.05)
+    left = [ref for ref in alive if ref() is not None]
+    assert not left, f"kept alive by a reference cycle: {len(left)} of {len(alive)} objects"
