@@ -267,7 +267,7 @@ class Server:
                 continue
             connections.start_soon(self._handle_guarded, handle, stream)
 
-    async def _handle_guarded(self, handle: Callable[[trio.abc.Stream], Any], stream: trio.abc.Stream) -> None:
+    async def _handle_guarded(self, handle: Callable[[trio.abc.Stream], Any], stream: trio.SocketStream) -> None:
         """One connection's whole life; nothing it does may take the server down."""
         try:
             await handle(stream)
@@ -276,7 +276,10 @@ class Server:
         except Exception:
             failure_log.exception("connection failed")
         finally:
-            await trio.aclose_forcefully(stream)
+            # What aclose_forcefully(stream) does (usually again: the transport closed it), but
+            # without its cancelled checkpoint: raising and catching that Cancelled costs about
+            # 30 µs of CPU, a tenth of what a short connection costs the server.
+            stream.socket.close()
 
     async def handle(self, transport: Transport) -> None:
         """Serve one connection on an established transport: handshake, then its streams."""
