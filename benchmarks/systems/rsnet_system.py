@@ -1,5 +1,7 @@
 """rsnet, used as its README shows: ``rsnet.Server`` hosting ``items`` (``from_iterable`` over
-repeated payloads), ``rsnet.connect`` and ``conn.subscribe(..., prefetch=P)`` on the client.
+repeated payloads), ``rsnet.connect`` and ``conn.subscribe(..., prefetch=P)`` on the client. The
+server process tunes Python's garbage collector after start-up as ``rsnet serve`` does
+(:func:`rsnet.net.gc_tuning.tune_for_serving`); the clients keep CPython's defaults.
 
 Stop-and-wait uses a true Reactive Streams subscriber on ``conn.publisher(...)`` that requests 1
 in ``on_subscribe`` and 1 per ``on_next``; the round trip is ``subscribe(count=1)`` up to its
@@ -16,6 +18,7 @@ from typing import Any
 import trio
 
 import rsnet
+from rsnet.net.gc_tuning import tune_for_serving
 
 from .common import LIVE_CONCURRENCY, PACE_BATCH, Clock, LiveCount, Pacer, payload, raise_fd_limit
 
@@ -31,9 +34,11 @@ def make_server() -> rsnet.Server:
 
 
 def serve(transport: str, ready: Any) -> None:
+    server = make_server()
+    tune_for_serving()  # as ``rsnet serve`` does, and the Server's documentation advises
+
     async def main() -> None:
         raise_fd_limit()
-        server = make_server()
         async with trio.open_nursery() as nursery:
             serve_on = server.serve_tcp if transport == "tcp" else server.serve_websocket
             ready(await nursery.start(serve_on, "127.0.0.1", 0))

@@ -23,6 +23,7 @@ from typing import Any
 
 import trio
 
+from ..net.gc_tuning import tune_for_serving
 from ..net.server import Server
 from .auth import Authorizer, Principal
 from .broker import Broker, TopicSettings
@@ -213,6 +214,7 @@ async def run_broker(args: argparse.Namespace) -> int:
             "storage_failing": failing,
         }
 
+    tune_for_serving()  # this process only serves: see rsnet/net/gc_tuning.py
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with trio.open_nursery() as nursery:
             try:

@@ -25,6 +25,7 @@ import trio
 from ..broker.config import Address
 from ..client_rules import DEFAULT_KEEPALIVE
 from ..demo.publishers import add_demo_publishers
+from ..net.gc_tuning import tune_for_serving
 from ..net.server import DEFAULT_MAX_CONNECTIONS, Server
 from .common import CommandError, say
 
@@ -98,6 +99,7 @@ async def run(args: argparse.Namespace) -> int:
         load_publishers(server, spec)
     if not server.publisher_names:
         raise CommandError("nothing to serve (give module:attr or --demo)")
+    tune_for_serving()  # this process only serves: see rsnet/net/gc_tuning.py
     tcp = args.tcp or (None if args.ws else ("127.0.0.1", 7600))
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with trio.open_nursery() as nursery:

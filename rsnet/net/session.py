@@ -586,6 +586,9 @@ class Session:
                 nursery.cancel_scope.cancel()
         finally:
             self._end_all(self._closing_error or ConnectionLost("connection closed"))
+            # Streams the writer never got to (the connection broke first) would keep the
+            # session in a reference cycle (session -> list -> stream -> session).
+            self._unsent, self._refill, self._demand_dirty = [], [], []
             with trio.CancelScope(shield=True):
                 if self._linger and not self._eof and self.transport.half_closable:
                     await self._drain_until_eof()

@@ -194,25 +194,6 @@ class Connection:
         # (SPEC "Framing on WebSocket").
         self._cuts: list[int] = []
         self._cut_at = MIN_MAX_FRAME_SIZE
-        # What each frame type does once the connection is open; an item frame returns the
-        # Items run it extended (see receive_data's hot path), every other handler None.
-        self._handlers: dict[type, Callable[[Any], _Run | None]] = {
-            Hello: self._unexpected,
-            Welcome: self._unexpected,
-            Ping: self._on_ping,
-            Pong: self._on_pong,
-            GoAway: self._on_go_away,
-            ConnError: self._on_conn_error,
-            Subscribe: self._on_subscribe,
-            Offer: self._on_offer,
-            Accept: self._on_accept,
-            Request: self._on_request,
-            Cancel: self._on_cancel,
-            Next: self._on_next,
-            Batch: self._on_batch,
-            Complete: self._on_complete,
-            Error: self._on_error,
-        }
         if role is Role.CLIENT:
             self._write_frame(Hello(MAGIC, [PROTOCOL_VERSION], self._settings))
 
@@ -720,7 +701,7 @@ class Connection:
         if frame is None:
             return None  # an extension frame this version does not know: ignored
         if self._state is State.OPEN:
-            return self._handlers[type(frame)](frame)
+            return _OPEN_HANDLERS[type(frame)](self, frame)
         if type(frame) is ConnError:
             self._on_conn_error(frame)
             return None
@@ -901,6 +882,29 @@ class Connection:
         if step is not None:
             self._enter(error.stream_id, *step)
             self._events.append(error)
+
+
+# What each frame type does once the connection is open; an item frame returns the Items run
+# it extended (see receive_data's hot path), every other handler None. One table of plain
+# functions for every connection: a table of bound methods in each Connection made every
+# connection a reference cycle, which only a full garbage collection freed (with its buffers).
+_OPEN_HANDLERS: dict[type, Callable[[Connection, Any], _Run | None]] = {
+    Hello: Connection._unexpected,
+    Welcome: Connection._unexpected,
+    Ping: Connection._on_ping,
+    Pong: Connection._on_pong,
+    GoAway: Connection._on_go_away,
+    ConnError: Connection._on_conn_error,
+    Subscribe: Connection._on_subscribe,
+    Offer: Connection._on_offer,
+    Accept: Connection._on_accept,
+    Request: Connection._on_request,
+    Cancel: Connection._on_cancel,
+    Next: Connection._on_next,
+    Batch: Connection._on_batch,
+    Complete: Connection._on_complete,
+    Error: Connection._on_error,
+}
 
 
 def _array_header(count: int) -> bytes:

@@ -142,7 +142,10 @@ class TcpTransport(Transport):
                 pass
 
     async def aclose(self) -> None:
-        await trio.aclose_forcefully(self._stream)
+        if isinstance(self._stream, trio.SocketStream):
+            self._stream.socket.close()  # aclose_forcefully without its cancelled checkpoint (~30 µs)
+        else:
+            await trio.aclose_forcefully(self._stream)
 
 
 def describe_peer(stream: trio.abc.Stream) -> str:
