@@ -151,8 +151,11 @@ async def test_appends_made_during_one_fsync_are_all_covered_by_the_next_one(tmp
         nursery.cancel_scope.cancel()
 
 
+@pytest.mark.parametrize(
+    ("error", "code"), [(errno.EIO, BrokerCode.STORAGE_ERROR), (errno.ENOSPC, BrokerCode.STORAGE_FULL)]
+)
 async def test_an_fsync_failing_in_its_thread_refuses_the_producers_and_keeps_what_was_acknowledged(
-    tmp_path: pathlib.Path,
+    tmp_path: pathlib.Path, error: int, code: BrokerCode
 ) -> None:
     directory = tmp_path / "slow"
     async with serving_gated(tmp_path) as (broker, files, conn):
@@ -162,18 +165,18 @@ async def test_an_fsync_failing_in_its_thread_refuses_the_producers_and_keeps_wh
         refused: list[rsnet.StreamError] = []
 
         async def refused_publish(records: list[Any], producer: str, first_sequence: int) -> None:
-            with pytest.raises(rsnet.StreamError) as error:
+            with pytest.raises(rsnet.StreamError) as raised:
                 await publish(conn, "slow", records, producer=producer, first_sequence=first_sequence)
-            refused.append(error.value)
+            refused.append(raised.value)
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(refused_publish, ["s1", "s2", "s3"], "p", 1)
             await entered(files)
             nursery.start_soon(refused_publish, ["q0"], "q", 0)  # appended while the fsync runs
             await until(lambda: slow.log.next_offset == 5)
-            files.fail("datasync", errno.EIO, under=directory, times=1)
+            files.fail("datasync", error, under=directory, times=1)
             files.release()
-        assert [error.code for error in refused] == [BrokerCode.STORAGE_ERROR] * 2
+        assert [refusal.code for refusal in refused] == [code] * 2
         # Rolled back to what the last successful fsync made durable: s0. Nothing else was
         # acknowledged, so nothing acknowledged is lost, and offset 1 is free for a resend.
         assert (slow.log.next_offset, slow.log.durable_offset) == (1, 1)
