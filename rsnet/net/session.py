@@ -274,8 +274,25 @@ class _Outbound(Subscriber[Any]):
         before = conn.buffered
         self._encode(conn, stream_id, items)
         # The window follows the items' size: up at once, down by at most half a flush.
-        measured = max(1, (conn.buffered - before) // len(items))
-        self.item_bytes = measured if not self.item_bytes else max(measured, self.item_bytes // 2)
+        encoded = conn.buffered - before
+        measured = max(1, encoded // len(items))
+        first = not self.item_bytes
+        self.item_bytes = measured if first else max(measured, self.item_bytes // 2)
+        if first:
+            self._refill_beside(encoded)
+
+    def _refill_beside(self, encoded: int) -> None:
+        """The stream's first items are encoded, so their size is known: request now, in the
+        same write, as many more as fit the byte window beside those ``encoded`` bytes. The
+        first request counted each item as the largest frame (4 of them, by default), so a
+        short stream of small items would otherwise take a second write through the writer."""
+        if self.done or self.subscription is None:
+            return
+        room = max(0, self._session.send_window_bytes - encoded) // self.item_bytes
+        amount = min(self._window(), self.remote, room) - self.local
+        if amount > 0:
+            self.local += amount
+            self.subscription.request(amount)
 
     def _encode(self, conn: Connection, stream_id: int, items: list[Any]) -> None:
         for start in range(0, len(items), BATCH_ITEMS):

@@ -167,3 +167,29 @@ async def test_the_servers_window_for_a_stream_is_bounded_in_bytes_as_well_as_it
     assert large.requests[0] == 4  # 4 MiB over the client's 1 MiB max_frame_size
     assert max(large.requests) <= 16
     assert max(small.requests) > 256  # small items: the item window, not the byte budget
+
+
+async def test_a_short_stream_of_small_items_leaves_the_server_in_one_write():
+    """The first request counts each item as the largest frame the client takes (4 of them);
+    once those are encoded their size is known, and the session asks for the rest that fits
+    the byte window before it writes: 100 small items and COMPLETE, one write, not two."""
+    server = rsnet.Server()
+    server.add_publisher("hundred", lambda params, ctx: rsnet.from_iterable(range(100)))
+    async with running(server) as urls, rsnet.connect(urls["tcp"]) as conn:
+        (session,) = server.sessions
+        transport = session.transport
+        writes: list[int] = []
+        send, send_nowait = transport.send, transport.send_nowait
+
+        async def counted_send(chunks):
+            writes.append(sum(map(len, chunks)))
+            return await send(chunks)
+
+        def counted_send_nowait(chunks):
+            writes.append(sum(map(len, chunks)))
+            return send_nowait(chunks)
+
+        transport.send, transport.send_nowait = counted_send, counted_send_nowait
+        items = [item async for item in conn.subscribe("hundred", prefetch=1000)]
+    assert items == list(range(100))
+    assert len(writes) == 1, writes
