@@ -86,9 +86,11 @@ def make_broker(storage: str, fsync: str | None) -> Any:
 
 def serve(transport: str, ready: Any, storage: str = "memory", fsync: str | None = None) -> None:
     import rsnet  # here, not at the top: the suite imports this module to ask unavailable()
+    from rsnet.net.gc_tuning import tune_for_serving
 
     async def main() -> None:
         raise_fd_limit()
+        tune_for_serving()  # as ``rsnet broker`` does
         broker = make_broker(storage, fsync)
         server = rsnet.Server(host=broker)
         async with trio.open_nursery() as nursery:
