@@ -12,7 +12,8 @@ log's own files exactly as the fault left them. ``write`` may write part of the 
 
 :class:`GatedFiles` also holds fsyncs (the broker runs them in worker threads) until a test
 lets them go, to look at what happens while one is in flight. Both may be called from
-several threads at once.
+several threads at once. :func:`stored_values` and :func:`open_descriptors` say what a fault
+left behind: the records a fresh open finds, the files still held open.
 """
 
 from __future__ import annotations
@@ -20,8 +21,11 @@ from __future__ import annotations
 import dataclasses
 import errno as errno_codes
 import os
+import pathlib
 import threading
+from typing import Any
 
+from rsnet.broker.storage import SegmentLog
 from rsnet.broker.storage.files import FileOps
 
 
@@ -192,3 +196,25 @@ class GatedFiles(FaultyFiles):
 
 ENOSPC = errno_codes.ENOSPC
 EIO = errno_codes.EIO
+
+
+def stored_values(directory: pathlib.Path) -> list[Any]:
+    """The values a fresh open of the log in ``directory`` finds (recovery's view: what is
+    really on disk), checking that it found nothing damaged."""
+    log, report = SegmentLog.open(directory)
+    with log:
+        assert report.clean, report.damaged
+        return [record.value for record in log.read(log.first_offset, 10**6)]
+
+
+def open_descriptors(directory: pathlib.Path) -> list[str]:
+    """Files under ``directory`` this process has a descriptor open on (Linux: /proc)."""
+    found = []
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{name}")
+        except OSError:
+            continue  # the descriptor listdir itself used, closed since
+        if target.startswith(str(directory)):
+            found.append(target)
+    return found

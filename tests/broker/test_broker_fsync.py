@@ -9,7 +9,6 @@ covering it has returned, and everything else (other topics, the connection) goe
 from __future__ import annotations
 
 import errno
-import os
 import pathlib
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -23,10 +22,10 @@ import rsnet
 from rsnet.broker.broker import Broker
 from rsnet.broker.client import publish
 from rsnet.broker.codes import BrokerCode
-from rsnet.broker.storage import FsyncPolicy, SegmentLog
+from rsnet.broker.storage import FsyncPolicy
 from rsnet.streams import from_iterable
 
-from .storage_faults import GatedFiles
+from .storage_faults import GatedFiles, open_descriptors, stored_values
 from .support import broker_serving
 
 
@@ -54,26 +53,6 @@ async def collect(
 async def offer(conn: rsnet.Client, topic: str, records: list[Any], producer: str, sequence: int) -> None:
     """Send ``records`` without waiting for their acknowledgement."""
     await conn.offer(topic, from_iterable(records), {"producer": producer, "sequence": sequence})
-
-
-def stored(directory: pathlib.Path) -> list[Any]:
-    """What a fresh open of the topic's directory finds on disk."""
-    log, report = SegmentLog.open(directory)
-    with log:
-        assert report.clean, report.damaged
-        return [record.value for record in log.read(log.first_offset, 10**6)]
-
-
-def open_descriptors(directory: pathlib.Path) -> list[str]:
-    found = []
-    for name in os.listdir("/proc/self/fd"):
-        try:
-            target = os.readlink(f"/proc/self/fd/{name}")
-        except OSError:
-            continue
-        if target.startswith(str(directory)):
-            found.append(target)
-    return found
 
 
 def gated_broker(tmp_path: pathlib.Path) -> tuple[Broker, GatedFiles]:
@@ -182,7 +161,7 @@ async def test_an_fsync_failing_in_its_thread_refuses_the_producers_and_keeps_wh
         assert (slow.log.next_offset, slow.log.durable_offset) == (1, 1)
         await publish(conn, "slow", ["s1", "s2", "s3"], producer="p", first_sequence=1)
 
-    assert stored(directory) == ["s0", "s1", "s2", "s3"]  # a reopen finds every acknowledged record
+    assert stored_values(directory) == ["s0", "s1", "s2", "s3"]  # a reopen finds every acknowledged record
     async with broker_serving(Broker(data_dir=tmp_path)) as (url, _), rsnet.connect(url) as conn:
         records = []
         async with conn.subscribe("slow", {"from": "earliest"}) as items:
@@ -224,7 +203,7 @@ async def test_shutting_down_waits_for_the_fsync_in_flight_then_closes_the_logs(
         with trio.fail_after(10):
             await stopped.wait()
     assert "slow" not in broker.topics and open_descriptors(tmp_path) == []  # closed, no descriptor left
-    assert stored(directory) == ["s0", "s1", "s2", "s3"]  # closing synced what was written
+    assert stored_values(directory) == ["s0", "s1", "s2", "s3"]  # closing synced what was written
 
 
 async def test_fsyncs_run_in_at_most_sync_threads_threads_per_broker(tmp_path: pathlib.Path) -> None:

@@ -26,7 +26,7 @@ from rsnet.broker.storage import (
     WriteFailed,
 )
 
-from .storage_faults import FaultyFiles, GatedFiles
+from .storage_faults import FaultyFiles, GatedFiles, open_descriptors, stored_values
 
 
 def open_log(
@@ -39,27 +39,6 @@ def open_log(
     log, report = SegmentLog.open(directory, retention or Retention(), fsync, segment_bytes, file_ops=files)
     assert report.clean, report.damaged
     return log
-
-
-def values(directory: pathlib.Path) -> list[object]:
-    """What a fresh open of ``directory`` finds (recovery's view: what is really on disk)."""
-    log, report = SegmentLog.open(directory)
-    with log:
-        assert report.clean, report.damaged
-        return [record.value for record in log.read(log.first_offset, 10**6)]
-
-
-def open_descriptors(directory: pathlib.Path) -> list[str]:
-    """Files under ``directory`` this process has a descriptor open on (Linux: /proc)."""
-    found = []
-    for name in os.listdir("/proc/self/fd"):
-        try:
-            target = os.readlink(f"/proc/self/fd/{name}")
-        except OSError:
-            continue  # the descriptor listdir itself used, closed since
-        if target.startswith(str(directory)):
-            found.append(target)
-    return found
 
 
 def in_thread(pending: PendingSync) -> tuple[threading.Thread, list[OSError]]:
@@ -133,7 +112,7 @@ def test_append_without_sync_writes_and_a_sync_begun_covers_what_was_written_bef
     assert log.durable_offset == 3 and log.begin_sync() is None  # nothing left to sync
     assert files.calls.count("datasync") == 2
     log.close()
-    assert values(tmp_path) == ["a", "b", "c"]
+    assert stored_values(tmp_path) == ["a", "b", "c"]
 
 
 def test_one_sync_covers_every_append_made_while_the_previous_one_ran(tmp_path: pathlib.Path) -> None:
@@ -235,7 +214,7 @@ def test_an_fsync_failing_in_a_thread_rolls_back_everything_since_the_last_sync_
     assert (log.next_offset, log.durable_offset, log.last_sequence("p"), log.last_sequence("q")) == (1, 1, 0, None)
     assert log.append(["b2"], timestamp_ms=0, producer="p", first_sequence=1) == [1]  # goes on
     log.close()
-    assert values(tmp_path) == ["a", "b2"]  # offset 1 was never acknowledged before: not reused
+    assert stored_values(tmp_path) == ["a", "b2"]  # offset 1 was never acknowledged before: not reused
 
 
 def test_a_sync_that_cannot_get_a_descriptor_fails_without_touching_the_log(
@@ -297,7 +276,7 @@ def test_rolling_to_a_new_segment_waits_for_the_sync_in_flight_and_finishes_it(
     log.finish_sync(pending, raised[0] if raised else None)  # already finished: nothing
     log.close()
     expected = [] if fails else [f"{n:040d}" for n in range(20)]
-    assert values(tmp_path) == expected
+    assert stored_values(tmp_path) == expected
 
 
 def test_closing_waits_for_the_sync_in_flight_then_syncs_the_rest(tmp_path: pathlib.Path) -> None:
@@ -316,7 +295,7 @@ def test_closing_waits_for_the_sync_in_flight_then_syncs_the_rest(tmp_path: path
     thread.join()
     assert not raised
     assert files.syncs_under(tmp_path) - before == 2  # the one in flight, then close's own for "b"
-    assert values(tmp_path) == ["a", "b"]
+    assert stored_values(tmp_path) == ["a", "b"]
 
 
 def test_retention_may_delete_a_segment_while_a_sync_runs(tmp_path: pathlib.Path) -> None:
@@ -336,4 +315,4 @@ def test_retention_may_delete_a_segment_while_a_sync_runs(tmp_path: pathlib.Path
     log.finish_sync(pending, raised[0] if raised else None)
     assert not raised and log.durable_offset == 13
     log.close()
-    assert values(tmp_path)[-1] == "last"
+    assert stored_values(tmp_path)[-1] == "last"
