@@ -638,8 +638,8 @@ def jetstream_section(
         " producer up to 1,024 records not yet written) against nats-py's `js.publish_async` with up to 4,000"
         " acknowledgements outstanding (its default), then `publish_async_completed`. Subscribing: rsnet's"
         ' `conn.subscribe(topic, {"from": "earliest"})` with the default prefetch, against nats-py\'s ordered'
-        " push consumer (`ordered_consumer=True`: deliver all, no acknowledgements, flow control), one connection"
-        " per subscriber: neither acknowledges deliveries. Fan-out: subscribers first, then one producer; time"
+        " push consumer (`ordered_consumer=True`: deliver all, no acknowledgements, flow control); the"
+        " subscribers share at most 10 connections (100 over 10), round-robin: neither acknowledges deliveries. Fan-out: subscribers first, then one producer; time"
         " from the first publish to the last record at the last subscriber. Replay: the records are stored first"
         " (not timed), then one subscriber reads them all from the start. Latency: one producer paced at half"
         " the rate that system reached from one producer to one subscriber (the fan-out row under the same fsync policy) in the same round, one subscriber; each record"
@@ -780,8 +780,8 @@ def write(document: dict[str, Any], out_dir: str) -> str:
     else:
         lines += [
             "rsnet's broker (`rsnet.Server(host=Broker(...))`, topic defaults: backpressure, max lag 10,000)."
-            " The client process opens one connection per subscriber, each subscribing from the earliest"
-            " offset (prefetch 4096), and waits until the broker lists them all; then one producer on its"
+            " The client process spreads the subscribers over at most 10 connections (100 subscribers over"
+            " 10, as issue 13 defines the row), each subscribing from the earliest offset (prefetch 4096), and waits until the broker lists them all; then one producer on its"
             " own connection publishes N records of 16 B with `rsnet.broker.client.publish` (acknowledged"
             " once stored). Time runs from the first publish to the last record at the last subscriber;"
             " deliveries/s = records x subscribers / time, records/s = records / time; every subscriber"
