@@ -194,9 +194,13 @@ class _Outbound(Subscriber[Any]):
     def refill(self) -> None:
         """Top the local request up to the window (called on remote demand and after writes)."""
         self._refill_queued = False
+        self._request_up_to(min(self._window(), self.remote))
+
+    def _request_up_to(self, limit: int) -> None:
+        """Request from the local publisher what brings the items it owes to ``limit``."""
         if self.done or self.subscription is None:
             return
-        amount = min(self._window(), self.remote) - self.local
+        amount = limit - self.local
         if amount > 0:
             self.local += amount
             self.subscription.request(amount)
@@ -286,13 +290,8 @@ class _Outbound(Subscriber[Any]):
         same write, as many more as fit the byte window beside those ``encoded`` bytes. The
         first request counted each item as the largest frame (4 of them, by default), so a
         short stream of small items would otherwise take a second write through the writer."""
-        if self.done or self.subscription is None:
-            return
         room = max(0, self._session.send_window_bytes - encoded) // self.item_bytes
-        amount = min(self._window(), self.remote, room) - self.local
-        if amount > 0:
-            self.local += amount
-            self.subscription.request(amount)
+        self._request_up_to(min(self._window(), self.remote, room))
 
     def _encode(self, conn: Connection, stream_id: int, items: list[Any]) -> None:
         for start in range(0, len(items), BATCH_ITEMS):
