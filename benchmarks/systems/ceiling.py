@@ -324,13 +324,7 @@ async def live_connections(transport: str, port: int, params: dict[str, Any]) ->
     items, size = params["items"], params["size"]
     live = LiveCount(params)
     handshakes = trio.Semaphore(LIVE_CONCURRENCY)
-    everyone = trio.Event()
     received = 0
-
-    def settle() -> None:
-        if live.settled and not everyone.is_set():
-            live.all_live()
-            everyone.set()
 
     async def one() -> None:
         nonlocal received
@@ -352,9 +346,8 @@ async def live_connections(transport: str, port: int, params: dict[str, Any]) ->
                         done = done or frame[0] == COMPLETE
                 waiting = False
                 handshakes.release()
-                live.served += 1
-                settle()
-                await everyone.wait()
+                live.first_item()
+                await live.everyone.wait()
                 if not done:
                     await conn.send([packb([REQUEST, 1, items])])
                     count += await receive_stream(conn, unpacker)
@@ -363,7 +356,6 @@ async def live_connections(transport: str, port: int, params: dict[str, Any]) ->
                 await trio.aclose_forcefully(conn.stream)
         except (OSError, trio.BrokenResourceError) as error:  # counted and reported
             live.failed_connection(f"{type(error).__name__}: {error}", served=not waiting)
-            settle()
         finally:
             if waiting:
                 handshakes.release()

@@ -10,6 +10,8 @@ import signal
 import time
 from typing import Any
 
+import trio
+
 PACE_BATCH = 1000
 """A paced (slow) consumer checks its schedule every this many items."""
 
@@ -130,15 +132,28 @@ class LiveCount:
         if params.get("traced"):
             self.result["server_traced_base"] = traced(self.pid, params["server_scratch"])["traced"]
         self.clock = Clock()
+        self.everyone = trio.Event()
+        """Set once every connection has its first item or failed (the memory was read then)."""
 
     @property
     def settled(self) -> bool:
         return self.served + len(self.failed) == self.params["connections"]
 
+    def first_item(self) -> None:
+        """A connection has its first item: its stream is open on the server."""
+        self.served += 1
+        self._settle()
+
     def failed_connection(self, error: str, *, served: bool) -> None:
         """A connection failed; ``served``: after its first item (it was counted as served, and
         does not count again towards :attr:`settled`)."""
         (self.dropped if served else self.failed).append(error)
+        self._settle()
+
+    def _settle(self) -> None:
+        if self.settled and not self.everyone.is_set():
+            self.all_live()
+            self.everyone.set()
 
     def gave_up(self) -> None:
         """The client stopped waiting (see :data:`GIVE_UP_MARGIN`): say how far it got."""

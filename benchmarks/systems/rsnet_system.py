@@ -96,13 +96,7 @@ async def live_connections(address: str, params: dict[str, Any]) -> dict[str, An
     each takes the rest of its ``items`` and closes."""
     live = LiveCount(params)
     handshakes = trio.Semaphore(LIVE_CONCURRENCY)
-    everyone = trio.Event()
     received = 0
-
-    def settle() -> None:
-        if live.settled and not everyone.is_set():
-            live.all_live()
-            everyone.set()
 
     async def one() -> None:
         nonlocal received
@@ -117,12 +111,10 @@ async def live_connections(address: str, params: dict[str, Any]) -> dict[str, An
                         if waiting:
                             waiting = False
                             handshakes.release()
-                            live.served += 1
-                            settle()
-                            await everyone.wait()
+                            live.first_item()
+                            await live.everyone.wait()
         except (rsnet.RsnetError, OSError) as error:  # counted and reported, not fatal to the others
             live.failed_connection(f"{type(error).__name__}: {error}", served=not waiting)
-            settle()
         finally:
             if waiting:
                 handshakes.release()
