@@ -225,6 +225,18 @@ class Topic:
             except StorageError as failure:
                 self._storage_failed(failure)
                 break
+            except (TypeError, ValueError) as unstorable:
+                # A record of this producer cannot be stored (one nesting too deep to deliver,
+                # say): append stored none of the batch; this producer is refused, not the topic.
+                sink.fail(
+                    StreamError(
+                        ErrorCode.REJECTED,
+                        f"a record cannot be stored in {self.name!r}: {unstorable}; nothing after your last "
+                        "acknowledged sequence was stored",
+                        {"topic": self.name, "producer": sink.producer},
+                    )
+                )
+                continue
             self.storage_failure = None
             if recent is not None:
                 recent.add(timestamp, [(o, v) for o, v in zip(offsets, values, strict=True) if o is not None])

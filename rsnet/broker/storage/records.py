@@ -29,6 +29,13 @@ FRAME_HEAD = struct.Struct(">II")
 MAX_BODY_BYTES = 64 << 20
 """Largest body a frame may hold: a larger length field is damage, not a record."""
 
+MAX_VALUE_LEVELS = 509
+"""Deepest a record's value may nest, a scalar counting as one level, as SPEC 3 counts: a frame
+nests at most 512 levels, and a subscriber receives the value three levels down (the BATCH
+frame, its list of items, the record map or array). A deeper value could be stored but not
+delivered (a conforming receiver may refuse the frame, and the JavaScript client does, which
+ends its connection), so it is refused at the producer."""
+
 MAX_INT64 = 2**63 - 1
 MIN_INT64 = -(2**63)
 
@@ -121,14 +128,38 @@ def encode_record(
         raise ValueError("None cannot be stored: a record's value is any msgpack value except nil")
     try:
         body = packer.pack([offset, timestamp_ms, value, producer, sequence])
-        unpack(body)  # what cannot be read back must not be written
+        fields = unpack(body)  # what cannot be read back must not be written
     except (TypeError, ValueError, OverflowError) as exc:  # a type msgpack lacks; a bad str, key or int
         raise (TypeError if isinstance(exc, TypeError) else ValueError)(
             f"value cannot be stored as msgpack: {exc}"
         ) from exc
+    # Each level takes at least a byte, so only a long body can nest too deep: small records
+    # pay one comparison. The check walks the value read back (lists and dicts only).
+    if len(body) > MAX_VALUE_LEVELS and _nests_deeper(fields[2], MAX_VALUE_LEVELS):
+        raise ValueError(
+            f"value nests deeper than {MAX_VALUE_LEVELS} levels, so no subscriber could be sent it "
+            "(SPEC 3: a frame nests at most 512 levels, and a delivered record is 3 levels down)"
+        )
     if len(body) > MAX_BODY_BYTES:
         raise ValueError(f"value too large: {len(body)} bytes encoded, at most {MAX_BODY_BYTES}")
     return frame(body)
+
+
+def _nests_deeper(value: Any, limit: int) -> bool:
+    """Whether ``value`` (as msgpack decodes: lists, dicts, scalars) nests deeper than ``limit``
+    levels, a scalar counting as one. Iterative: the value may be deeper than Python recurses."""
+    if type(value) is not list and type(value) is not dict:
+        return limit < 1
+    stack = [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        children = item.values() if type(item) is dict else item
+        for child in children:
+            if level == limit:  # any element is one level too many
+                return True
+            if type(child) is list or type(child) is dict:
+                stack.append((child, level + 1))
+    return False
 
 
 def decode_record(body: bytes | memoryview) -> Record:
