@@ -235,7 +235,9 @@ class ListenConfig(_Model):
     keepalive_interval_s: Annotated[float, Field(ge=0)] = 20.0
     """SPEC 10.1: PING after this long without sending; a peer silent for three is dropped. 0: off."""
     max_connections: PositiveInt = 10_000
-    """Connections served at once over both listeners; one more gets CONN_ERROR GOING_AWAY."""
+    """Connections served at once over both listeners; one more gets CONN_ERROR GOING_AWAY. At
+    most half the process's file descriptor limit less 32 (``rsnet.net.server.connection_limit``):
+    a larger value is lowered, with a warning."""
 
 
 class RetentionConfig(_Model):

@@ -24,7 +24,7 @@ from typing import Any
 import trio
 
 from ..net.gc_tuning import tune_for_serving
-from ..net.server import Server
+from ..net.server import Server, connection_limit
 from .auth import Authorizer, Principal
 from .broker import Broker, TopicSettings
 from .config import BrokerConfig, ConfigError, declared_topics, load_config, topic_config
@@ -192,11 +192,19 @@ async def run_broker(args: argparse.Namespace) -> int:
     heap.fix_mmap_threshold()  # this process is the broker's own: see rsnet/broker/heap.py
     authorizer = Authorizer(config.auth)
     broker = build_broker(config, authorizer)
+    max_connections = connection_limit(config.listen.max_connections)
+    if max_connections < config.listen.max_connections and "max_connections" in config.listen.model_fields_set:
+        log.warning(
+            "max_connections lowered from %d to %d: connections get half of the process's file "
+            "descriptor limit, the topics the rest (raise `ulimit -n` to allow more)",
+            config.listen.max_connections,
+            max_connections,
+        )
     server = Server(
         host=broker,
         authenticate=authorizer.authenticate,
         keepalive_interval=config.listen.keepalive_interval_s,
-        max_connections=config.listen.max_connections,
+        max_connections=max_connections,
     )
     tls = _ssl_context(config)
     metrics = BrokerMetrics()

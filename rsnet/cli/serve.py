@@ -26,7 +26,7 @@ from ..broker.config import Address
 from ..client_rules import DEFAULT_KEEPALIVE
 from ..demo.publishers import add_demo_publishers
 from ..net.gc_tuning import tune_for_serving
-from ..net.server import DEFAULT_MAX_CONNECTIONS, Server
+from ..net.server import DEFAULT_MAX_CONNECTIONS, Server, connection_limit
 from .common import CommandError, say
 
 
@@ -61,9 +61,10 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     serve.add_argument(
         "--max-connections",
         type=int,
-        default=DEFAULT_MAX_CONNECTIONS,
+        default=None,
         metavar="N",
-        help="connections served at once; one more is refused with GOING_AWAY",
+        help=f"connections served at once; one more is refused with GOING_AWAY (default {DEFAULT_MAX_CONNECTIONS:,}, "
+        "at most half the file descriptor limit)",
     )
     serve.add_argument(
         "--app-dir", default=".", help="directory to import module:attr from, before sys.path (default: .)"
@@ -90,9 +91,16 @@ def load_publishers(server: Server, spec: str) -> None:
 
 async def run(args: argparse.Namespace) -> int:
     sys.path.insert(0, os.path.abspath(args.app_dir))
-    if args.keepalive < 0 or args.max_connections < 1:
+    if args.keepalive < 0 or (args.max_connections is not None and args.max_connections < 1):
         raise CommandError("--keepalive must be >= 0 and --max-connections >= 1")
-    server = Server(token=args.token, keepalive_interval=args.keepalive, max_connections=args.max_connections)
+    max_connections = connection_limit(args.max_connections or DEFAULT_MAX_CONNECTIONS)
+    if args.max_connections is not None and max_connections < args.max_connections:
+        say(
+            "serve",
+            f"--max-connections lowered from {args.max_connections} to {max_connections}: connections get "
+            "half of the process's file descriptor limit (raise `ulimit -n` to allow more)",
+        )
+    server = Server(token=args.token, keepalive_interval=args.keepalive, max_connections=max_connections)
     if args.demo:
         add_demo_publishers(server)
     for spec in args.publishers:

@@ -29,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import hmac
 import logging
+import resource
 import ssl
 from collections.abc import Callable
 from typing import Any
@@ -49,13 +50,20 @@ from ..protocol import (
 from ..streams import Publisher, Subscriber
 from ..transport import TcpTransport, Transport, accept_websocket
 from ..transport.tcp import describe_peer
-from .failures import failure_log
+from .failures import CONNECTION_LINES_PER_MINUTE, RateLimitedLog, failure_log
 from .session import Host, Session, StreamContext, complete_handshake, conn_error_frame
 
 log = logging.getLogger("rsnet.net.server")
 
 DEFAULT_MAX_CONNECTIONS = 10_000
 """Connections a server serves at once (all listeners together); more wait to be accepted."""
+
+REFUSAL_SLOTS = 32
+"""Sockets a server accepts beyond ``max_connections``, all listeners together: connections
+still in their handshake hold a socket before they count as served, and one more than the
+limit is accepted to be told GOING_AWAY. Further connections wait in the listen backlog, not
+in the process: accepted sockets (file descriptors) stay within ``max_connections`` plus this,
+whatever peers do (those that never finish a handshake are closed after ``handshake_timeout``)."""
 
 MAX_REPORTED_PARAM_ERRORS = 10
 """Invalid params are reported field by field, up to this many fields (then "and N more"):
@@ -85,7 +93,10 @@ class Server:
     publishers and sinks (the broker is one). Limits and keepalive are this side's protocol
     settings (SPEC 6.3); ``keepalive_interval`` and ``handshake_timeout`` are in seconds.
     ``max_connections`` bounds the connections served at once over all listeners: one more is
-    answered CONN_ERROR ``GOING_AWAY`` ("try again later") after its HELLO, and closed.
+    answered CONN_ERROR ``GOING_AWAY`` ("try again later") after its HELLO, and closed; at most
+    :data:`REFUSAL_SLOTS` sockets more are accepted at once (handshakes under way, refusals), the
+    rest wait to be accepted. Each accepted socket is a file descriptor: keep ``max_connections``
+    well below the process's descriptor limit (:func:`connection_limit`).
     """
 
     def __init__(
@@ -109,6 +120,13 @@ class Server:
             raise ValueError(f"max_connections must be >= 1, got {max_connections!r}")
         self._max_connections = max_connections
         self._connection_slots = trio.Semaphore(max_connections)  # shared by every listener
+        self._socket_slots = trio.Semaphore(max_connections + REFUSAL_SLOTS)  # accepted, any state
+        self._connection_log = RateLimitedLog(
+            log,
+            CONNECTION_LINES_PER_MINUTE,
+            "%d more connection reports in the last minute were left out",
+            logging.INFO,
+        )
         self._max_frame_size = max_frame_size
         self._max_streams = max_streams
         self._keepalive_ms = round(keepalive_interval * 1000)
@@ -258,11 +276,17 @@ class Server:
     async def _accept_loop(
         self, listener: trio.SocketListener, handle: Callable[[trio.abc.Stream], Any], connections: trio.Nursery
     ) -> None:
+        slots = self._socket_slots
         while True:
+            await slots.acquire()  # at the bound, connections wait in the listen backlog
             try:
                 stream = await listener.accept()
-            except OSError as error:  # e.g. EMFILE: back off instead of spinning
-                log.warning("accept failed: %s", error)
+            except BaseException as error:
+                slots.release()
+                if not isinstance(error, OSError):
+                    raise
+                # e.g. EMFILE: back off instead of spinning
+                self._connection_log.log(logging.WARNING, "accept failed: %s", error)
                 await trio.sleep(0.1)
                 continue
             connections.start_soon(self._handle_guarded, handle, stream)
@@ -272,7 +296,7 @@ class Server:
         try:
             await handle(stream)
         except (ConnectionLost, trio.BrokenResourceError, trio.ClosedResourceError, ssl.SSLError, OSError) as error:
-            log.info("connection ended: %s", error)
+            self._connection_log.log(logging.INFO, "connection ended: %s", error)
         except Exception:
             failure_log.exception("connection failed")
         finally:
@@ -280,6 +304,7 @@ class Server:
             # without its cancelled checkpoint: raising and catching that Cancelled costs about
             # 30 µs of CPU, a tenth of what a short connection costs the server.
             stream.socket.close()
+            self._socket_slots.release()
 
     async def handle(self, transport: Transport) -> None:
         """Serve one connection on an established transport: handshake, then its streams."""
@@ -305,13 +330,13 @@ class Server:
         try:
             hello, events = await complete_handshake(transport, conn, Hello, self._handshake_timeout)
         except HandshakeError as failure:
-            log.info("%s", failure)
+            self._connection_log.log(logging.INFO, "%s", failure)
             return
         if full:
             limit = f"the server is at its limit of {self._max_connections} connections; try again later"
             conn.send_conn_error(ErrorCode.GOING_AWAY, limit)
             await transport.send([conn.data_to_send()])
-            log.info("refused %s: %s", transport.peer, limit)
+            self._connection_log.log(logging.INFO, "refused %s: %s", transport.peer, limit)
             return
         offered = hello.settings.get("auth_token")
         principal = None
@@ -323,7 +348,7 @@ class Server:
         if not allowed:
             conn.send_conn_error(ErrorCode.UNAUTHORIZED, "missing or wrong auth_token")
             await transport.send([conn.data_to_send()])
-            log.info("refused %s: bad token", transport.peer)
+            self._connection_log.log(logging.INFO, "refused %s: bad token", transport.peer)
             return
         if self._stopping:
             conn.send_conn_error(ErrorCode.GOING_AWAY, "the server is shutting down")
@@ -352,6 +377,18 @@ class Server:
             session.close(ErrorCode.GOING_AWAY, "the drain deadline expired")
         for session in list(self.sessions):
             await session.wait_closed()
+
+
+def connection_limit(max_connections: int, descriptors: int | None = None) -> int:
+    """``max_connections`` as far as the process's file descriptors allow: at most half of
+    ``descriptors`` (default: the soft ``RLIMIT_NOFILE``) less :data:`REFUSAL_SLOTS`, and at
+    least 1. The other half stays for the rest of the process (a broker's open topics: an
+    eighth of the limit by default, a few descriptors each; listeners, logs), so that no number
+    of peers can take the descriptors a durable topic needs to store what it acknowledges."""
+    if descriptors is None:
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+        descriptors = soft if soft != resource.RLIM_INFINITY else 1 << 20
+    return max(1, min(max_connections, descriptors // 2 - REFUSAL_SLOTS))
 
 
 def _clip(text: str) -> str:

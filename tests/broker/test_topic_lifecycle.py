@@ -240,6 +240,32 @@ def low_fd_limit() -> None:
     resource.setrlimit(resource.RLIMIT_NOFILE, (FD_LIMIT, FD_LIMIT))
 
 
+async def test_silent_sockets_cannot_take_the_descriptors_a_durable_topic_needs(tmp_path):
+    """Half the descriptors are the connections' (connection_limit), the rest the topics': 150
+    sockets that never send HELLO, at a limit of 128 descriptors, leave a connected producer
+    storing into 20 new durable topics (before: every such socket was accepted, and publishing
+    failed with STORAGE_ERROR "Too many open files" until their handshakes timed out)."""
+    process, printed = await start_daemon(
+        "--data-dir", str(tmp_path), "--tcp", "127.0.0.1:0", announces=b"auth off", preexec_fn=low_fd_limit
+    )
+    silent = []
+    try:
+        url = served_url(printed)
+        port = int(url.rsplit(":", 1)[1])
+        async with rsnet.connect(url) as conn:
+            silent = [await trio.open_tcp_stream("127.0.0.1", port) for _ in range(150)]
+            for index in range(20):
+                assert await publish(conn, f"t{index}", [index]) == 1
+            assert [r["value"] for r in await take(conn, "t19", 1, **{"from": "earliest"})] == [19]
+        assert process.returncode is None
+    finally:
+        for stream in silent:
+            await stream.aclose()
+        process.terminate()
+        with trio.fail_after(10):
+            await process.wait()
+
+
 async def test_the_daemon_at_a_128_descriptor_limit_serves_2000_missing_names_and_60_topics(tmp_path):
     """The issue's scenario against the real process: before, every subscription to a missing
     name held two descriptors for good, and "Too many open files" came after about a quarter
