@@ -50,7 +50,17 @@ from .codes import BrokerCode
 from .names import MAX_MATCH_PATTERNS, is_valid_topic, is_wildcard, topic_matches, validate_pattern, validate_topic
 from .overrides import OverrideStore, effective, nest, sources
 from .recent import RecentBudget
-from .storage import CorruptData, CursorStore, FsyncPolicy, MemoryLog, Retention, SegmentLog, StorageError, TopicLog
+from .storage import (
+    CorruptData,
+    CursorStore,
+    FsyncPolicy,
+    MemoryLog,
+    Retention,
+    SegmentLog,
+    StorageError,
+    TopicLog,
+    UncleanRecoveryNeeded,
+)
 from .storage import files as storage_files
 from .topic import (
     MAX_SEQUENCE,
@@ -437,7 +447,26 @@ class Broker:
             self.recovery[name] = report
             if report.damaged:
                 log.warning("topic %s: recovered with damage: %s", name, "; ".join(report.damaged))
-            self._cursors[name] = self._open_cursors(self.data_dir / name / "cursors")
+            cursors = self._open_cursors(self.data_dir / name / "cursors")
+            committed = max(cursors.all().values(), default=0)
+            if committed > segment_log.next_offset and self.fsync is not FsyncPolicy.NEVER:
+                # A commit never passes what was stored (durable_offset), so the log lost records
+                # it had: its newest segment deleted by hand, say, which leaves no other trace.
+                # Going on would give their offsets to new records, and these cursors would skip
+                # them. (Under NEVER an OS crash may take back stored records: its accepted risk.)
+                problem = (
+                    f"{self.data_dir / name}: cursors were committed up to offset {committed}, but the log ends at "
+                    f"{segment_log.next_offset}: its newest records are missing (a segment file deleted by hand?)"
+                )
+                if not self.unclean_recovery:
+                    segment_log.close()
+                    raise UncleanRecoveryNeeded(
+                        f"{problem}. Nothing was changed. To start anyway, giving those offsets to new records "
+                        "(cursors beyond the end then skip them), set unclean_recovery = true in the broker's "
+                        "configuration for one start."
+                    )
+                log.warning("topic %s: %s; unclean_recovery: new records get those offsets", name, problem)
+            self._cursors[name] = cursors
             return segment_log
         self._cursors.setdefault(name, {})
         return self._memory_logs.setdefault(name, MemoryLog(settings.retention))
@@ -545,9 +574,13 @@ class Broker:
             return CursorStore.open(path)
 
     def commit(self, topic: Topic, cursor: str, offset: int) -> None:
-        if not 0 <= offset <= topic.log.next_offset:
+        # Up to what subscribers may see (durable_offset), not next_offset: a cursor is stored at
+        # once, so one past records an OS crash could still take back would outlive them.
+        if not 0 <= offset <= topic.log.durable_offset:
             raise StreamError(
-                ErrorCode.REJECTED, f"cannot commit offset {offset} of {topic.name!r} (next is {topic.log.next_offset})"
+                ErrorCode.REJECTED,
+                f"cannot commit offset {offset} of {topic.name!r} (at most {topic.log.durable_offset}, past the "
+                "last stored record)",
             )
         store = self._cursors[topic.name]
         if store.get(cursor) is None and len(store if isinstance(store, dict) else store.all()) >= self.max_cursors:

@@ -18,11 +18,12 @@ import trio
 
 import rsnet
 from rsnet.broker.broker import Broker, TopicSettings
-from rsnet.broker.client import publish
+from rsnet.broker.client import commit, publish
 from rsnet.broker.codes import BrokerCode
 from rsnet.broker.daemon import metrics_refresher
 from rsnet.broker.metrics import BrokerMetrics
-from rsnet.broker.storage import FsyncPolicy, OffsetDamaged, Retention, SegmentLog
+from rsnet.broker.storage import FsyncPolicy, OffsetDamaged, Retention, SegmentLog, UncleanRecoveryNeeded
+from rsnet.protocol import ErrorCode
 
 from .support import broker_serving, served_url, start_daemon
 
@@ -229,3 +230,33 @@ async def test_a_closed_topic_whose_oldest_record_is_damaged_still_gets_its_age_
         # opened at start for recovery, then closed: its expiry comes from the first readable record
         closed = broker._closed["events"]
         assert closed.first_offset == 0 and closed.expires_ms is not None
+
+
+async def test_a_log_that_lost_records_its_cursors_passed_stops_the_start_until_told_to(tmp_path: pathlib.Path) -> None:
+    """The newest (here the only) segment deleted by hand leaves no trace in the log, but a
+    cursor committed past the log's end shows it: the broker refuses to start on that topic,
+    changing nothing, instead of giving the lost offsets to new records that the cursor would
+    then skip; with unclean_recovery it starts and says so."""
+    async with broker_serving(Broker(data_dir=tmp_path)) as (url, _), rsnet.connect(url) as conn:
+        await publish(conn, "events", list(range(10)), producer="p")
+        await commit(conn, "events", "dashboards", 10)
+    for segment in (tmp_path / "events").glob("*.log"):
+        segment.unlink()
+    cursors = (tmp_path / "events" / "cursors").read_bytes()
+    with pytest.raises(UncleanRecoveryNeeded) as refused:
+        await Broker(data_dir=tmp_path).run()  # recovers every topic before it serves
+    assert "committed up to offset 10, but the log ends at 0" in str(refused.value)
+    assert "unclean_recovery = true" in str(refused.value)
+    assert (tmp_path / "events" / "cursors").read_bytes() == cursors  # nothing changed
+    async with broker_serving(Broker(data_dir=tmp_path, unclean_recovery=True)) as (url, _):
+        async with rsnet.connect(url) as conn:
+            assert await publish(conn, "events", ["new"], producer="q") == 1
+
+
+async def test_a_cursor_cannot_be_committed_past_the_last_stored_record(tmp_path: pathlib.Path) -> None:
+    async with broker_serving(Broker(data_dir=tmp_path)) as (url, _), rsnet.connect(url) as conn:
+        await publish(conn, "events", list(range(3)), producer="p")
+        await commit(conn, "events", "g", 3)  # up to the end: everything was read
+        with pytest.raises(rsnet.StreamError) as rejected:
+            await commit(conn, "events", "g", 4)
+        assert rejected.value.code == ErrorCode.REJECTED and "at most 3" in rejected.value.message
