@@ -57,6 +57,19 @@ def in_thread(pending: PendingSync) -> tuple[threading.Thread, list[OSError]]:
     return thread, raised
 
 
+def held_in_fsync(
+    log: SegmentLog, files: GatedFiles, directory: pathlib.Path
+) -> tuple[PendingSync, threading.Thread, list[OSError]]:
+    """Begin a sync of ``log`` and run it on a thread (:func:`in_thread`) until it is held inside
+    its fsync (``files`` gates ``directory``); ``files.release()`` lets it go on."""
+    files.hold(directory)
+    pending = log.begin_sync()
+    assert pending is not None
+    thread, raised = in_thread(pending)
+    assert files.entered.wait(10)
+    return pending, thread, raised
+
+
 @contextlib.contextmanager
 def release_when_blocked(files: GatedFiles, waiting_in: str) -> Iterator[None]:
     """Let the held fsync go once the main thread is blocked in the function ``waiting_in``
@@ -120,11 +133,7 @@ def test_one_sync_covers_every_append_made_while_the_previous_one_ran(tmp_path: 
     log = open_log(tmp_path, files)
     before = files.syncs_under(tmp_path)  # opening synced the first segment's header
     log.append(["first"], timestamp_ms=0, sync=False)
-    files.hold(tmp_path)
-    running = log.begin_sync()
-    assert running is not None
-    thread, raised = in_thread(running)
-    assert files.entered.wait(10)
+    running, thread, raised = held_in_fsync(log, files, tmp_path)
     for n in range(50):  # the log's thread goes on appending while the fsync is held
         log.append([n], timestamp_ms=0, sync=False)
     assert (log.next_offset, log.durable_offset) == (51, 0)
@@ -147,11 +156,7 @@ def test_the_sync_uses_a_descriptor_of_its_own_so_closing_the_log_cannot_pull_it
     files = GatedFiles()
     log = open_log(tmp_path, files, FsyncPolicy.NEVER)  # close() does not sync: nothing waits
     log.append(["a"], timestamp_ms=0)
-    files.hold(tmp_path)
-    pending = log.begin_sync()
-    assert pending is not None
-    thread, raised = in_thread(pending)
-    assert files.entered.wait(10)
+    pending, thread, raised = held_in_fsync(log, files, tmp_path)
     log.close()  # the log's descriptors are closed while the thread is inside fsync
     reused = os.open(os.devnull, os.O_RDONLY)  # may take the number the active segment had
     try:
@@ -198,11 +203,7 @@ def test_an_fsync_failing_in_a_thread_rolls_back_everything_since_the_last_sync_
     log = open_log(tmp_path, files)
     log.append(["a"], timestamp_ms=0, producer="p", first_sequence=0)  # synced: acknowledged
     log.append(["b"], timestamp_ms=0, producer="p", first_sequence=1, sync=False)
-    files.hold(tmp_path)
-    pending = log.begin_sync()
-    assert pending is not None
-    thread, raised = in_thread(pending)
-    assert files.entered.wait(10)
+    pending, thread, raised = held_in_fsync(log, files, tmp_path)
     log.append(["c"], timestamp_ms=0, producer="q", first_sequence=0, sync=False)  # while it runs
     files.fail("datasync", errno.EIO, under=tmp_path, times=1)
     files.release()
@@ -248,11 +249,7 @@ def test_rolling_to_a_new_segment_waits_for_the_sync_in_flight_and_finishes_it(
     log = open_log(tmp_path, files, segment_bytes=400)
     for n in range(5):
         log.append([f"{n:040d}"], timestamp_ms=0, producer="p", first_sequence=n, sync=False)
-    files.hold(tmp_path)
-    pending = log.begin_sync()
-    assert pending is not None
-    thread, raised = in_thread(pending)
-    assert files.entered.wait(10)
+    pending, thread, raised = held_in_fsync(log, files, tmp_path)
     if fails:
         files.fail("datasync", errno.EIO, under=tmp_path, times=1)
 
@@ -284,11 +281,7 @@ def test_closing_waits_for_the_sync_in_flight_then_syncs_the_rest(tmp_path: path
     log = open_log(tmp_path, files)
     before = files.syncs_under(tmp_path)
     log.append(["a"], timestamp_ms=0, sync=False)
-    files.hold(tmp_path)
-    pending = log.begin_sync()
-    assert pending is not None
-    thread, raised = in_thread(pending)
-    assert files.entered.wait(10)
+    _, thread, raised = held_in_fsync(log, files, tmp_path)
     log.append(["b"], timestamp_ms=0, sync=False)
     with release_when_blocked(files, "wait"):
         log.close()
@@ -304,11 +297,7 @@ def test_retention_may_delete_a_segment_while_a_sync_runs(tmp_path: pathlib.Path
     for n in range(12):
         log.append([f"{n:030d}"], timestamp_ms=0)  # synced, several sealed segments
     log.append(["last"], timestamp_ms=0, sync=False)
-    files.hold(tmp_path)
-    pending = log.begin_sync()
-    assert pending is not None
-    thread, raised = in_thread(pending)
-    assert files.entered.wait(10)
+    pending, thread, raised = held_in_fsync(log, files, tmp_path)
     assert log.enforce_retention(0) > 0  # deletes sealed segments: none is the sync's
     files.release()
     thread.join()
