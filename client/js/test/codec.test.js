@@ -7,6 +7,17 @@ import { Connection, Ext, Float64, ProtocolError, decode, encode } from "../dist
 const hex = (bytes) => Buffer.from(bytes).toString("hex");
 const bytes = (h) => Uint8Array.from(Buffer.from(h, "hex"));
 
+/** A client connection past WELCOME that subscribed to "x" (stream 1) with `demand`. */
+function subscribed(demand) {
+  const conn = new Connection("client");
+  conn.dataToSend();
+  conn.receiveData(bytes("93020180"));
+  conn.eventsReceived();
+  conn.sendSubscribe("x", null, demand);
+  conn.dataToSend();
+  return conn;
+}
+
 test("integers are encoded as msgpack integers at every size, never as floats", () => {
   assert.equal(hex(encode(2 ** 32)), "cf0000000100000000");
   assert.equal(hex(encode(2 ** 53 - 1)), "cf001fffffffffffff");
@@ -77,12 +88,7 @@ test("a frame that cannot fit is refused from its length header, before its byte
 });
 
 test("frames split across reads, byte by byte, are reassembled", () => {
-  const conn = new Connection("client");
-  conn.dataToSend();
-  conn.receiveData(bytes("93020180"));
-  conn.eventsReceived();
-  conn.sendSubscribe("x", null, 3);
-  conn.dataToSend();
+  const conn = subscribed(3);
   const frames = bytes("931201809315" + "01" + "a3616263" + "931501" + "cd1234");
   for (const b of frames) conn.receiveData(Uint8Array.of(b));
   const events = conn.eventsReceived();
@@ -102,12 +108,7 @@ test("frames split across reads, byte by byte, are reassembled", () => {
 });
 
 test("items report the bytes of their NEXT or BATCH frame, several frames to a read", () => {
-  const conn = new Connection("client");
-  conn.dataToSend();
-  conn.receiveData(bytes("93020180"));
-  conn.eventsReceived();
-  conn.sendSubscribe("x", null, 10);
-  conn.dataToSend();
+  const conn = subscribed(10);
   // ACCEPT, BATCH of ["ab", "cd", 7], NEXT 1 KiB of binary: one read.
   const blob = "c5" + "0400" + "78".repeat(1024);
   conn.receiveData(bytes("931201809316" + "01" + "93" + "a26162" + "a26364" + "07" + "931501" + blob));
@@ -117,12 +118,7 @@ test("items report the bytes of their NEXT or BATCH frame, several frames to a r
 });
 
 test("binary items (bin 8, 16 and 32) decode to copies, not views of the received bytes, alone in a BATCH or mixed", () => {
-  const conn = new Connection("client");
-  conn.dataToSend();
-  conn.receiveData(bytes("93020180"));
-  conn.eventsReceived();
-  conn.sendSubscribe("x", null, 10);
-  conn.dataToSend();
+  const conn = subscribed(10);
   const bin16 = "c5" + "0100" + "ab".repeat(256);
   const bin32 = "c6" + "00000003" + "010203";
   // ACCEPT; BATCH [bin8 "\x00\xff", bin16 256 x 0xab, bin32 1 2 3]; BATCH [bin8 "\x07", "s", 5]: one read.
