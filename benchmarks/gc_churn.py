@@ -38,6 +38,8 @@ import trio
 
 import rsnet
 
+from .systems.common import served_port
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # -- the served application -------------------------------------------------------------------------
@@ -93,16 +95,7 @@ async def _start_server(collector: str) -> tuple[trio.Process, int]:
     process = await trio.lowlevel.open_process(
         [*command, "--tcp", "127.0.0.1:0", "--app-dir", ROOT], stderr=subprocess.PIPE, cwd=ROOT
     )
-    printed = b""
-    assert process.stderr is not None
-    with trio.fail_after(30):
-        while b"serving tcp://" not in printed or not printed.endswith(b"\n"):
-            data = await process.stderr.receive_some(4096)
-            if not data:
-                raise RuntimeError(f"the server exited: {printed.decode()}")
-            printed += data
-    url = printed.decode().split("serving ", 1)[1].split()[0]
-    return process, int(url.rsplit(":", 1)[1])
+    return process, await served_port(process, "server")
 
 
 async def _drain(stream: trio.abc.ReceiveStream) -> None:

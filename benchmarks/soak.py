@@ -36,6 +36,8 @@ import rsnet
 from rsnet.broker.client import follow, publish
 from tests.faults.proxy import FaultyProxy
 
+from .systems.common import served_port
+
 
 def _rss_mib(pid: int) -> float:
     with open(f"/proc/{pid}/status") as status:
@@ -88,15 +90,7 @@ async def _start_broker(data_dir: str) -> tuple[trio.Process, int]:
         ],
         stderr=subprocess.PIPE,
     )
-    printed = b""
-    with trio.fail_after(30):
-        while b"serving tcp://" not in printed or not printed.endswith(b"\n"):
-            data = await process.stderr.receive_some(4096)
-            if not data:
-                raise RuntimeError(f"the broker exited: {printed.decode()}")
-            printed += data
-    url = printed.decode().split("serving ", 1)[1].split()[0]
-    return process, int(url.rsplit(":", 1)[1])
+    return process, await served_port(process, "broker")
 
 
 async def soak(args: argparse.Namespace) -> int:

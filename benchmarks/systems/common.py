@@ -181,3 +181,18 @@ class LiveCount:
             notes.append(f"first: {problems[0]}")
         failure = "; ".join(notes)
         return {"served": self.served, "items": items, "failure": failure, **self.result, **self.clock.elapsed()}
+
+
+async def served_port(process: trio.Process, what: str) -> int:
+    """The port of the first ``serving tcp://`` line an ``rsnet serve``/``rsnet broker`` child
+    prints on its stderr (a pipe); RuntimeError naming ``what`` if it exits first."""
+    assert process.stderr is not None
+    printed = b""
+    with trio.fail_after(30):
+        while b"serving tcp://" not in printed or not printed.endswith(b"\n"):
+            data = await process.stderr.receive_some(4096)
+            if not data:
+                raise RuntimeError(f"the {what} exited: {printed.decode()}")
+            printed += data
+    url = printed.decode().split("serving ", 1)[1].split()[0]
+    return int(url.rsplit(":", 1)[1])
