@@ -36,6 +36,9 @@ frame, its list of items, the record map or array). A deeper value could be stor
 delivered (a conforming receiver may refuse the frame, and the JavaScript client does, which
 ends its connection), so it is refused at the producer."""
 
+_NOT_CONTAINER_HEADERS = bytes(b for b in range(256) if not (0x80 <= b <= 0x9F or 0xDC <= b <= 0xDF))
+"""Every byte value but those of map and array headers (fixmap, fixarray, 16 and 32 bits)."""
+
 MAX_INT64 = 2**63 - 1
 MIN_INT64 = -(2**63)
 
@@ -133,9 +136,16 @@ def encode_record(
         raise (TypeError if isinstance(exc, TypeError) else ValueError)(
             f"value cannot be stored as msgpack: {exc}"
         ) from exc
-    # Each level takes at least a byte, so only a long body can nest too deep: small records
-    # pay one comparison. The check walks the value read back (lists and dicts only).
-    if len(body) > MAX_VALUE_LEVELS and _nests_deeper(fields[2], MAX_VALUE_LEVELS):
+    # Every level below the value is a map or array header, one byte at least, so only a body
+    # with more bytes that could be such headers than the limit can nest too deep: small
+    # records pay one comparison, and a long map or list one count in C before any walk.
+    value = fields[2]
+    if (
+        len(body) > MAX_VALUE_LEVELS
+        and type(value) in (list, dict)
+        and len(body.translate(None, _NOT_CONTAINER_HEADERS)) > MAX_VALUE_LEVELS
+        and _nests_deeper(value, MAX_VALUE_LEVELS)
+    ):
         raise ValueError(
             f"value nests deeper than {MAX_VALUE_LEVELS} levels, so no subscriber could be sent it "
             "(SPEC 3: a frame nests at most 512 levels, and a delivered record is 3 levels down)"
