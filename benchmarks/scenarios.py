@@ -249,9 +249,15 @@ def build(quick: bool) -> list[Row]:
     )
     rows += broker_rows(quick)
     # Tuned (prefetch 4096) and default demand (prefetch not set: both clients' adaptive demand,
-    # the same policy), so "fast by default" is measured for Node too.
+    # the same policy), so "fast by default" is measured for Node too; and each client's
+    # Reactive Streams Subscriber, which requests by hand with the prefetch rule (no iterator:
+    # Node's `for await` costs a promise and a microtask per item, ~100 ns).
     for transport, name in TRANSPORTS.items():
-        for suffix, prefetch, how in (("", PREFETCH, ""), ("-default", None, ", prefetch not set (default)")):
+        for suffix, prefetch, api, how in (
+            ("", PREFETCH, "iterator", ""),
+            ("-default", None, "iterator", ", prefetch not set (default)"),
+            ("-subscriber", PREFETCH, "subscriber", ", a Subscriber's on_next/onNext"),
+        ):
             rows.append(
                 Row(
                     id=f"s6-js-16-{transport}{suffix}",
@@ -259,7 +265,7 @@ def build(quick: bool) -> list[Row]:
                     title=f"one stream, 16 B items, {name}{how}: Node client vs Python client",
                     kind="stream",
                     transport=transport,
-                    params={"count": 20_000 if q else 1_000_000, "size": 16, "prefetch": prefetch},
+                    params={"count": 20_000 if q else 1_000_000, "size": 16, "prefetch": prefetch, "api": api},
                     metrics=(ITEMS_S, MB_S, CPU_SERVER, CPU_CLIENT),
                     systems=("rsnet", "rsnet-js"),
                     subject="rsnet-js",

@@ -91,7 +91,9 @@ def test_quick_run_measures_every_system(tmp_path):
 
     # Scenario 6: the JavaScript client in Node against the Python client, on the same server.
     scenario_6 = {row["id"]: row for row in rows if row["scenario"] == 6}
-    assert set(scenario_6) == {"s6-js-16-tcp", "s6-js-16-ws", "s6-js-16-tcp-default", "s6-js-16-ws-default"}
+    assert set(scenario_6) == {
+        f"s6-js-16-{transport}{api}" for transport in ("tcp", "ws") for api in ("", "-default", "-subscriber")
+    }
     node_ready = shutil.which("node") and (pathlib.Path(ROOT) / "client" / "js" / "node_modules").is_dir()
     for row in scenario_6.values():
         assert set(row["systems"]) == {"rsnet", "rsnet-js"}

@@ -13,11 +13,35 @@ const conn = await connect(url);
 const cpu = process.cpuUsage();
 const started = process.hrtime.bigint();
 let items = 0;
-// As a user writes it (README): async iteration with the Python client's demand policy,
-// prefetch up front and prefetch - prefetch/4 each time that many were consumed; prefetch null
-// (a default-demand row) is the option not set: adaptive demand, as in the Python client.
-for await (const _ of conn.subscribe("items", { count: params.count, size: params.size }, { prefetch: params.prefetch })) {
-  items += 1;
+if (params.api === "subscriber") {
+  // A Reactive Streams Subscriber doing the prefetch rule by hand, as rsnet_system.Prefetching.
+  const refill = params.prefetch - Math.floor(params.prefetch / 4);
+  await new Promise((resolve, reject) => {
+    let subscription;
+    let since = 0;
+    conn.publisher("items", { count: params.count, size: params.size }).subscribe({
+      onSubscribe(s) {
+        subscription = s;
+        s.request(params.prefetch);
+      },
+      onNext() {
+        items += 1;
+        if (++since === refill) {
+          since = 0;
+          subscription.request(refill);
+        }
+      },
+      onError: reject,
+      onComplete: resolve,
+    });
+  });
+} else {
+  // As a user writes it (README): async iteration with the Python client's demand policy,
+  // prefetch up front and prefetch - prefetch/4 each time that many were consumed; prefetch
+  // null (a default-demand row) is the option not set: adaptive demand, as in the Python client.
+  for await (const _ of conn.subscribe("items", { count: params.count, size: params.size }, { prefetch: params.prefetch })) {
+    items += 1;
+  }
 }
 const seconds = Number(process.hrtime.bigint() - started) / 1e9;
 const used = process.cpuUsage(cpu);

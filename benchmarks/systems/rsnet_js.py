@@ -4,7 +4,8 @@ The server is :mod:`.rsnet_system`'s (``rsnet.Server`` hosting ``items``), so a 
 ``rsnet`` and ``rsnet-js`` differs only in the client: the Python client (``rsnet.connect``,
 ``subscribe(prefetch=P)``) against the Node one (``connect(url)``, ``for await`` over
 ``conn.subscribe(name, params, {prefetch: P})``, the same demand policy; P None: the option not
-set in either client, adaptive demand). The client process is
+set in either client, adaptive demand; ``api: "subscriber"``: each client's Reactive Streams
+Subscriber on ``conn.publisher(...)`` with the fixed rule done by hand). The client process is
 this worker, which runs ``node rsnet_js.mjs`` (plain node, not ``node --test``) and returns the
 numbers Node measured itself: items, seconds and CPU seconds of the measured part. Only the
 ``stream`` kind.

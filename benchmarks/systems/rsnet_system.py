@@ -74,6 +74,46 @@ class StopAndWait(rsnet.Subscriber):
         self.done.set()
 
 
+class Prefetching(rsnet.Subscriber):
+    """A Reactive Streams subscriber with the iterator's fixed rule done by hand: ``prefetch``
+    in ``on_subscribe``, then ``prefetch - prefetch // 4`` each time that many arrived."""
+
+    def __init__(self, prefetch: int) -> None:
+        self.count = 0
+        self.refill = prefetch - prefetch // 4
+        self.prefetch = prefetch
+        self.since = 0
+        self.done = trio.Event()
+        self.error: BaseException | None = None
+
+    def on_subscribe(self, subscription: Any) -> None:
+        self.subscription = subscription
+        subscription.request(self.prefetch)
+
+    def on_next(self, item: Any) -> None:
+        self.count += 1
+        self.since += 1
+        if self.since == self.refill:
+            self.since = 0
+            self.subscription.request(self.refill)
+
+    def on_error(self, error: BaseException) -> None:
+        self.error = error
+        self.done.set()
+
+    def on_complete(self) -> None:
+        self.done.set()
+
+
+async def receive(conn: Any, subscriber: StopAndWait | Prefetching, count: int, size: int) -> int:
+    """``subscriber`` on ``items``; its item count once the stream completed (or its error)."""
+    conn.publisher("items", {"count": count, "size": size}).subscribe(subscriber)
+    await subscriber.done.wait()
+    if subscriber.error is not None:
+        raise subscriber.error
+    return subscriber.count
+
+
 async def consume(conn: Any, count: int, size: int, prefetch: int | None, pace: float = 0) -> int:
     """Take a stream of ``count`` items; ``prefetch`` None: rsnet's default (the argument not given)."""
     received = 0
@@ -149,16 +189,15 @@ async def client(kind: str, transport: str, port: int, params: dict[str, Any]) -
     async with rsnet.connect(address) as conn:
         if kind == "stream":
             clock = Clock()
-            received = await consume(conn, params["count"], size, params["prefetch"], params.get("pace", 0))
+            if params.get("api") == "subscriber":
+                received = await receive(conn, Prefetching(params["prefetch"]), params["count"], size)
+            else:
+                received = await consume(conn, params["count"], size, params["prefetch"], params.get("pace", 0))
             return {"items": received, **clock.elapsed()}
         if kind == "stop_and_wait":
-            subscriber = StopAndWait()
             clock = Clock()
-            conn.publisher("items", {"count": params["count"], "size": size}).subscribe(subscriber)
-            await subscriber.done.wait()
-            if subscriber.error is not None:
-                raise subscriber.error
-            return {"items": subscriber.count, **clock.elapsed()}
+            received = await receive(conn, StopAndWait(), params["count"], size)
+            return {"items": received, **clock.elapsed()}
         if kind == "first_item":
             latencies = []
             for _ in range(params["iterations"]):
