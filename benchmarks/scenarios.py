@@ -323,6 +323,32 @@ def broker_rows(quick: bool) -> list[Row]:
                     systems=("rsnet-broker",),
                 )
             )
+    # The arrays shape (``items: "arrays"``, [offset, timestamp, value]): half the decoding for
+    # subscribers that know their topic, the bytes shared at the head as the maps' are.
+    for storage, fsync, where in broker.STORAGE:
+        if fsync in (None, "interval"):
+            full, small = FANOUT_COUNTS[100]
+            rows.append(
+                Row(
+                    id=f"s5-{fsync or storage}-100-arrays",
+                    scenario=5,
+                    title=f"1 producer to {_subscribers(100)} taking arrays, {where}",
+                    kind="fanout",
+                    transport="tcp",
+                    params={
+                        "subscribers": 100,
+                        "connections": FANOUT_CONNECTIONS,
+                        "count": small if quick else full,
+                        "size": 16,
+                        "prefetch": PREFETCH,
+                        "items": "arrays",
+                    },
+                    server_params={"storage": storage, "fsync": fsync},
+                    metrics=(DELIVERIES_S, RECORDS_S, MB_S, CPU_SERVER, CPU_CLIENT),
+                    chart=False,
+                    systems=("rsnet-broker",),
+                )
+            )
     return rows
 
 

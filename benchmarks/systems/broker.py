@@ -9,7 +9,7 @@ it is acknowledged or shown to subscribers; ``interval``: every 100 ms, the brok
 ``never``: the OS decides). Topics use the broker's defaults (backpressure, max lag 10,000).
 
 The client (kind ``fanout``, parameters ``subscribers``, ``connections``, ``count``, ``size``,
-``prefetch``) opens ``connections`` connections (default: one per subscriber) and spreads the
+``prefetch``, ``items``: the shape asked for, default the maps) opens ``connections`` connections (default: one per subscriber) and spreads the
 ``subscribers`` over them round-robin, each subscribing to a fresh topic with
 ``from="earliest"`` and ``prefetch``; it waits until the broker lists every subscription
 (``$topics``), so set-up is not timed. Then the clock starts, and one producer on its own
@@ -128,11 +128,13 @@ async def fanout(address: str, params: dict[str, Any]) -> dict[str, Any]:
     async def subscriber(conn: Any, task_status: Any) -> None:
         nonlocal received
         expected = 0
-        async with conn.subscribe(TOPIC, {"from": "earliest"}, **_prefetch(params)) as records:
+        shape = params.get("items", "maps")
+        async with conn.subscribe(TOPIC, {"from": "earliest", "items": shape}, **_prefetch(params)) as records:
             task_status.started()
             async for record in records:
-                if record["offset"] != expected:
-                    raise RuntimeError(f"subscriber got offset {record['offset']}, expected {expected}")
+                offset = record[0] if shape == "arrays" else record["offset"]
+                if offset != expected:
+                    raise RuntimeError(f"subscriber got offset {offset}, expected {expected}")
                 expected += 1
                 if expected == count:
                     break

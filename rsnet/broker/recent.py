@@ -8,6 +8,10 @@ a subscriber receives, and every subscriber at the head takes those bytes as the
 (:class:`~rsnet.protocol.Encoded`); the network session writes them into its BATCH frames
 without packing anything.
 
+Subscribers that asked for ``items: "arrays"`` share the same way: while a topic has such a
+subscriber, its writer also encodes each record as ``[offset, timestamp, value]``, held for
+the newest records beside the maps (``arrays``); a topic without one pays nothing for them.
+
 The encoded items are a cache, never the truth: they cover a contiguous run of offsets just
 appended, the topic drops them the moment storage fails (offsets not yet acknowledged may
 then be given to other records), and a subscriber reading anything else reads storage.
@@ -44,13 +48,16 @@ class RecentBudget:
 class RecentItems:
     """The encoded items of one topic's offsets ``first`` up to ``end`` (exclusive)."""
 
-    __slots__ = ("_budget", "_key_prefix", "_pack", "first", "items", "size")
+    __slots__ = ("_budget", "_key_prefix", "_pack", "arrays", "first", "items", "size")
 
     def __init__(self, topic: str, budget: RecentBudget) -> None:
         self._budget = budget
         self._pack = new_packer().pack
         self.first = 0
         self.items: list[Encoded] = []
+        # The newest len(arrays) of the same records as [offset, timestamp, value] (the
+        # "arrays" shape), encoded only while someone reads that shape: a suffix of ``items``.
+        self.arrays: list[Encoded] = []
         self.size = 0  # bytes held, all of them counted against the budget
         self._key_prefix = {"topic": topic}
 
@@ -65,8 +72,16 @@ class RecentItems:
             return []
         return self.items[start : start + count]
 
-    def add(self, timestamp_ms: int, appended: list[tuple[int, Any]]) -> None:
-        """Encode records just appended, as ``(offset, value)`` pairs in offset order.
+    def get_arrays(self, offset: int, count: int) -> list[Encoded]:
+        """As :meth:`get`, in the arrays shape; [] if ``offset`` is not held in it."""
+        start = offset - (self.end - len(self.arrays))
+        if start < 0 or start >= len(self.arrays):
+            return []
+        return self.arrays[start : start + count]
+
+    def add(self, timestamp_ms: int, appended: list[tuple[int, Any]], arrays: bool = False) -> None:
+        """Encode records just appended, as ``(offset, value)`` pairs in offset order; in the
+        arrays shape too if ``arrays`` (else none is held in it any more).
 
         Records that do not follow on from those held replace them (the held run must stay
         contiguous). If the budget cannot hold them, the oldest held items go first; if even
@@ -85,12 +100,17 @@ class RecentItems:
             item["timestamp"] = timestamp_ms
             item["value"] = value
             encoded.append(Encoded(pack(item)))
-        size = sum(map(len, encoded))
+        shaped = [Encoded(pack([offset, timestamp_ms, value])) for offset, value in appended] if arrays else []
+        if not arrays and self.arrays:
+            self._free(sum(map(len, self.arrays)))
+            self.arrays = []
+        size = sum(map(len, encoded)) + sum(map(len, shaped))
         if not self._reserve(size):
             self.clear()
             self.first = appended[-1][0] + 1
             return
         self.items += encoded
+        self.arrays += shaped  # still a suffix: the held arrays end where the new ones start
         self.size += size
 
     def trim(self, offset: int) -> None:
@@ -110,10 +130,11 @@ class RecentItems:
         if excess > 0:
             dropped = 0
             count = 0
+            plain = len(self.items) - len(self.arrays)  # the oldest items, held only as maps
             for item in self.items:
                 if dropped >= excess:
                     break
-                dropped += len(item)
+                dropped += len(item) + (len(self.arrays[count - plain]) if count >= plain else 0)
                 count += 1
             self._drop(count)
             if size > budget.available:
@@ -122,10 +143,18 @@ class RecentItems:
         return True
 
     def _drop(self, count: int) -> None:
+        """Let go of the oldest ``count`` records, in both shapes."""
         if count <= 0:
             return
+        shaped = count - (len(self.items) - len(self.arrays))  # of them held as arrays too
         freed = sum(map(len, self.items[:count]))
+        if shaped > 0:
+            freed += sum(map(len, self.arrays[:shaped]))
+            del self.arrays[:shaped]
         del self.items[:count]
         self.first += count
-        self.size -= freed
-        self._budget.available += freed
+        self._free(freed)
+
+    def _free(self, size: int) -> None:
+        self.size -= size
+        self._budget.available += size

@@ -208,6 +208,7 @@ class Topic:
         recent = self.recent if self.readers else None
         if recent is not None and recent.items:  # what every live subscriber has read goes
             recent.trim(min(reader.positions[self] for reader in self.readers))
+        arrays = recent is not None and any(reader.shares_arrays for reader in self.readers)
         durable = self.log.durable_offset
         for sink in pending:
             values, sink.buffer = sink.buffer, []
@@ -239,7 +240,8 @@ class Topic:
                 continue
             self.storage_failure = None
             if recent is not None:
-                recent.add(timestamp, [(o, v) for o, v in zip(offsets, values, strict=True) if o is not None])
+                appended = [(o, v) for o, v in zip(offsets, values, strict=True) if o is not None]
+                recent.add(timestamp, appended, arrays)
             sink.appended(offsets, self.log.next_offset - 1, self.log.size_bytes - size)
             self.records_in += sum(offset is not None for offset in offsets)
         if recent is None:
@@ -498,7 +500,9 @@ class TopicReader(DrainLoop, Subscription):
         self._many: Callable[[list[Any]], None] | None = getattr(subscriber, "on_next_many", None)
         self._encoded: Callable[[list[Any]], None] | None = getattr(subscriber, "on_next_encoded", None)
         self._shape = shape
-        self._shared = self._encoded is not None and not (shape.arrays or shape.stored)  # see RecentItems
+        # See RecentItems: the maps or the arrays shape shared by every subscriber at the head.
+        self._shared = self._encoded is not None and not (shape.arrays or shape.stored)
+        self.shares_arrays = self._encoded is not None and shape.arrays and not (shape.stored or shape.with_topic)
         self._as_stored = self._encoded is not None and shape.stored  # the stored bytes as the items
 
     def add_topic(self, topic: Topic, position: int) -> None:
@@ -609,12 +613,17 @@ class TopicReader(DrainLoop, Subscription):
             if visible <= 0:
                 continue
             wanted = min(self.requested, READ_BATCH, visible)
-            if self._shared and topic not in self.skipped:
+            shared = None
+            if self._shared and topic not in self.skipped:  # (a map after a skip says so)
                 shared = topic.recent.get(position, wanted)
-                if shared:  # at the head: the bytes every subscriber there gets
-                    emitted += self._deliver(topic, position, shared, self._encoded)
-                    topic.reader_moved()
-                    continue
+            elif self.shares_arrays:
+                shared = topic.recent.get_arrays(position, wanted)
+                if shared:
+                    self.skipped.pop(topic, None)  # skipped records show as a gap in the offsets
+            if shared:  # at the head: the bytes every subscriber there gets
+                emitted += self._deliver(topic, position, shared, self._encoded)
+                topic.reader_moved()
+                continue
             try:
                 fields: list[Any] = (log.read_stored if self._as_stored else log.read_fields)(position, wanted)
             except OffsetDamaged as damaged:  # everything before it was delivered; end here, coded

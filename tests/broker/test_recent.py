@@ -56,6 +56,38 @@ async def test_subscribers_at_the_head_get_what_a_reader_from_storage_gets(tmp_p
     assert live == [stored, stored, stored]  # same offsets, timestamps, values, key for key
 
 
+async def test_subscribers_of_the_arrays_shape_at_the_head_share_its_bytes(tmp_path: pathlib.Path) -> None:
+    broker = Broker(data_dir=tmp_path)
+    async with broker_running(broker) as url, rsnet.connect(url) as a, rsnet.connect(url) as b:
+        await publish(a, "t", ["first"])
+        live: list[list[Any]] = [[], []]
+
+        async def arrays(conn: rsnet.Client, into: list[Any], *, task_status) -> None:
+            async with conn.subscribe("t", {"from": "latest", "items": "arrays"}, prefetch=64) as items:
+                task_status.started()
+                async for record in items:
+                    into.append(record)
+                    if len(into) == 200:
+                        return
+
+        async with trio.open_nursery() as nursery:
+            for index, conn in enumerate((a, b)):
+                await nursery.start(arrays, conn, live[index])
+            values = [{"n": i, "blob": bytes([i % 256])} for i in range(200)]
+            await publish(a, "t", values[:100], producer="p")
+            held = broker.topics["t"].recent
+            assert held.arrays and held.get_arrays(held.end - 1, 1)  # encoded once for both
+            await publish(a, "t", values[100:], producer="p", first_sequence=100)
+        stored = []
+        async with a.subscribe("t", {"from": 1, "items": "arrays"}) as items:  # from storage
+            async for record in items:
+                stored.append(record)
+                if len(stored) == 200:
+                    break
+    assert [r[2] for r in stored] == values
+    assert live == [stored, stored]
+
+
 async def test_offsets_given_again_after_a_failed_sync_reach_live_subscribers_with_the_new_records(
     tmp_path: pathlib.Path,
 ) -> None:
@@ -124,6 +156,40 @@ def test_held_items_are_the_item_maps_encoded_and_stay_contiguous() -> None:
     assert (recent.first, recent.end) == (9, 10)
     recent.trim(10)
     assert recent.items == [] and recent.size == 0
+
+
+def test_the_arrays_shape_is_held_only_while_asked_for_and_counted_in_the_budget() -> None:
+    budget = RecentBudget()
+    recent = RecentItems("t", budget)
+    recent.add(7, [(0, "a"), (1, "b")])  # nobody reads arrays yet
+    assert recent.get_arrays(0, 10) == []
+    recent.add(8, [(2, "c"), (3, {"k": 1})], arrays=True)  # from here on, both shapes
+    assert [msgpack.unpackb(item) for item in recent.get_arrays(0, 10)] == []  # 0 and 1: maps only
+    assert [msgpack.unpackb(item) for item in recent.get_arrays(2, 10)] == [[2, 8, "c"], [3, 8, {"k": 1}]]
+    assert [msgpack.unpackb(item) for item in recent.get_arrays(3, 1)] == [[3, 8, {"k": 1}]]
+    assert all(type(item) is Encoded for item in recent.get_arrays(2, 10))
+    both = sum(map(len, recent.items)) + sum(map(len, recent.arrays))
+    assert recent.size == both and budget.available == budget.limit - both
+    recent.trim(3)  # the oldest go in both shapes, each shape's bytes given back
+    assert (recent.first, len(recent.arrays)) == (3, 1)
+    assert recent.size == len(recent.items[0]) + len(recent.arrays[0]) == budget.limit - budget.available
+    recent.add(9, [(4, "d")])  # the last arrays reader left: that shape is let go
+    assert recent.arrays == [] and recent.get_arrays(3, 10) == []
+    assert recent.size == sum(map(len, recent.items)) == budget.limit - budget.available
+    recent.clear()
+    assert budget.available == budget.limit
+
+
+def test_making_room_counts_both_shapes() -> None:
+    budget = RecentBudget(limit=RECENT_TOPIC_BYTES // 2)
+    recent = RecentItems("t", budget)
+    value = "x" * 10_000
+    for start in range(0, 400, 50):
+        recent.add(0, [(offset, value) for offset in range(start, start + 50)], arrays=start >= 100)
+        assert recent.size == sum(map(len, recent.items)) + sum(map(len, recent.arrays))
+        assert recent.size <= budget.limit and budget.available == budget.limit - recent.size
+        assert len(recent.arrays) <= len(recent.items)
+    assert recent.end == 400 and recent.get_arrays(399, 1) and recent.first > 0  # the oldest made room
 
 
 def test_memory_is_bounded_per_topic_and_by_the_shared_budget() -> None:
