@@ -117,9 +117,11 @@ def test_quick_run_measures_every_system(tmp_path):
         "s7-fanout-10",
         "s7-fanout-100",
         "s7-fanout-1-interval",
+        "s7-fanout-1-never",
         "s7-replay",
         "s7-latency-always",
         "s7-latency-interval",
+        "s7-latency-never",
     }
     jetstream = document["jetstream"]["reason"]
     for row_id, row in scenario_7.items():
@@ -132,7 +134,11 @@ def test_quick_run_measures_every_system(tmp_path):
             assert "jetstream" in row["ratios"], row_id
         else:  # nats-server missing (make test installs it as root): said so, not failed
             assert record["status"] == "not available" and "nats-server" in record["reason"], record
-    for fsync, fanout in (("always", "s7-fanout-1"), ("interval", "s7-fanout-1-interval")):
+    for fsync, fanout in (
+        ("always", "s7-fanout-1"),
+        ("interval", "s7-fanout-1-interval"),
+        ("never", "s7-fanout-1-never"),
+    ):
         latency = scenario_7[f"s7-latency-{fsync}"]
         for system, record in latency["systems"].items():
             if record["status"] == "not available":
