@@ -85,7 +85,7 @@ async def test_sigkill_under_fsync_always_loses_no_acknowledged_record(tmp_path)
     assert [r["offset"] for r in records] == list(range(len(records)))
 
 
-async def test_a_damaged_segment_tail_is_reported_skipped_and_the_rest_kept(tmp_path):
+async def test_a_torn_write_after_the_acknowledged_records_is_cut_and_the_rest_kept(tmp_path):
     broker, url = await start_broker(tmp_path)
     try:
         async with rsnet.connect(url) as conn:
@@ -93,19 +93,53 @@ async def test_a_damaged_segment_tail_is_reported_skipped_and_the_rest_kept(tmp_
     finally:
         await stop(broker, signal.SIGTERM)
     (segment,) = sorted((tmp_path / "logs").glob("*.log"))
-    data = segment.read_bytes()
-    segment.write_bytes(data[:-7])  # the last record is cut off mid-way
+    with segment.open("ab") as file:
+        file.write(b"\x00\x00\x01\x00torn")  # the start of a record never acknowledged
 
     broker, url = await start_broker(tmp_path)
     try:
         records = await read_all(url, "logs")
-        assert [r["value"] for r in records] == [f"line {i}" for i in range(99)]
+        assert [r["value"] for r in records] == [f"line {i}" for i in range(100)]
         async with rsnet.connect(url) as conn:
             await publish(conn, "logs", ["after repair"], producer="w2")
         records = await read_all(url, "logs")
-        assert (records[-1]["offset"], records[-1]["value"]) == (99, "after repair")
+        assert (records[-1]["offset"], records[-1]["value"]) == (100, "after repair")
     finally:
         await stop(broker, signal.SIGTERM)
+
+
+async def test_acknowledged_records_cut_short_stop_the_start_until_told_to(tmp_path):
+    """The last acknowledged record damaged looks like a torn write, but the log's synced mark
+    says it was synced: the broker refuses to start, changing nothing, rather than cut it and
+    give its offset to another record; with unclean_recovery it starts without it."""
+    broker, url = await start_broker(tmp_path)
+    try:
+        async with rsnet.connect(url) as conn:
+            await publish(conn, "logs", [f"line {i}" for i in range(100)], producer="w")
+    finally:
+        await stop(broker, signal.SIGTERM)
+    (segment,) = sorted((tmp_path / "logs").glob("*.log"))
+    data = segment.read_bytes()[:-7]  # the last record is cut off mid-way
+    segment.write_bytes(data)
+    process = await trio.run_process(
+        [*RSNET, "broker", "--data-dir", str(tmp_path), "--tcp", "127.0.0.1:0"], capture_stderr=True, check=False
+    )
+    printed = process.stderr.decode()
+    assert process.returncode == 1 and "Traceback" not in printed, printed
+    assert "records up to offset 99 were synced (so acknowledged)" in printed
+    assert "end before offset 99" in printed and "unclean_recovery = true" in printed
+    assert segment.read_bytes() == data  # nothing changed
+
+    config = tmp_path / "rsnet.toml"
+    config.write_text("unclean_recovery = true\n")
+    broker, url = await start_broker(tmp_path, "--config", str(config))
+    try:
+        records = await read_all(url, "logs")
+        assert [r["value"] for r in records] == [f"line {i}" for i in range(99)]
+    finally:
+        await stop(broker, signal.SIGTERM)
+    broker, url = await start_broker(tmp_path)  # the mark follows the log it was told to keep
+    await stop(broker, signal.SIGTERM)
 
 
 async def test_reconnect_loops_under_load_lose_and_repeat_nothing():

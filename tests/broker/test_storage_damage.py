@@ -242,6 +242,7 @@ async def test_a_log_that_lost_records_its_cursors_passed_stops_the_start_until_
         await commit(conn, "events", "dashboards", 10)
     for segment in (tmp_path / "events").glob("*.log"):
         segment.unlink()
+    (tmp_path / "events" / "synced").unlink()  # as an OS crash can lose its last writes
     cursors = (tmp_path / "events" / "cursors").read_bytes()
     with pytest.raises(UncleanRecoveryNeeded) as refused:
         await Broker(data_dir=tmp_path).run()  # recovers every topic before it serves
@@ -251,6 +252,29 @@ async def test_a_log_that_lost_records_its_cursors_passed_stops_the_start_until_
     async with broker_serving(Broker(data_dir=tmp_path, unclean_recovery=True)) as (url, _):
         async with rsnet.connect(url) as conn:
             assert await publish(conn, "events", ["new"], producer="q") == 1
+
+
+@pytest.mark.parametrize("fsync", [FsyncPolicy.ALWAYS, FsyncPolicy.INTERVAL])
+async def test_a_deleted_newest_segment_stops_the_start_until_told_to(
+    tmp_path: pathlib.Path, fsync: FsyncPolicy
+) -> None:
+    """No cursor needed: the log's synced mark shows that records were synced beyond what the
+    segments hold. With unclean_recovery the broker starts, and the mark follows the log."""
+    async with broker_serving(Broker(data_dir=tmp_path, fsync=fsync)) as (url, _), rsnet.connect(url) as conn:
+        await publish(conn, "events", list(range(10)), producer="p")
+    for segment in (tmp_path / "events").glob("*.log"):
+        segment.unlink()
+    with pytest.raises(UncleanRecoveryNeeded) as refused:
+        await Broker(data_dir=tmp_path, fsync=fsync).run()
+    assert "records up to offset 9 were synced (so acknowledged)" in str(refused.value)
+    assert "unclean_recovery = true" in str(refused.value)
+    assert not list((tmp_path / "events").glob("*.log"))  # nothing changed
+    async with broker_serving(Broker(data_dir=tmp_path, fsync=fsync, unclean_recovery=True)) as (url, _):
+        async with rsnet.connect(url) as conn:
+            await publish(conn, "events", ["new"], producer="q")
+    async with broker_serving(Broker(data_dir=tmp_path, fsync=fsync)) as (url, _):  # starts clean again
+        async with rsnet.connect(url) as conn:
+            assert await publish(conn, "events", ["newer"], producer="q", first_sequence=1) == 1
 
 
 async def test_a_cursor_cannot_be_committed_past_the_last_stored_record(tmp_path: pathlib.Path) -> None:

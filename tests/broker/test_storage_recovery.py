@@ -1,7 +1,8 @@
 """SegmentLog recovery: a torn tail is cut; damage anywhere else costs only the damaged records.
 
 Each test writes a log, closes it, damages the files the way a crash or a disk would, then
-reopens it. A torn last write is cut (a copy kept in ``quarantine/``). Damage in the middle of
+reopens it. A torn last write is cut (a copy kept in ``quarantine/``) if it was never synced
+(the log's synced mark says how far syncs went); a synced one cut short is damage. Damage in the middle of
 the log becomes a damaged range: the records on both sides keep their offsets, reading the
 range raises OffsetDamaged, a copy of the bytes is kept, and new records get offsets after the
 old end. Damage recovery cannot place stops the open, changing nothing, unless the operator
@@ -23,7 +24,9 @@ from rsnet.broker.storage import (
     Retention,
     SegmentLog,
     UncleanRecoveryNeeded,
+    synced_mark,
 )
+from rsnet.broker.storage.files import REAL
 from rsnet.broker.storage.records import encode_record
 
 SEGMENT_BYTES = 1024
@@ -44,6 +47,11 @@ class Written:
 
     def segments(self) -> list[str]:
         return sorted(name for name in os.listdir(self.directory) if name.endswith(".log"))
+
+    def synced_before(self, offset: int) -> None:
+        """As if the records from ``offset`` on were written and their sync never returned (a
+        crash): the log's synced mark says so, and cutting them is a torn write's repair."""
+        synced_mark.write(REAL, str(self.directory), offset)
 
     def path(self, name: str) -> pathlib.Path:
         return self.directory / name
@@ -124,6 +132,7 @@ def test_a_record_cut_in_half_at_the_end_is_removed(written: Written) -> None:
     cut = start + (end - start) // 2
     torn = written.path(last).read_bytes()[start:cut]
     os.truncate(written.path(last), cut)
+    written.synced_before(59)
     log, report = written.reopen()
     with log:
         copy = f"{last}.bytes-{start}-{cut - 1}"
@@ -143,10 +152,39 @@ def test_a_record_cut_in_half_at_the_end_is_removed(written: Written) -> None:
 def test_a_record_cut_inside_its_length_field_is_removed(written: Written) -> None:
     last = written.segments()[-1]
     os.truncate(written.path(last), written.start_of(59) + 3)
+    written.synced_before(59)
     log, report = written.reopen()
     with log:
         assert "(offset 59): frame cut off: 3 of the 8 header bytes present" in report.damaged[0]
         check_kept(log, 59)
+
+
+def test_a_synced_record_cut_short_at_the_end_stops_the_open_until_unclean_recovery(written: Written) -> None:
+    """What a torn write leaves, on a record a sync covered (so acknowledged): damage, not a
+    torn write; nothing changes until the operator asks for an unclean recovery."""
+    last = written.segments()[-1]
+    start = written.start_of(59)
+    os.truncate(written.path(last), start + 20)
+    before = written.snapshot()
+    with pytest.raises(UncleanRecoveryNeeded, match=r"records up to offset 59 were synced.*end before offset 59"):
+        written.reopen()
+    assert written.snapshot() == before
+    log, report = written.reopen(unclean=True)
+    with log:
+        assert any("records up to offset 59 were synced" in line for line in report.damaged)
+        check_kept(log, 59)  # offset 59 given again, as unclean_recovery says it may be
+    check_repaired(written, 59)  # the mark now follows the log that was kept
+
+
+def test_a_synced_mark_that_does_not_check_is_reported_and_written_again(written: Written) -> None:
+    (written.directory / "synced").write_bytes(b"RSHW" + bytes(12))
+    log, report = written.reopen()
+    with log:
+        assert report.damaged == [
+            "synced: the bytes do not check (magic or CRC); not used, written again from the recovered log"
+        ]
+        check_kept(log, 60)
+    assert synced_mark.read(str(written.directory)) == (61, None)
 
 
 def test_a_byte_flipped_in_the_middle_of_the_last_segment_costs_only_that_record(written: Written) -> None:
@@ -303,10 +341,10 @@ def test_when_the_only_segment_is_unreadable_the_open_stops_until_unclean_recove
     log, report = SegmentLog.open(tmp_path, Retention(), FsyncPolicy.ALWAYS, 256, unclean_recovery=True)
     with log:
         assert report.damaged[0] == f"{first:020d}.log: header cut off at byte 5"
-        assert (
-            report.damaged[-1]
-            == f"the log restarts empty at offset {first}; the producers' sequences stored before it are lost"
+        assert f"the log restarts empty at offset {first}; the producers' sequences stored before it are lost" in (
+            report.damaged
         )
+        assert report.damaged[-1].startswith("records up to offset 39 were synced (so acknowledged)")
         assert (log.first_offset, log.next_offset) == (first, first)
         assert log.append(["again"], timestamp_ms=0) == [first]
     assert (tmp_path / "quarantine" / f"{first:020d}.log").read_bytes() == b"rsnet"

@@ -70,7 +70,10 @@ else is bit rot, a bad disk or a hand edit, and must cost no more than the damag
 
 - **Torn tail.** Damage in the active segment with no intact record after it is the last
   write, cut short: the segment is cut there (a copy of the cut bytes is kept in
-  ``quarantine/``). Under ALWAYS and INTERVAL nothing cut was acknowledged.
+  ``quarantine/``). Under ALWAYS and INTERVAL nothing cut was acknowledged: each sync that
+  succeeds records how far it went in the file ``synced`` (``synced_mark.py``), and a log
+  whose intact records end before that mark is damage recovery cannot place (below), not a
+  torn write.
 - **Damage in the middle.** After a damaged record the scan searches, byte by byte, for the
   next intact one (its frame checks, its offset is plausible and the frame after it follows
   on). The offsets in between become a :class:`DamagedRange`: never reused, reported, and
@@ -78,14 +81,15 @@ else is bit rot, a bad disk or a hand edit, and must cost no more than the damag
   served. Damage that runs to the end of a sealed segment ends at the next segment's first
   offset; a sealed segment whose header is unreadable is one damaged range as a whole;
   offsets no segment file holds (a file deleted by hand) are a damaged range too (not after
-  the newest file: a deleted newest segment leaves no trace here; the broker notices it when a
+  the newest file: a deleted newest segment shows only against the ``synced`` mark; the broker also notices it when a
   committed cursor lies beyond the recovered end). The files
   are left as they are (a copy of the damaged bytes goes to ``quarantine/``), so the damage
   is found again, the same, at every open, until retention removes its segment. Sealed
   segments with damage get no sidecar.
 - **Damage recovery cannot place** stops the open with :class:`UncleanRecoveryNeeded`,
   changing nothing: an unreadable header on the active segment (how many records it held is
-  unknown) and a segment that starts inside the previous one. With ``unclean_recovery`` the
+  unknown), a segment that starts inside the previous one, and intact records that end
+  before the ``synced`` mark (synced records lost at the end). With ``unclean_recovery`` the
   log is cut there as before damaged ranges existed: the segments from the damage on are
   moved to ``quarantine/``, and their offsets may be given to new records.
 - A segment in a format version this code does not know stops the open with a

@@ -20,7 +20,7 @@ import dataclasses
 import os
 import re
 
-from . import segment_file, sidecars
+from . import segment_file, sidecars, synced_mark
 from .files import FileOps, unlink_if_present
 from .log import DamagedRange, ProducerState, UncleanRecoveryNeeded
 from .segment_file import NO_TIMESTAMP, SCAN_CHUNK, SEGMENT_NAME, Damage, Scan, Segment, file_crc
@@ -104,6 +104,8 @@ def recover(ops: FileOps, directory: str, durable: bool, unclean: bool = False) 
     :class:`UncleanRecoveryNeeded` for damage it cannot place unless ``unclean``."""
     listing = _list(directory)
     plan = _plan(directory, listing.segments, unclean)
+    if durable:
+        _check_synced_mark(plan, directory, unclean)
     _repair(ops, directory, listing, plan, durable)
     return _rebuild(ops, directory, plan, durable)
 
@@ -203,6 +205,23 @@ def _whole_segment_damaged(found: Scan, next_base: int) -> Scan:
     found.valid_bytes = found.file_bytes
     found.header_problem = None
     return found
+
+
+def _check_synced_mark(plan: _Plan, directory: str, unclean: bool) -> None:
+    """The log must not end before the offset its last sync reported (``synced_mark.py``):
+    records below it were synced, so acknowledged, and cutting or missing them is damage."""
+    mark, problem = synced_mark.read(directory)
+    if problem is not None:
+        plan.damaged.append(f"{problem}; not used, written again from the recovered log")
+    end = plan.kept[-1].segment.next_offset if plan.kept else plan.restart_at
+    if mark is None or mark <= end:
+        return
+    missing = (
+        f"records up to offset {mark - 1} were synced (so acknowledged), but the log's intact records end before "
+        f"offset {end}: the newest records are damaged or their segment file is missing"
+    )
+    _cannot_place(directory, unclean, missing)
+    plan.damaged.append(missing)
 
 
 def _cannot_place(directory: str, unclean: bool, problem: str) -> None:

@@ -44,12 +44,13 @@ from __future__ import annotations
 
 import bisect
 import collections
+import contextlib
 import fcntl
 import os
 import zlib
 from typing import Any
 
-from . import recovery, segment_file, sidecars
+from . import recovery, segment_file, sidecars, synced_mark
 from .files import REAL, FileOps, unlink_if_present
 from .log import CorruptData, FsyncPolicy, LogFailed, PendingSync, Retention, StorageError, TopicLog, WriteFailed
 from .records import BadRecord, decode_fields, unpack
@@ -186,6 +187,7 @@ class SegmentLog(TopicLog):
             if pending.directory is not None:
                 self._directory_synced = True
             self._sync_point = pending.sync_point
+            self._write_synced_mark()
             return
         if pending.active_failed:
             self._roll_back(failure)
@@ -410,6 +412,15 @@ class SegmentLog(TopicLog):
         self._size_bytes = size_bytes
         self._producers = dict(producers)
 
+    def _write_synced_mark(self) -> None:
+        """Record ``_synced_offset`` for recovery (``synced_mark.py``; ALWAYS and INTERVAL).
+        Best effort: the records are durable whether or not the mark is written, and a mark
+        left lower only checks less."""
+        if self.fsync is FsyncPolicy.NEVER:
+            return
+        with contextlib.suppress(OSError):
+            synced_mark.write(self._files, self.directory, self._synced_offset)
+
     def _sync_directory(self) -> None:
         try:
             self._files.sync_directory(self.directory)
@@ -602,6 +613,10 @@ class SegmentLog(TopicLog):
         self._durable_offset = self._synced_offset = self._next_offset
         self._size_bytes = sum(segment.size for segment in self._segments)
         self._mark_synced()
+        if self.fsync is FsyncPolicy.NEVER:  # no mark is kept: one left from another policy goes
+            unlink_if_present(self._files, os.path.join(self.directory, synced_mark.MARK_NAME), quiet=True)
+        else:  # recovery synced everything it kept (and after an unclean one, the log ends lower)
+            self._write_synced_mark()
 
 
 class _SegmentSync(PendingSync):
