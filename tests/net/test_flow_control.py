@@ -8,6 +8,7 @@ import socket
 
 import pytest
 import trio
+import trio.testing
 
 import rsnet
 from rsnet import ops
@@ -193,3 +194,46 @@ async def test_a_short_stream_of_small_items_leaves_the_server_in_one_write():
         items = [item async for item in conn.subscribe("hundred", prefetch=1000)]
     assert items == list(range(100))
     assert len(writes) == 1, writes
+
+
+async def test_rule_2_13_a_remote_subscriber_raising_from_on_next_cancels_only_its_stream():
+    """An exception from a network subscriber's on_next is reported (rule 2.13), no item follows
+    it, the cancel travels back to the publisher, and the connection stays usable."""
+    reported = []
+    server = rsnet.Server()
+
+    @server.publisher("numbers")
+    def numbers(params, ctx):
+        return rsnet.from_iterable(itertools.count())
+
+    class Raising(rsnet.Subscriber):
+        def __init__(self):
+            self.items = []
+
+        def on_subscribe(self, subscription):
+            subscription.request(100)  # one REQUEST: the items arrive in batches
+
+        def on_next(self, item):
+            self.items.append(item)
+            if item == 3:
+                raise RuntimeError("subscriber bug")
+
+        def on_error(self, error):
+            raise AssertionError(error)
+
+        def on_complete(self):
+            raise AssertionError("cancelled streams do not complete")
+
+    previous = rsnet.streams.rules.set_undeliverable_handler(reported.append)
+    try:
+        async with running(server) as urls, rsnet.connect(urls["tcp"]) as conn:
+            (session,) = server.sessions
+            subscriber = Raising()
+            conn.publisher("numbers").subscribe(subscriber)
+            await trio.testing.wait_all_tasks_blocked()  # the items, the CANCEL, all taken in
+            assert not session._outbound  # the server's stream ended: its publisher was cancelled
+            assert [item async for item in conn.subscribe("numbers", limit=3)] == [0, 1, 2]
+    finally:
+        rsnet.streams.rules.set_undeliverable_handler(previous)
+    assert subscriber.items == [0, 1, 2, 3]
+    assert [str(error) for error in reported] == ["subscriber bug"]
