@@ -298,57 +298,47 @@ def _subscribers(count: int) -> str:
 
 
 def broker_rows(quick: bool) -> list[Row]:
-    """Scenario 5: one producer to 1, 10 and 100 subscribers, for each kind of topic."""
+    """Scenario 5: one producer to 1, 10 and 100 subscribers, for each kind of topic; and to 100
+    taking the arrays shape (``items: "arrays"``, [offset, timestamp, value]: half the decoding
+    for subscribers that know their topic, the bytes shared at the head as the maps' are), in
+    memory and under ``interval``."""
+    groups = [
+        (storage, fsync, where, count, "maps")
+        for storage, fsync, where in broker.STORAGE
+        for count in broker.SUBSCRIBERS
+    ]
+    groups += [
+        (storage, fsync, where, 100, "arrays")
+        for storage, fsync, where in broker.STORAGE
+        if fsync in (None, "interval")
+    ]
     rows = []
-    for storage, fsync, where in broker.STORAGE:
-        for subscribers in broker.SUBSCRIBERS:
-            full, small = FANOUT_COUNTS[subscribers]
-            rows.append(
-                Row(
-                    id=f"s5-{fsync or storage}-{subscribers}",
-                    scenario=5,
-                    title=f"1 producer to {_subscribers(subscribers)}, {where}",
-                    kind="fanout",
-                    transport="tcp",
-                    params={
-                        "subscribers": subscribers,
-                        "connections": min(subscribers, FANOUT_CONNECTIONS),
-                        "count": small if quick else full,
-                        "size": 16,
-                        "prefetch": PREFETCH,
-                    },
-                    server_params={"storage": storage, "fsync": fsync},
-                    metrics=(DELIVERIES_S, RECORDS_S, MB_S, CPU_SERVER, CPU_CLIENT),
-                    chart=False,
-                    systems=("rsnet-broker",),
-                )
+    for storage, fsync, where, subscribers, shape in groups:
+        full, small = FANOUT_COUNTS[subscribers]
+        arrays = shape == "arrays"
+        rows.append(
+            Row(
+                id=f"s5-{fsync or storage}-{subscribers}" + ("-arrays" if arrays else ""),
+                scenario=5,
+                title=f"1 producer to {_subscribers(subscribers)}"
+                + (" taking arrays" if arrays else "")
+                + f", {where}",
+                kind="fanout",
+                transport="tcp",
+                params={
+                    "subscribers": subscribers,
+                    "connections": min(subscribers, FANOUT_CONNECTIONS),
+                    "count": small if quick else full,
+                    "size": 16,
+                    "prefetch": PREFETCH,
+                    "items": shape,
+                },
+                server_params={"storage": storage, "fsync": fsync},
+                metrics=(DELIVERIES_S, RECORDS_S, MB_S, CPU_SERVER, CPU_CLIENT),
+                chart=False,
+                systems=("rsnet-broker",),
             )
-    # The arrays shape (``items: "arrays"``, [offset, timestamp, value]): half the decoding for
-    # subscribers that know their topic, the bytes shared at the head as the maps' are.
-    for storage, fsync, where in broker.STORAGE:
-        if fsync in (None, "interval"):
-            full, small = FANOUT_COUNTS[100]
-            rows.append(
-                Row(
-                    id=f"s5-{fsync or storage}-100-arrays",
-                    scenario=5,
-                    title=f"1 producer to {_subscribers(100)} taking arrays, {where}",
-                    kind="fanout",
-                    transport="tcp",
-                    params={
-                        "subscribers": 100,
-                        "connections": FANOUT_CONNECTIONS,
-                        "count": small if quick else full,
-                        "size": 16,
-                        "prefetch": PREFETCH,
-                        "items": "arrays",
-                    },
-                    server_params={"storage": storage, "fsync": fsync},
-                    metrics=(DELIVERIES_S, RECORDS_S, MB_S, CPU_SERVER, CPU_CLIENT),
-                    chart=False,
-                    systems=("rsnet-broker",),
-                )
-            )
+        )
     return rows
 
 

@@ -88,7 +88,7 @@ def test_quick_run_measures_every_system(tmp_path):
         for run in record["runs"]:
             assert run["raw"]["items"] == params["count"] * params["subscribers"]
         policies.add(row["id"].split("-")[1])
-        assert ("arrays" in row["id"]) == (params.get("items") == "arrays")
+        assert ("arrays" in row["id"]) == (params["items"] == "arrays")
     assert policies == {"memory", "always", "interval", "never"}
 
     # Scenario 6: the JavaScript client in Node against the Python client, on the same server.

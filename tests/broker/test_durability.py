@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import pathlib
 import signal
 import sys
 
@@ -85,14 +86,21 @@ async def test_sigkill_under_fsync_always_loses_no_acknowledged_record(tmp_path)
     assert [r["offset"] for r in records] == list(range(len(records)))
 
 
-async def test_a_torn_write_after_the_acknowledged_records_is_cut_and_the_rest_kept(tmp_path):
-    broker, url = await start_broker(tmp_path)
+async def stored_lines(data_dir) -> pathlib.Path:
+    """100 records published to the topic "logs" of a broker run once on ``data_dir`` (fsync
+    always, acknowledged, the broker stopped cleanly); the topic's only segment."""
+    broker, url = await start_broker(data_dir)
     try:
         async with rsnet.connect(url) as conn:
             await publish(conn, "logs", [f"line {i}" for i in range(100)], producer="w")
     finally:
         await stop(broker, signal.SIGTERM)
-    (segment,) = sorted((tmp_path / "logs").glob("*.log"))
+    (segment,) = sorted((data_dir / "logs").glob("*.log"))
+    return segment
+
+
+async def test_a_torn_write_after_the_acknowledged_records_is_cut_and_the_rest_kept(tmp_path):
+    segment = await stored_lines(tmp_path)
     with segment.open("ab") as file:
         file.write(b"\x00\x00\x01\x00torn")  # the start of a record never acknowledged
 
@@ -112,13 +120,7 @@ async def test_acknowledged_records_cut_short_stop_the_start_until_told_to(tmp_p
     """The last acknowledged record damaged looks like a torn write, but the log's synced mark
     says it was synced: the broker refuses to start, changing nothing, rather than cut it and
     give its offset to another record; with unclean_recovery it starts without it."""
-    broker, url = await start_broker(tmp_path)
-    try:
-        async with rsnet.connect(url) as conn:
-            await publish(conn, "logs", [f"line {i}" for i in range(100)], producer="w")
-    finally:
-        await stop(broker, signal.SIGTERM)
-    (segment,) = sorted((tmp_path / "logs").glob("*.log"))
+    segment = await stored_lines(tmp_path)
     data = segment.read_bytes()[:-7]  # the last record is cut off mid-way
     segment.write_bytes(data)
     process = await trio.run_process(
