@@ -11,7 +11,8 @@ the (producer, sequence) idempotency key stored with each record.
 - :class:`MemoryLog` (``memory.py``): in memory, gone with the process.
 - :class:`SegmentLog` (``segments.py``): a directory of CRC-checked segment files
   (``segment_file.py``: one file's format and scan; ``sidecars.py``: the index saved when a
-  segment is sealed; ``recovery.py``: what opening keeps).
+  segment is sealed; ``synced_mark.py``: how far syncs went, which recovery must not cut
+  below; ``recovery.py``: what opening keeps).
 - ``files.py``: every call that changes a file, behind :class:`~.files.FileOps` (the seam
   tests inject storage faults through).
 - :class:`CursorStore` (``cursors.py``): committed offsets, replaced atomically.
