@@ -181,10 +181,21 @@ def test_a_synced_mark_that_does_not_check_is_reported_and_written_again(written
     log, report = written.reopen()
     with log:
         assert report.damaged == [
-            "synced: the bytes do not check (magic or CRC); not used, written again from the recovered log"
+            "synced: the bytes do not check (magic or CRC); not used (the log writes a new one as it syncs)"
         ]
         check_kept(log, 60)
     assert synced_mark.read(str(written.directory)) == (61, None)
+
+
+def test_a_synced_mark_that_cannot_be_read_is_reported_and_the_log_works(written: Written) -> None:
+    (written.directory / "synced").unlink()
+    (written.directory / "synced").mkdir()  # not a file: the mark can be neither read nor written
+    log, report = written.reopen()
+    with log:
+        assert report.damaged == [
+            "synced: cannot be read (Is a directory); not used (the log writes a new one as it syncs)"
+        ]
+        check_kept(log, 60)  # appends and syncs go on without a mark
 
 
 def test_a_byte_flipped_in_the_middle_of_the_last_segment_costs_only_that_record(written: Written) -> None:

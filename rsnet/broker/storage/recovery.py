@@ -212,7 +212,7 @@ def _check_synced_mark(plan: _Plan, directory: str, unclean: bool) -> None:
     records below it were synced, so acknowledged, and cutting or missing them is damage."""
     mark, problem = synced_mark.read(directory)
     if problem is not None:
-        plan.damaged.append(f"{problem}; not used, written again from the recovered log")
+        plan.damaged.append(f"{problem}; not used (the log writes a new one as it syncs)")
     end = plan.kept[-1].segment.next_offset if plan.kept else plan.restart_at
     if mark is None or mark <= end:
         return

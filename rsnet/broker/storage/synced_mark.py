@@ -36,12 +36,14 @@ def encode(offset: int) -> bytes:
 
 def read(directory: str) -> tuple[int | None, str | None]:
     """The mark in ``directory``: (offset, None); (None, None) if there is none; (None, why)
-    if the file is not a valid mark."""
+    if the file is not a valid mark or cannot be read."""
     try:
         with open(os.path.join(directory, MARK_NAME), "rb") as file:
             data = file.read(17)
     except FileNotFoundError:
         return None, None
+    except OSError as exc:  # not a file (a directory, say) or unreadable: reported, not fatal
+        return None, f"{MARK_NAME}: cannot be read ({exc.strerror or exc})"
     if len(data) != 16:
         return None, f"{MARK_NAME}: {len(data)} bytes, not 16"
     magic, offset = _LAYOUT.unpack_from(data)
