@@ -9,9 +9,10 @@ it is acknowledged or shown to subscribers; ``interval``: every 100 ms, the brok
 ``never``: the OS decides). Topics use the broker's defaults (backpressure, max lag 10,000).
 
 The client (kind ``fanout``, parameters ``subscribers``, ``connections``, ``count``, ``size``,
-``prefetch``, ``items``: the shape asked for, default the maps) opens ``connections`` connections (default: one per subscriber) and spreads the
-``subscribers`` over them round-robin, each subscribing to a fresh topic with
-``from="earliest"`` and ``prefetch``; it waits until the broker lists every subscription
+``prefetch``, ``items``: the shape asked for, default the maps) opens ``connections``
+connections (default: one per subscriber) and spreads the ``subscribers`` over them
+round-robin, each subscribing to a fresh topic with ``from="earliest"``, ``items`` and
+``prefetch``; it waits until the broker lists every subscription
 (``$topics``), so set-up is not timed. Then the clock starts, and one producer on its own
 connection ``publish``-es ``count`` records of ``size`` bytes (``conn.offer`` under the hood,
 with acknowledgements on ``$acks``). The clock stops when the last subscriber has received its

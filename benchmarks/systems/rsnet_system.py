@@ -18,6 +18,7 @@ from typing import Any
 import trio
 
 import rsnet
+from rsnet.client_rules import Refill
 from rsnet.net.gc_tuning import tune_for_serving
 
 from .common import LIVE_CONCURRENCY, PACE_BATCH, Clock, LiveCount, Pacer, payload, raise_fd_limit
@@ -50,13 +51,24 @@ def url(transport: str, port: int) -> str:
     return f"tcp://127.0.0.1:{port}" if transport == "tcp" else f"ws://127.0.0.1:{port}/"
 
 
-class StopAndWait(rsnet.Subscriber):
-    """request(1) in ``on_subscribe`` and after every item."""
+class Counting(rsnet.Subscriber):
+    """Counts items; ``done`` is set when the stream ends, ``error`` says how."""
 
     def __init__(self) -> None:
         self.count = 0
         self.done = trio.Event()
         self.error: BaseException | None = None
+
+    def on_error(self, error: BaseException) -> None:
+        self.error = error
+        self.done.set()
+
+    def on_complete(self) -> None:
+        self.done.set()
+
+
+class StopAndWait(Counting):
+    """request(1) in ``on_subscribe`` and after every item."""
 
     def on_subscribe(self, subscription: Any) -> None:
         self.subscription = subscription
@@ -66,25 +78,17 @@ class StopAndWait(rsnet.Subscriber):
         self.count += 1
         self.subscription.request(1)
 
-    def on_error(self, error: BaseException) -> None:
-        self.error = error
-        self.done.set()
 
-    def on_complete(self) -> None:
-        self.done.set()
-
-
-class Prefetching(rsnet.Subscriber):
-    """A Reactive Streams subscriber with the iterator's fixed rule done by hand: ``prefetch``
-    in ``on_subscribe``, then ``prefetch - prefetch // 4`` each time that many arrived."""
+class Prefetching(Counting):
+    """The iterator's fixed rule (:class:`rsnet.client_rules.Refill`) done by hand, as a user
+    of the Subscriber API writes it: ``prefetch`` in ``on_subscribe``, then a batch each time
+    a batch of items arrived (a counter in ``on_next``, not a call per item)."""
 
     def __init__(self, prefetch: int) -> None:
-        self.count = 0
-        self.refill = prefetch - prefetch // 4
+        super().__init__()
         self.prefetch = prefetch
+        self.batch = Refill(prefetch).batch
         self.since = 0
-        self.done = trio.Event()
-        self.error: BaseException | None = None
 
     def on_subscribe(self, subscription: Any) -> None:
         self.subscription = subscription
@@ -93,19 +97,12 @@ class Prefetching(rsnet.Subscriber):
     def on_next(self, item: Any) -> None:
         self.count += 1
         self.since += 1
-        if self.since == self.refill:
+        if self.since == self.batch:
             self.since = 0
-            self.subscription.request(self.refill)
-
-    def on_error(self, error: BaseException) -> None:
-        self.error = error
-        self.done.set()
-
-    def on_complete(self) -> None:
-        self.done.set()
+            self.subscription.request(self.batch)
 
 
-async def receive(conn: Any, subscriber: StopAndWait | Prefetching, count: int, size: int) -> int:
+async def receive(conn: Any, subscriber: Counting, count: int, size: int) -> int:
     """``subscriber`` on ``items``; its item count once the stream completed (or its error)."""
     conn.publisher("items", {"count": count, "size": size}).subscribe(subscriber)
     await subscriber.done.wait()
