@@ -82,7 +82,7 @@ else is bit rot, a bad disk or a hand edit, and must cost no more than the damag
   served. Damage that runs to the end of a sealed segment ends at the next segment's first
   offset; a sealed segment whose header is unreadable is one damaged range as a whole;
   offsets no segment file holds (a file deleted by hand) are a damaged range too (not after
-  the newest file: a deleted newest segment shows only against the ``synced`` mark, below,
+  the newest file: a deleted newest segment shows only against the ``synced`` mark (above),
   and the broker notices it when a committed cursor lies beyond the recovered end). The
   files are left as they are (a copy of the damaged bytes goes to ``quarantine/``), so the damage
   is found again, the same, at every open, until retention removes its segment. Sealed
