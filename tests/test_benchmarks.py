@@ -94,16 +94,20 @@ def test_quick_run_measures_every_system(tmp_path):
     # Scenario 6: the JavaScript client in Node against the Python client, on the same server.
     scenario_6 = {row["id"]: row for row in rows if row["scenario"] == 6}
     assert set(scenario_6) == {
-        f"s6-js-16-{transport}{api}" for transport in ("tcp", "ws") for api in ("", "-default", "-subscriber")
+        f"s6-js-16-{transport}{api}" for transport in ("tcp", "ws") for api in ("", "-default", "-subscriber", "-cold")
     }
     node_ready = shutil.which("node") and (pathlib.Path(ROOT) / "client" / "js" / "node_modules").is_dir()
     for row in scenario_6.values():
         assert set(row["systems"]) == {"rsnet", "rsnet-js"}
         assert measured(row["systems"]["rsnet"], "items_per_s"), row
-        js = row["systems"]["rsnet-js"]
+        python, js = row["systems"]["rsnet"], row["systems"]["rsnet-js"]
+        # both clients read the untimed warm-up stream, except in the rows of a first stream
+        assert (python["params"]["warmup"] == 0) == row["id"].endswith("-cold")
+        assert all(run["raw"]["warmup_items"] == python["params"]["warmup"] for run in python["runs"])
         if node_ready:  # make test installs client/js's packages wherever npm is
             assert measured(js, "items_per_s"), (row["id"], js)
             assert all(run["raw"]["items"] == js["params"]["count"] for run in js["runs"])
+            assert all(run["raw"]["warmup_items"] == js["params"]["warmup"] for run in js["runs"])
             assert set(row["ratios"]) == {"rsnet"}  # the Node client's rate over the Python client's
         else:
             assert js["status"] == "not available" and js["reason"], js
