@@ -1,6 +1,7 @@
 """Command line: ``python -m benchmarks run [--quick] [--json out.json]``, ``python -m benchmarks report``,
 ``python -m benchmarks profile ROW [--system S]`` (a flame graph of the server, see :func:`profile`),
-``python -m benchmarks spark [--records N]`` (the Spark scenario, see ``benchmarks/spark.py``).
+``python -m benchmarks spark [--records N]`` (the Spark scenario, see ``benchmarks/spark.py``),
+``python -m benchmarks round-trip`` (a round trip's legs, see ``benchmarks/round_trip.py``).
 
 ``run`` measures and writes ``RESULTS.md`` plus charts into ``--out`` (default: ``benchmarks/``
 for a full run; for ``--quick`` a scratch directory, so a quick run never overwrites the
@@ -33,6 +34,10 @@ def main(argv: list[str] | None = None) -> int:
         from . import spark
 
         return spark.main(given[1:])
+    if given[:1] == ["round-trip"]:
+        from . import round_trip
+
+        return round_trip.main(given[1:])
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("run", help="measure every scenario on every system")

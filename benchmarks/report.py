@@ -443,6 +443,12 @@ def targets_13(document: dict[str, Any]) -> list[str]:
         "|---|---|---|---|",
     ]
     lines += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows]
+    lines += [
+        "",
+        "Target 1, where the round trip's time goes (leg by leg, rsnet against the ceiling, and the"
+        " work per round trip a ratio of 1.3x would leave rsnet): [ROUND_TRIP.md](ROUND_TRIP.md),"
+        " from `python -m benchmarks round-trip`.",
+    ]
     return lines
 
 

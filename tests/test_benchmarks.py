@@ -199,3 +199,40 @@ def test_profile_writes_a_flame_graph_of_the_server(tmp_path):
     graph = svg.read_text()
     assert graph.lstrip().startswith("<?xml") and "<svg" in graph
     assert "rsnet/net/server.py" in graph  # the server's own frames were sampled, not just trio's
+
+
+def test_round_trip_legs_line_up_the_two_processes_events():
+    from benchmarks.round_trip import LEGS, _round_trips
+
+    client = [
+        ("w", 0.0),  # the handshake, before any stream opened: not a round trip
+        ("r", 1.0),
+        ("c0", 10.0),
+        ("w", 12.0),
+        ("r", 30.0),
+        ("w", 31.0),  # a REQUEST after the item: no stream opened since, not a round trip
+        ("c0", 40.0),
+        ("w", 41.0),
+        ("r", 60.0),
+    ]
+    # the server's read may return before the client's write did (the second round trip)
+    server = [("r", 0.5), ("w", 0.6), ("r", 15.0), ("w", 20.0), ("r", 32.0), ("r", 41.5), ("w", 50.0)]
+    trips = _round_trips(client, server)
+    assert [[trip[leg] for leg in LEGS[:4]] for trip in trips] == [[2.0, 3.0, 5.0, 10.0], [1.0, 0.5, 8.5, 10.0]]
+
+
+@pytest.mark.timeout(120)
+def test_round_trip_measures_the_legs_of_both_systems():
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "round-trip", "--quick"],
+        cwd=ROOT,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=100,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    for transport in ("TCP", "WebSocket"):
+        section = done.stdout.split(f"## {transport}")[1]
+        assert "| server processing |" in section and "| latency |" in section
+    assert done.stderr.count("[run 1/1]") == 4  # rsnet and the ceiling, on TCP and WebSocket

@@ -1,0 +1,297 @@
+"""Where a round trip's time goes: subscribe-to-first-item split into its legs, rsnet against the
+ceiling (issue 13, target 1).
+
+Command line: ``python -m benchmarks round-trip [--iterations N] [--runs R] [--quick]``; writes
+``benchmarks/ROUND_TRIP.md`` (not for ``--quick``). Timings are never asserted anywhere.
+
+Each system's own ``first_item`` client (the one scenario 2 times) runs against its own server
+in another process, with both processes' transports timed at their edges (when a write starts
+and ends, when a read returns) and the client's stream openings marked (``Client.subscribe``;
+the ceiling's ``subscribe_frame``). Both processes read the same clock (``time.perf_counter``
+is CLOCK_MONOTONIC on Linux), so the legs of one round trip line up across them:
+
+1. client, before its write: opening the stream -> its SUBSCRIBE's write starts;
+2. to the server: that write starting -> the server's read returning it (the write, the
+   kernel's delivery, the server's wake-up from epoll and its scheduler, the read);
+3. server processing: that read returned -> the server's answer's write starts;
+4. back to the client: as 2, the other way;
+5. client, after its read: the rest of the client's own latency (decoding the answer, handing
+   the item to the user's loop).
+
+They add up to the latency. Legs 2 and 4 are what any program pays here to move bytes between
+two processes; 1, 3 and 5 are the program's own work. So the page shows how much of the gap to
+the ceiling is rsnet's work per stream opened, and how small that work would have to be for a
+given ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import pathlib
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import trio
+
+HERE = pathlib.Path(__file__).resolve().parent
+LEGS = (
+    "client, before its write",
+    "to the server",
+    "server processing",
+    "back to the client",
+    "client, after its read",
+)
+"""The round trip's legs in order: they add up to the latency."""
+SYSTEMS = ("rsnet", "ceiling")
+TRANSPORTS = {"tcp": "TCP", "ws": "WebSocket"}
+WARMUP = 200
+
+_events: list[tuple[str, float]] = []
+_recording = False
+_installed: set[str] = set()
+
+
+def _record(label: str) -> None:
+    if _recording:
+        _events.append((label, time.perf_counter()))
+
+
+# A write is marked (when it starts) only if it has bytes to write: rsnet's writer also calls
+# send() with none, to flush what an earlier send_nowait left, or as a checkpoint.
+
+
+def _marked_write(method: Callable[..., Any]) -> Callable[..., Any]:
+    def write(transport: Any, chunks: Any) -> Any:
+        if chunks:
+            _record("w")
+        return method(transport, chunks)
+
+    return write
+
+
+def _marked_async_write(method: Callable[..., Any]) -> Callable[..., Any]:
+    async def write(transport: Any, chunks: Any) -> Any:
+        if chunks:
+            _record("w")
+        return await method(transport, chunks)
+
+    return write
+
+
+def _marked_read(method: Callable[..., Any]) -> Callable[..., Any]:
+    async def read(*args: Any) -> Any:
+        data = await method(*args)
+        _record("r")
+        return data
+
+    return read
+
+
+def _marked(function: Callable[..., Any]) -> Callable[..., Any]:
+    def start(*args: Any, **kwargs: Any) -> Any:
+        _record("c0")
+        return function(*args, **kwargs)
+
+    return start
+
+
+def _install(system: str) -> None:
+    """Time the edges of ``system``'s transports, and mark where its client opens a stream
+    (``c0``: ``Client.subscribe``, or the ceiling's ``subscribe_frame``), in this process, once."""
+    if system in _installed:
+        return
+    _installed.add(system)
+    if system == "rsnet":
+        from rsnet.net.client import Client
+        from rsnet.transport.tcp import TcpTransport
+        from rsnet.transport.websocket import WebSocketTransport
+
+        Client.subscribe = _marked(Client.subscribe)  # type: ignore[method-assign]
+        classes: tuple[type, ...] = (TcpTransport, WebSocketTransport)
+        for cls in classes:
+            cls.send_nowait = _marked_write(cls.send_nowait)  # type: ignore[attr-defined]
+            cls.send = _marked_async_write(cls.send)  # type: ignore[attr-defined]
+            cls.receive = _marked_read(cls.receive)  # type: ignore[attr-defined]
+    else:
+        from .systems import ceiling
+
+        ceiling.subscribe_frame = _marked(ceiling.subscribe_frame)  # type: ignore[assignment]
+        for cls in (ceiling.Raw, ceiling.Ws):
+            cls.send = _marked_async_write(cls.__dict__["send"])  # type: ignore[method-assign]
+            cls.receive = _marked_read(cls.__dict__["receive"])  # type: ignore[method-assign]
+
+
+def _module(system: str) -> Any:
+    from .systems import ceiling, rsnet_system
+
+    return rsnet_system if system == "rsnet" else ceiling
+
+
+def _serve(system: str, transport: str, ports: Any, control: Any, out: str) -> None:
+    """The server process: serve; record from the first ``control`` set on; at the second,
+    write the events to ``out`` and exit."""
+    _install(system)
+
+    def controller() -> None:
+        global _recording
+        control.wait()
+        control.clear()
+        _events.clear()
+        _recording = True
+        control.wait()
+        pathlib.Path(out).write_text(json.dumps(_events))
+        import os
+
+        os._exit(0)
+
+    threading.Thread(target=controller, daemon=True).start()
+    _module(system).serve(transport, ports.put)
+
+
+def _side(events: list[tuple[str, float]], side: str) -> list[tuple[str, float]]:
+    """One process's events, labels prefixed with ``side``."""
+    return [(side + label, t) for label, t in events]
+
+
+def _round_trips(client: list[tuple[str, float]], server: list[tuple[str, float]]) -> list[dict[str, float]]:
+    """Each round trip's legs, by walking both processes' events in time order: the client
+    opens a stream (c0), writes, the server's next read returns, it writes, the client's next
+    read returns. The handshake and the close, outside any c0, are skipped."""
+    merged = sorted(_side(client, "C") + _side(server, "S"), key=lambda e: e[1])
+    trips, want = [], ("Cc0", "Cw", "Sr", "Sw", "Cr")
+    step, marks = 0, {}
+    for label, t in merged:
+        if label == "Cc0":  # a stream opened: its round trip starts (an unfinished one is dropped)
+            step, marks = 0, {}
+        if label != want[step]:
+            continue
+        marks[label] = t
+        step += 1
+        if step == len(want):
+            opened, sent, read, answered, back = (marks[k] for k in want)
+            trips.append(
+                {
+                    "client, before its write": sent - opened,
+                    "to the server": read - sent,
+                    "server processing": answered - read,
+                    "back to the client": back - answered,
+                    "opened": opened,
+                    "back": back,
+                }
+            )
+            step, marks = 0, {}
+    return trips
+
+
+def measure(system: str, transport: str, iterations: int) -> dict[str, float]:
+    """One run: the median of each leg (µs) over ``iterations`` round trips, and of the latency."""
+    global _recording
+    context = multiprocessing.get_context("spawn")
+    ports, control = context.Queue(), context.Event()
+    with tempfile.TemporaryDirectory() as scratch:
+        out = str(pathlib.Path(scratch) / "server.json")
+        server = context.Process(target=_serve, args=(system, transport, ports, control, out), daemon=True)
+        server.start()
+        try:
+            port = ports.get(timeout=60)
+            _install(system)
+            client = _module(system).client
+            trio.run(client, "first_item", transport, port, {"iterations": WARMUP, "size": 16})
+            control.set()
+            time.sleep(0.2)  # the server's controller starts recording
+            _events.clear()
+            _recording = True
+            result = trio.run(client, "first_item", transport, port, {"iterations": iterations, "size": 16})
+            _recording = False
+            control.set()
+            server.join(30)
+            server_events = json.loads(pathlib.Path(out).read_text())
+        finally:
+            server.kill()
+    latencies = result["latencies_us"]
+    trips = _round_trips(list(_events), server_events)
+    if len(trips) != len(latencies):
+        raise RuntimeError(f"{system} {transport}: {len(trips)} round trips found for {len(latencies)} latencies")
+    legs = {leg: statistics.median(trip[leg] for trip in trips) * 1e6 for leg in LEGS[:4]}
+    # The client's latency starts just before c0: the rest of it, after its read, is its own.
+    legs[LEGS[4]] = statistics.median(
+        latency - (trip["back"] - trip["opened"]) * 1e6 for latency, trip in zip(latencies, trips, strict=True)
+    )
+    legs["latency"] = statistics.median(latencies)
+    return legs
+
+
+def run(iterations: int, runs: int) -> dict[str, dict[str, list[dict[str, float]]]]:
+    """``runs`` rounds; in each, every transport and system in turn."""
+    results: dict[str, dict[str, list[dict[str, float]]]] = {t: {s: [] for s in SYSTEMS} for t in TRANSPORTS}
+    for number in range(1, runs + 1):
+        for transport in TRANSPORTS:
+            for system in SYSTEMS:
+                legs = measure(system, transport, iterations)
+                results[transport][system].append(legs)
+                shown = ", ".join(f"{k} {v:.0f}" for k, v in legs.items())
+                print(f"[run {number}/{runs}] {transport} {system}: {shown} (µs)", file=sys.stderr)
+    return results
+
+
+def markdown(results: dict[str, dict[str, list[dict[str, float]]]], command: str) -> str:
+    def med(transport: str, system: str, key: str) -> float:
+        return statistics.median(legs[key] for legs in results[transport][system])
+
+    lines = [
+        "# Where a round trip's time goes",
+        "",
+        f"Generated by `{command}` (benchmarks/round_trip.py, whose docstring defines the legs). Subscribe",
+        "to first item, 16 B, each system's own scenario 2 client against its own server; median µs of",
+        "each leg over a run's round trips, then the median over the runs. The first five legs add up",
+        "to the latency; the two legs between the processes (a write, the kernel's delivery, the",
+        "reader's wake-up and read) are what any program pays here, the other three its own work.",
+        "A leg between the processes also holds whatever the receiving side was still doing when the",
+        "bytes arrived (rsnet's client goes on setting up its stream after writing SUBSCRIBE), so if",
+        "anything rsnet's own work is counted low.",
+        "",
+    ]
+    for transport, name in TRANSPORTS.items():
+        lines += [
+            f"## {name}",
+            "",
+            "| leg | rsnet | ceiling | rsnet - ceiling |",
+            "|---|---|---|---|",
+        ]
+        for key in (*LEGS, "latency"):
+            ours, theirs = med(transport, "rsnet", key), med(transport, "ceiling", key)
+            lines.append(f"| {key} | {ours:.0f} | {theirs:.0f} | {ours - theirs:+.0f} |")
+        ceiling = med(transport, "ceiling", "latency")
+        moving = med(transport, "rsnet", LEGS[1]) + med(transport, "rsnet", LEGS[3])
+        work = sum(med(transport, "rsnet", leg) for leg in (LEGS[0], LEGS[2], LEGS[4]))
+        lines += [
+            "",
+            f"For 1.3x the ceiling ({1.3 * ceiling:.0f} µs) with rsnet's own legs between the processes"
+            f" ({moving:.0f} µs), its work per round trip, server and client together, would have to fit"
+            f" in {max(0.0, 1.3 * ceiling - moving):.0f} µs; it is {work:.0f} µs.",
+            "",
+        ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks round-trip", description=__doc__.splitlines()[0])
+    parser.add_argument("--iterations", type=int, default=2000)
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--quick", action="store_true", help="50 round trips, one run, no ROUND_TRIP.md")
+    args = parser.parse_args(argv)
+    iterations, runs = (50, 1) if args.quick else (args.iterations, args.runs)
+    results = run(iterations, runs)
+    command = "python -m benchmarks round-trip " + " ".join(argv if argv is not None else sys.argv[2:])
+    page = markdown(results, command.strip())
+    print(page)
+    if not args.quick:
+        (HERE / "ROUND_TRIP.md").write_text(page)
+    return 0
