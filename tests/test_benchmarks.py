@@ -76,8 +76,9 @@ def test_quick_run_measures_every_system(tmp_path):
 
     assert document["broker"]["reason"] is None
     scenario_5 = [row for row in rows if row["scenario"] == 5]
-    # 1, 10, 100 subscribers x memory and three fsync policies; 100 taking arrays, memory and interval
-    assert len(scenario_5) == 14
+    # 1, 10, 100 subscribers x memory and three fsync policies; 100 taking arrays, and 100
+    # Subscribers (no async for), each in memory and under interval
+    assert len(scenario_5) == 16
     assert {row["systems"]["rsnet-broker"]["params"]["subscribers"] for row in scenario_5} == {1, 10, 100}
     policies = set()
     for row in scenario_5:
@@ -89,6 +90,7 @@ def test_quick_run_measures_every_system(tmp_path):
             assert run["raw"]["items"] == params["count"] * params["subscribers"]
         policies.add(row["id"].split("-")[1])
         assert ("arrays" in row["id"]) == (params["items"] == "arrays")
+        assert row["id"].endswith("-subscriber") == (params["api"] == "subscriber")
     assert policies == {"memory", "always", "interval", "never"}
 
     # Scenario 6: the JavaScript client in Node against the Python client, on the same server.

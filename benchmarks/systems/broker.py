@@ -9,7 +9,9 @@ it is acknowledged or shown to subscribers; ``interval``: every 100 ms, the brok
 ``never``: the OS decides). Topics use the broker's defaults (backpressure, max lag 10,000).
 
 The client (kind ``fanout``, parameters ``subscribers``, ``connections``, ``count``, ``size``,
-``prefetch``, ``items``: the shape asked for, default the maps) opens ``connections``
+``prefetch``, ``items``: the shape asked for, default the maps, and ``api``: ``"iterator"``,
+each subscriber an ``async for`` in its own task, or ``"subscriber"``, each a Reactive Streams
+Subscriber requesting with the prefetch rule by hand, no task) opens ``connections``
 connections (default: one per subscriber) and spreads the ``subscribers`` over them
 round-robin, each subscribing to a fresh topic with ``from="earliest"``, ``items`` and
 ``prefetch``; it waits until the broker lists every subscription
@@ -123,26 +125,65 @@ async def fanout(address: str, params: dict[str, Any]) -> dict[str, Any]:
 
     subscribers, count, size = params["subscribers"], params["count"], params["size"]
     connections = params.get("connections", subscribers)
+    shape = params.get("items", "maps")
     finished: list[float] = []
     received = 0
 
-    async def subscriber(conn: Any, task_status: Any) -> None:
+    def check(offset: int, expected: int) -> None:
+        if offset != expected:
+            raise RuntimeError(f"subscriber got offset {offset}, expected {expected}")
+
+    def check_all(expected: int) -> None:
         nonlocal received
-        expected = 0
-        shape = params.get("items", "maps")
-        async with conn.subscribe(TOPIC, {"from": "earliest", "items": shape}, **_prefetch(params)) as records:
-            task_status.started()
-            async for record in records:
-                offset = record[0] if shape == "arrays" else record["offset"]
-                if offset != expected:
-                    raise RuntimeError(f"subscriber got offset {offset}, expected {expected}")
-                expected += 1
-                if expected == count:
-                    break
         if expected != count:
             raise RuntimeError(f"subscription ended after {expected} of {count} records")
         finished.append(time.perf_counter())
         received += expected
+
+    async def iterating(conn: Any, task_status: Any) -> None:
+        expected = 0
+        async with conn.subscribe(TOPIC, {"from": "earliest", "items": shape}, **_prefetch(params)) as records:
+            task_status.started()
+            async for record in records:
+                check(record[0] if shape == "arrays" else record["offset"], expected)
+                expected += 1
+                if expected == count:
+                    break
+        check_all(expected)
+
+    async def plain(conn: Any, task_status: Any) -> None:
+        from .rsnet_system import Prefetching
+
+        key = 0 if shape == "arrays" else "offset"
+
+        class Ordered(Prefetching):
+            """Checks each record's offset; cancels after the last one. One method, as a
+            subscriber written for speed would be."""
+
+            def on_next(self, record: Any) -> None:
+                if record[key] != self.count:
+                    self.subscription.cancel()
+                    self.on_error(RuntimeError(f"subscriber got offset {record[key]}, expected {self.count}"))
+                    return
+                self.count += 1
+                if self.count == count:
+                    self.subscription.cancel()
+                    self.done.set()
+                    return
+                self.since += 1
+                if self.since == self.batch:
+                    self.since = 0
+                    self.subscription.request(self.batch)
+
+        ordered = Ordered(params["prefetch"])
+        conn.publisher(TOPIC, {"from": "earliest", "items": shape}).subscribe(ordered)
+        task_status.started()
+        await ordered.done.wait()
+        if ordered.error is not None:
+            raise ordered.error
+        check_all(ordered.count)
+
+    subscriber = plain if params.get("api") == "subscriber" else iterating
 
     async with contextlib.AsyncExitStack() as stack:
         conns = [await stack.enter_async_context(rsnet.connect(address)) for _ in range(connections)]
