@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
+import os
 import pathlib
 import statistics
 import sys
@@ -122,7 +123,7 @@ def _install(system: str) -> None:
     else:
         from .systems import ceiling
 
-        ceiling.subscribe_frame = _marked(ceiling.subscribe_frame)  # type: ignore[assignment]
+        ceiling.subscribe_frame = _marked(ceiling.subscribe_frame)
         for cls in (ceiling.Raw, ceiling.Ws):
             cls.send = _marked_async_write(cls.__dict__["send"])  # type: ignore[method-assign]
             cls.receive = _marked_read(cls.__dict__["receive"])  # type: ignore[method-assign]
@@ -134,9 +135,9 @@ def _module(system: str) -> Any:
     return rsnet_system if system == "rsnet" else ceiling
 
 
-def _serve(system: str, transport: str, ports: Any, control: Any, out: str) -> None:
-    """The server process: serve; record from the first ``control`` set on; at the second,
-    write the events to ``out`` and exit."""
+def _serve(system: str, transport: str, ports: Any, control: Any, recording: Any, out: str) -> None:
+    """The server process: serve; at the first ``control`` set, start recording and say so
+    (``recording``); at the second, write the events to ``out`` and exit."""
     _install(system)
 
     def controller() -> None:
@@ -145,10 +146,9 @@ def _serve(system: str, transport: str, ports: Any, control: Any, out: str) -> N
         control.clear()
         _events.clear()
         _recording = True
+        recording.set()
         control.wait()
         pathlib.Path(out).write_text(json.dumps(_events))
-        import os
-
         os._exit(0)
 
     threading.Thread(target=controller, daemon=True).start()
@@ -166,7 +166,7 @@ def _round_trips(client: list[tuple[str, float]], server: list[tuple[str, float]
     read returns. The handshake and the close, outside any c0, are skipped."""
     merged = sorted(_side(client, "C") + _side(server, "S"), key=lambda e: e[1])
     trips, want = [], ("Cc0", "Cw", "Sr", "Sw", "Cr")
-    step, marks = 0, {}
+    step, marks = 0, dict[str, float]()
     for label, t in merged:
         if label == "Cc0":  # a stream opened: its round trip starts (an unfinished one is dropped)
             step, marks = 0, {}
@@ -194,10 +194,10 @@ def measure(system: str, transport: str, iterations: int) -> dict[str, float]:
     """One run: the median of each leg (µs) over ``iterations`` round trips, and of the latency."""
     global _recording
     context = multiprocessing.get_context("spawn")
-    ports, control = context.Queue(), context.Event()
+    ports, control, recording = context.Queue(), context.Event(), context.Event()
     with tempfile.TemporaryDirectory() as scratch:
         out = str(pathlib.Path(scratch) / "server.json")
-        server = context.Process(target=_serve, args=(system, transport, ports, control, out), daemon=True)
+        server = context.Process(target=_serve, args=(system, transport, ports, control, recording, out), daemon=True)
         server.start()
         try:
             port = ports.get(timeout=60)
@@ -205,7 +205,8 @@ def measure(system: str, transport: str, iterations: int) -> dict[str, float]:
             client = _module(system).client
             trio.run(client, "first_item", transport, port, {"iterations": WARMUP, "size": 16})
             control.set()
-            time.sleep(0.2)  # the server's controller starts recording
+            if not recording.wait(60):
+                raise RuntimeError("the server did not start recording")
             _events.clear()
             _recording = True
             result = trio.run(client, "first_item", transport, port, {"iterations": iterations, "size": 16})

@@ -126,12 +126,12 @@ async def fanout(address: str, params: dict[str, Any]) -> dict[str, Any]:
     subscribers, count, size = params["subscribers"], params["count"], params["size"]
     connections = params.get("connections", subscribers)
     shape = params.get("items", "maps")
+    key = 0 if shape == "arrays" else "offset"  # where a record holds its offset
     finished: list[float] = []
     received = 0
 
-    def check(offset: int, expected: int) -> None:
-        if offset != expected:
-            raise RuntimeError(f"subscriber got offset {offset}, expected {expected}")
+    def out_of_order(record: Any, expected: int) -> RuntimeError:
+        return RuntimeError(f"subscriber got offset {record[key]}, expected {expected}")
 
     def check_all(expected: int) -> None:
         nonlocal received
@@ -145,7 +145,8 @@ async def fanout(address: str, params: dict[str, Any]) -> dict[str, Any]:
         async with conn.subscribe(TOPIC, {"from": "earliest", "items": shape}, **_prefetch(params)) as records:
             task_status.started()
             async for record in records:
-                check(record[0] if shape == "arrays" else record["offset"], expected)
+                if record[key] != expected:
+                    raise out_of_order(record, expected)
                 expected += 1
                 if expected == count:
                     break
@@ -154,26 +155,18 @@ async def fanout(address: str, params: dict[str, Any]) -> dict[str, Any]:
     async def plain(conn: Any, task_status: Any) -> None:
         from .rsnet_system import Prefetching
 
-        key = 0 if shape == "arrays" else "offset"
-
         class Ordered(Prefetching):
-            """Checks each record's offset; cancels after the last one. One method, as a
-            subscriber written for speed would be."""
+            """Checks each record's offset; cancels after the last one."""
 
             def on_next(self, record: Any) -> None:
                 if record[key] != self.count:
                     self.subscription.cancel()
-                    self.on_error(RuntimeError(f"subscriber got offset {record[key]}, expected {self.count}"))
+                    self.on_error(out_of_order(record, self.count))
                     return
-                self.count += 1
+                super().on_next(record)
                 if self.count == count:
                     self.subscription.cancel()
                     self.done.set()
-                    return
-                self.since += 1
-                if self.since == self.batch:
-                    self.since = 0
-                    self.subscription.request(self.batch)
 
         ordered = Ordered(params["prefetch"])
         conn.publisher(TOPIC, {"from": "earliest", "items": shape}).subscribe(ordered)
