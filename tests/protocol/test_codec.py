@@ -126,3 +126,44 @@ def test_an_idle_decoder_holds_a_small_buffer_and_grows_only_for_large_frames():
     assert per_decoder < 96 * 1024, f"{per_decoder / 1024:.0f} KiB per idle decoder"
     big = encode_frame(Next(1, b"x" * 900_000))
     assert len(list(decoders[0].frames(big))) == 1  # the buffer grows for the frame that needs it
+
+
+def test_decoders_taking_turns_count_their_own_stream_positions() -> None:
+    """A decoder's unpacker goes back to the process's idle ones between frames, so the next
+    decoder to receive bytes takes it: each still counts positions in its own byte stream."""
+    first, second = FrameDecoder(), FrameDecoder()
+    chunk = b"".join(encode_frame(Next(1, i)) for i in range(3))
+    assert [f[2] for f in first.frames(chunk)] == [0, 1, 2]
+    frame = encode_frame(Next(3, "x" * 100))
+    assert list(second.frames(frame[:10])) == []
+    assert second.position == 0 and second.buffered == 10
+    assert list(first.frames(chunk)) != []  # the first decoder goes on meanwhile
+    assert list(second.frames(frame[10:])) == [[21, 3, "x" * 100]]
+    assert (second.position, second.buffered) == (len(frame), 0)
+    assert (first.position, first.buffered) == (2 * len(chunk), 0)
+
+
+def test_idle_unpackers_are_bounded_and_none_keeps_a_grown_buffer() -> None:
+    """Unpackers kept between frames (MAX_IDLE_UNPACKERS per frame size limit) hold their
+    41 KiB parse stack and their initial buffer, never a buffer a large frame grew."""
+
+    def kept_after(frame: bytes) -> int:
+        """Bytes still allocated once 50 decoders, each in the middle of ``frame`` at once
+        (so each holds an unpacker of its own), finished it and were dropped."""
+        before = tracemalloc.get_traced_memory()[0]
+        decoders = [FrameDecoder(1 << 20) for _ in range(50)]
+        for decoder in decoders:
+            assert list(decoder.frames(frame[: len(frame) // 2])) == []
+        for decoder in decoders:
+            assert len(list(decoder.frames(frame[len(frame) // 2 :]))) == 1
+        del decoders
+        return tracemalloc.get_traced_memory()[0] - before
+
+    tracemalloc.start()
+    try:
+        after_big = kept_after(encode_frame(Next(1, b"x" * 900_000)))
+        after_small = kept_after(encode_frame(Next(1, b"x" * 1000)))
+    finally:
+        tracemalloc.stop()
+    assert after_big < 256 * 1024, f"{after_big / 1024:.0f} KiB kept after large frames"
+    assert after_small < 16 * 64 * 1024, f"{after_small / 1024:.0f} KiB kept after small frames"
