@@ -29,8 +29,8 @@ the writer is idle; whatever would wait (bytes the socket did not take, a write 
 refilling windows, closing) stays the writer's, so the reader never blocks on a send and two
 peers can never both stop reading because both are stuck writing.
 
-Every task belongs to the session's nursery (reader, writer, keepalive, and the producer tasks
-of hosted publishers, which get the session's nursery through :class:`StreamContext`), so all
+Every task belongs to the session's nursery (reader, writer, and the producer tasks of hosted
+publishers, which get the session's nursery through :class:`StreamContext`), so all
 of them end with the connection.
 """
 
@@ -525,7 +525,8 @@ class RemotePublisher(Publisher[Any]):
 
 
 class Session:
-    """One connection's streams, driven by a reader, a writer and a keepalive task.
+    """One connection's streams, driven by a reader and a writer task (which keeps the
+    keepalive timer too).
 
     Construct it with an open-state or handshaking protocol connection, then run
     :meth:`run` in a nursery; it returns when the connection has ended, after ending every
@@ -592,8 +593,6 @@ class Session:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
                 nursery.start_soon(self._writer)
-                if self._keepalive.interval is not None:
-                    nursery.start_soon(self._keep_alive)
                 if events:
                     self._dispatch(events)
                 self._wake_writer()
@@ -836,7 +835,7 @@ class Session:
     async def _write_loop(self) -> None:
         conn, transport = self.conn, self.transport
         while True:
-            await self._wakeup.wait()
+            await self._wait_for_work()
             self._wakeup = trio.Event()
             self._write_scheduled = False
             self._grant_demand()
@@ -906,23 +905,33 @@ class Session:
             self._write_scheduled = True
             self._send_now()
 
-    async def _keep_alive(self) -> None:
-        """SPEC 10.1, by the shared timer (:class:`rsnet.client_rules.Keepalive`): PING after an
-        interval without sending; give up after three intervals without receiving a byte."""
-        keepalive = self._keepalive
-        while self.conn.state is State.OPEN:
-            due, next_look = keepalive.due(trio.current_time())
+    async def _wait_for_work(self) -> None:
+        """The writer's wait: until it is woken, keeping SPEC 10.1 meanwhile by the shared timer
+        (:class:`rsnet.client_rules.Keepalive`): PING after an interval without sending; give
+        up after three intervals without receiving a byte (CONN_ERROR TIMEOUT, which the
+        writer then sends). Always yields at least once.
+
+        The writer keeps the timer rather than a task of its own: a task per connection, its
+        sleep and its cancellation at the end cost the server a sixth of its CPU for a short
+        connection (1,000 connections of one 100-item stream each: 3.8 against 3.2 us an item),
+        and a deadline on this wait costs a few microseconds per write."""
+        wakeup, keepalive = self._wakeup, self._keepalive
+        while keepalive.interval is not None and self.conn.state is State.OPEN and not wakeup.is_set():
+            now = trio.current_time()
+            due, next_look = keepalive.due(now)
             if due is Due.DEAD:
                 self._flush_items()
                 self._closing_error = keepalive.timed_out(self.conn, self.peer)
-                self._wake_writer()
-                return
+                return  # the writer sends the CONN_ERROR and ends the connection
             if due is Due.PING:
                 self.conn.send_ping()
-                keepalive.last_sent = trio.current_time()  # the writer is about to send it
-                self._wake_writer()
-                continue
-            await trio.sleep_until(next_look)
+                keepalive.last_sent = now  # the writer is about to send it
+                return
+            with trio.move_on_at(next_look):
+                await wakeup.wait()
+            if wakeup.is_set():
+                return
+        await wakeup.wait()
 
     # -- dispatch of received events ------------------------------------------------------------------
 

@@ -267,6 +267,25 @@ async def test_a_silent_client_is_dropped_by_keepalive_but_a_busy_one_is_not(aut
         assert any(isinstance(f, ConnError) and f.code == ErrorCode.TIMEOUT for f in frames)
 
 
+async def test_an_idle_connection_is_kept_by_pings_on_both_sides_for_many_intervals(autojump_clock=None):
+    """SPEC 10.1 on a connection with no stream and no traffic at all: each side PINGs after an
+    interval without sending and the other answers, so neither gives up (three intervals of
+    silence would end it); a stream afterwards works. A raw peer sees the server's PINGs."""
+    server = demo_server(keepalive_interval=0.1)
+    async with running(server) as urls:
+        async with rsnet.connect(urls["tcp"], keepalive_interval=0.1) as conn:
+            await trio.sleep(2.0)  # 20 intervals
+            assert [x async for x in conn.subscribe("range", {"count": 3})] == [0, 1, 2]
+        raw = await RawClient.connect(urls["tcp"])
+        pings = 0
+        with trio.fail_after(2.0):
+            while pings < 5:  # answered, so the server keeps pinging instead of timing out
+                frame = await raw.next_frame()
+                assert isinstance(frame, Ping), frame
+                pings += 1
+                await raw.send(encode_frame(Pong(frame.token)))
+
+
 async def test_a_huge_invalid_params_map_gets_a_bounded_rejection_and_the_connection_lives():
     """Issue 10 finding 4: a 0.9 MB params map of unknown keys used to produce a ~9 MB error
     message, which failed to send and took the whole connection (and a healthy stream) down."""
