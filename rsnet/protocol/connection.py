@@ -64,6 +64,10 @@ from .lifecycle import Side, StreamEvent, StreamState, allowed
 
 _NEXT = FrameType.NEXT.value
 _BATCH = FrameType.BATCH.value
+# The wire numbers of the frames the stream-level sends write as arrays (_write_fields).
+_SUBSCRIBE_TYPE, _OFFER_TYPE = FrameType.SUBSCRIBE.value, FrameType.OFFER.value
+_ACCEPT_TYPE, _REQUEST_TYPE = FrameType.ACCEPT.value, FrameType.REQUEST.value
+_CANCEL_TYPE, _COMPLETE_TYPE = FrameType.CANCEL.value, FrameType.COMPLETE.value
 _ENCODED_ONLY = {Encoded}
 # Module constants: looking a member up on its Enum class costs a Python-level call.
 _OPENING, _OPEN, _CLOSED = StreamState.OPENING, StreamState.OPEN, StreamState.CLOSED
@@ -390,7 +394,7 @@ class Connection:
         """
         stream_id = self._allocate()
         initial_demand = min(_uint(initial_demand, "initial_demand"), MAX_INT)
-        self._write_frame(Subscribe(stream_id, _name(name), params, initial_demand, _metadata(metadata)))
+        self._write_fields([_SUBSCRIBE_TYPE, stream_id, _name(name), params, initial_demand, _metadata(metadata)])
         self._open(stream_id, publishing=False, demand=initial_demand)
         return stream_id
 
@@ -401,7 +405,7 @@ class Connection:
         :class:`Error` event that rejects it. Items may be sent once demand arrives.
         """
         stream_id = self._allocate()
-        self._write_frame(Offer(stream_id, _name(name), params, _metadata(metadata)))
+        self._write_fields([_OFFER_TYPE, stream_id, _name(name), params, _metadata(metadata)])
         self._open(stream_id, publishing=True, demand=0)
         return stream_id
 
@@ -413,7 +417,7 @@ class Connection:
         step = self._send_step(stream_id, _ACCEPT)
         if step is None:
             return
-        self._write_frame(Accept(stream_id, _metadata(metadata)))
+        self._write_fields([_ACCEPT_TYPE, stream_id, _metadata(metadata)])
         self._enter(stream_id, *step)
 
     # ------------------------------------------------------------------ subscriber side
@@ -431,7 +435,7 @@ class Connection:
         if type(n) is not int or n <= 0:
             raise LocalProtocolError(ErrorCode.INVALID_REQUEST, f"rule 3.9: request({n!r}) must be positive")
         n = min(n, MAX_INT)
-        self._write_frame(Request(stream_id, n))
+        self._write_fields([_REQUEST_TYPE, stream_id, n])
         stream.demand = min(stream.demand + n, MAX_INT)
 
     def send_cancel(self, stream_id: int) -> None:
@@ -442,7 +446,7 @@ class Connection:
         step = self._send_step(stream_id, _CANCEL)
         if step is None:
             return
-        self._write_frame(Cancel(stream_id))
+        self._write_fields([_CANCEL_TYPE, stream_id])
         self._enter(stream_id, *step)
 
     # ------------------------------------------------------------------ publisher side
@@ -509,7 +513,7 @@ class Connection:
         step = self._send_step(stream_id, _COMPLETE)
         if step is None:
             return
-        self._write_frame(Complete(stream_id))
+        self._write_fields([_COMPLETE_TYPE, stream_id])
         self._enter(stream_id, *step)
 
     # ------------------------------------------------------------------ either side
@@ -530,8 +534,13 @@ class Connection:
     # ------------------------------------------------------------------ internals: sending
 
     def _write_frame(self, frame: Any) -> None:
+        self._write_fields(frame_fields(frame))
+
+    def _write_fields(self, fields: list[Any]) -> None:
+        """Write a frame given as its wire array (the stream-level sends build it directly:
+        a frame object and frame_fields would double what writing one costs)."""
         try:
-            body = self._pack(frame_fields(frame))
+            body = self._pack(fields)
         except Exception as exc:
             raise _not_encodable(exc) from exc
         self._append(body)

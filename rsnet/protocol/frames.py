@@ -125,7 +125,7 @@ def _str(value: Any, name: str) -> str:
 
 
 def _map(value: Any, name: str) -> dict[str, Any]:
-    if type(value) is not dict or not all(type(key) is str for key in value):
+    if type(value) is not dict or (value and not all(type(key) is str for key in value)):
         raise _fail(name, "a map with string keys", value)
     return value
 
@@ -404,22 +404,88 @@ def parse_frame(fields: Any) -> Frame | None:
     if type(fields) is not list or not fields:
         raise _fail("a frame", "a non-empty array", fields)
     frame_type = fields[0]
-    if type(frame_type) is not int or not 0 <= frame_type <= MAX_INT:
-        raise _fail("the frame type", "an integer in 0..2**63-1", frame_type)
-    cls = _CLASSES.get(frame_type)
-    if cls is None:
+    # The exact type check first: msgpack's true and 16.0 hash as 1 and 16 do.
+    parse = _PARSERS.get(frame_type) if type(frame_type) is int else None
+    if parse is None:
+        if type(frame_type) is not int or not 0 <= frame_type <= MAX_INT:
+            raise _fail("the frame type", "an integer in 0..2**63-1", frame_type)
         if frame_type >= FIRST_EXTENSION_TYPE:
             return None
         raise RemoteProtocolError(ErrorCode.PROTOCOL_ERROR, f"unknown frame type {frame_type}")
-    names = _NAMES[cls]
-    if len(fields) <= len(names):
-        raise RemoteProtocolError(
-            ErrorCode.PROTOCOL_ERROR,
-            f"{cls.TYPE.name} needs {len(names)} fields, got {len(fields) - 1}",
+    return parse(fields)
+
+
+def _parser(cls: type[Any]) -> Callable[[list[Any]], Any]:
+    """The parser of one frame class: its field count checked, then each field by its check
+    in ``cls.CHECKS``, with no loop (parse_frame runs for every frame but the NEXT frames of
+    a run, and a generic loop over the checks cost as much again as the checks themselves)."""
+    checks, labels, count = cls.CHECKS, _LABELS[cls], len(cls.CHECKS)
+    assert 1 <= count <= 5, f"{cls.__name__}: a parser for {count} fields is not written"
+
+    def too_short(fields: list[Any]) -> RemoteProtocolError:
+        return RemoteProtocolError(
+            ErrorCode.PROTOCOL_ERROR, f"{cls.TYPE.name} needs {count} fields, got {len(fields) - 1}"
         )
-    return cls(
-        *[check(value, label) for check, value, label in zip(cls.CHECKS, fields[1:], _LABELS[cls], strict=False)]
-    )
+
+    steps = tuple(zip(checks, labels, strict=True))
+    if count == 1:
+        ((check1, label1),) = steps
+
+        def parse1(fields: list[Any]) -> Any:
+            if len(fields) < 2:
+                raise too_short(fields)
+            return cls(check1(fields[1], label1))
+
+        return parse1
+    if count == 2:
+        (check1, label1), (check2, label2) = steps
+
+        def parse2(fields: list[Any]) -> Any:
+            if len(fields) < 3:
+                raise too_short(fields)
+            return cls(check1(fields[1], label1), check2(fields[2], label2))
+
+        return parse2
+    if count == 3:
+        (check1, label1), (check2, label2), (check3, label3) = steps
+
+        def parse3(fields: list[Any]) -> Any:
+            if len(fields) < 4:
+                raise too_short(fields)
+            return cls(check1(fields[1], label1), check2(fields[2], label2), check3(fields[3], label3))
+
+        return parse3
+    if count == 4:
+        (check1, label1), (check2, label2), (check3, label3), (check4, label4) = steps
+
+        def parse4(fields: list[Any]) -> Any:
+            if len(fields) < 5:
+                raise too_short(fields)
+            return cls(
+                check1(fields[1], label1),
+                check2(fields[2], label2),
+                check3(fields[3], label3),
+                check4(fields[4], label4),
+            )
+
+        return parse4
+    (check1, label1), (check2, label2), (check3, label3), (check4, label4), (check5, label5) = steps
+
+    def parse5(fields: list[Any]) -> Any:
+        if len(fields) < 6:
+            raise too_short(fields)
+        return cls(
+            check1(fields[1], label1),
+            check2(fields[2], label2),
+            check3(fields[3], label3),
+            check4(fields[4], label4),
+            check5(fields[5], label5),
+        )
+
+    return parse5
+
+
+_PARSERS: dict[int, Callable[[list[Any]], Any]] = {number: _parser(cls) for number, cls in _CLASSES.items()}
 
 
 def frame_fields(frame: Frame) -> list[Any]:
