@@ -267,6 +267,27 @@ async def test_a_silent_client_is_dropped_by_keepalive_but_a_busy_one_is_not(aut
         assert any(isinstance(f, ConnError) and f.code == ErrorCode.TIMEOUT for f in frames)
 
 
+async def test_a_peer_that_only_reads_is_given_up_on_while_the_server_streams_to_it_flat_out():
+    """SPEC 10.1 counts bytes received: a peer that subscribed with unbounded demand and then
+    never sends a byte (no PING, no REQUEST) is closed with CONN_ERROR TIMEOUT after three
+    intervals, however busy the server is writing to it (real time: the stream never idles,
+    so a mock clock would never advance)."""
+    server = demo_server(keepalive_interval=0.1)
+    async with running(server) as urls:
+        raw = await RawClient.connect(urls["tcp"])
+        await raw.send(encode_frame(Subscribe(1, "range", {"count": 10**12}, MAX_INT, {})))
+        decoder, batches, closing = FrameDecoder(1 << 24), 0, None
+        with trio.fail_after(10):
+            while data := await raw.stream.receive_some(1 << 20):
+                for fields in decoder.frames(data):
+                    if fields[0] == 22:  # BATCH: read, never answered
+                        batches += 1
+                    elif fields[0] == ConnError.TYPE.value:
+                        closing = parse_frame(fields)
+        assert batches > 10, "the server was streaming when it gave up"
+        assert isinstance(closing, ConnError) and closing.code == ErrorCode.TIMEOUT
+
+
 async def test_an_idle_connection_is_kept_by_pings_on_both_sides_for_many_intervals(autojump_clock=None):
     """SPEC 10.1 on a connection with no stream and no traffic at all: each side PINGs after an
     interval without sending and the other answers, so neither gives up (three intervals of
