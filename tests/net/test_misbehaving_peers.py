@@ -288,6 +288,44 @@ async def test_a_peer_that_only_reads_is_given_up_on_while_the_server_streams_to
         assert isinstance(closing, ConnError) and closing.code == ErrorCode.TIMEOUT
 
 
+async def test_a_peer_gone_while_a_write_to_it_waits_is_given_up_on_but_one_that_pings_is_not():
+    """SPEC 10.1 with the server's write stuck: a peer that neither reads nor sends (a host
+    gone, a partition) fills the socket buffers, so the writer waits; three keepalive
+    intervals without a byte end that wait and the connection (its stream's publisher is
+    cancelled), where TCP alone would wait many minutes. A peer that does not read but still
+    sends (here a PING each interval) is alive, and keeps its connection and its stream."""
+    stopped_by_pinger = trio.Event()
+    server = demo_server(keepalive_interval=0.1)
+
+    @server.publisher("flood")
+    def flood(params, ctx):
+        async def chunks():
+            try:
+                while True:
+                    yield b"x" * 4096
+                    await trio.sleep(0)
+            finally:
+                if params.get("who") == "pinger":
+                    stopped_by_pinger.set()
+
+        return rsnet.from_async_iterable(chunks, nursery=ctx.nursery)
+
+    async with running(server) as urls:
+        gone = await RawClient.connect(urls["tcp"])
+        await gone.send(encode_frame(Subscribe(1, "flood", {}, MAX_INT, {})))
+        with trio.fail_after(5):  # the buffers fill (about 4-8 MB), then three intervals pass
+            while server.sessions:
+                await trio.sleep(0.05)
+
+        pinger = await RawClient.connect(urls["tcp"])
+        await pinger.send(encode_frame(Subscribe(1, "flood", {"who": "pinger"}, MAX_INT, {})))
+        for _ in range(20):  # 2 s, 20 intervals: its writes wait all along, it pings
+            await trio.sleep(0.1)
+            await pinger.send(encode_frame(Ping(0)))
+        assert len(server.sessions) == 1 and not stopped_by_pinger.is_set()
+        await trio.aclose_forcefully(pinger.stream)
+
+
 async def test_an_idle_connection_is_kept_by_pings_on_both_sides_for_many_intervals(autojump_clock=None):
     """SPEC 10.1 on a connection with no stream and no traffic at all: each side PINGs after an
     interval without sending and the other answers, so neither gives up (three intervals of
