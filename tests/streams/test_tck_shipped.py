@@ -367,15 +367,21 @@ class DroppingOperatorVerification(OperatorVerification):
     """
 
     def create_publisher(self, elements):
-        gate = _DemandGate()
+        # A gate, a source and an operator per subscriber (rule 1.11's tests subscribe twice):
+        # two producers sharing one gate would race for its demand, and trio's scheduler
+        # decides that race differently from run to run.
+        def gated():
+            gate = _DemandGate()
 
-        async def paced():
-            for i in range(elements):
-                await gate.take_one()
-                yield i
+            async def paced():
+                for i in range(elements):
+                    await gate.take_one()
+                    yield i
 
-        source = rsnet.from_async_iterable(paced, nursery=self.nursery)
-        return _Gated(source.pipe(self.operator()), gate)
+            source = rsnet.from_async_iterable(paced, nursery=self.nursery)
+            return _Gated(source.pipe(self.operator()), gate)
+
+        return rsnet.defer(gated)
 
 
 class TestOnBackpressureDrop(DroppingOperatorVerification):
