@@ -250,9 +250,8 @@ def stream_params(params: Mapping[str, Any] | None) -> dict[str, Any] | None:
     map, or not at all when absent or empty. TypeError for anything but a mapping."""
     if params is None:
         return None
-    if type(params) is dict:  # the usual case, without the Mapping ABC's isinstance check
-        return dict(params) or None
-    if not isinstance(params, Mapping):
+    # A dict, the usual case, without the Mapping ABC's isinstance check (~0.4 us).
+    if type(params) is not dict and not isinstance(params, Mapping):
         raise TypeError(f"params must be a mapping (e.g. a dict), got {type(params).__name__}")
     return dict(params) or None
 

@@ -903,17 +903,16 @@ class Session:
         if keepalive.interval is None:
             await transport.send([])
             return
-        timer, paused = self._timer, math.inf
-        if timer is not None:  # the keepalive timer must not cut a write short: paused
-            paused, timer.deadline = timer.deadline, math.inf
+        timer = self._timer
+        assert timer is not None, "_send runs inside _writer's keepalive timer"
+        paused, timer.deadline = timer.deadline, math.inf  # the timer must not cut a write short
         self._send_wait = wait = trio.CancelScope(deadline=keepalive.dead_at())
         try:
             with wait:
                 await transport.send([])
         finally:
             self._send_wait = None
-            if timer is not None:
-                timer.deadline = paused
+            timer.deadline = paused
         if wait.cancelled_caught:
             message = f"nothing received for {3 * keepalive.interval:g} s while a write to it waited"
             raise ConnectionLost(f"connection to {self.peer} timed out: {message}", ErrorCode.TIMEOUT)

@@ -14,6 +14,7 @@ import trio
 import rsnet
 from rsnet.protocol import (
     MAX_INT,
+    Batch,
     Cancel,
     ConnError,
     Error,
@@ -280,7 +281,7 @@ async def test_a_peer_that_only_reads_is_given_up_on_while_the_server_streams_to
         with trio.fail_after(10):
             while data := await raw.stream.receive_some(1 << 20):
                 for fields in decoder.frames(data):
-                    if fields[0] == 22:  # BATCH: read, never answered
+                    if fields[0] == Batch.TYPE.value:  # read, never answered
                         batches += 1
                     elif fields[0] == ConnError.TYPE.value:
                         closing = parse_frame(fields)
