@@ -66,6 +66,12 @@ class StreamIterator(Subscriber[Any]):
         if self._demand.initial:
             subscription.request(self._demand.initial)
 
+    @property
+    def consumer_waiting(self) -> bool:
+        """Whether a task waits in ``__anext__`` for the next signal (the session's reader
+        lets it run before reading on)."""
+        return self._wakeup is not None
+
     def on_next_sized(self, items: list[Any], nbytes: int) -> None:
         """A received batch, in order, and its wire bytes (``Items.nbytes``; 0: unknown)."""
         if self._terminal:

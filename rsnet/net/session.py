@@ -450,6 +450,8 @@ class _Inbound(Subscription):
             if sized is not None:
                 # rsnet's client iterator (rsnet.net.iterator): the batch with its wire bytes,
                 # which its demand policy sizes the window by.
+                if subscriber.consumer_waiting:  # type: ignore[attr-defined]  # the iterator has it
+                    self._session._woke_consumer = True
                 if not deliver_safely(sized, items, nbytes):
                     self.cancel()
                     return
@@ -484,6 +486,8 @@ class _Inbound(Subscription):
             return
         self.cancelled = True
         self.subscriber = None
+        if getattr(subscriber, "consumer_waiting", False):
+            self._session._woke_consumer = True
         if error is None:
             deliver_safely(subscriber.on_complete)
         else:
@@ -563,6 +567,9 @@ class Session:
         # A caller up the stack writes what is queued when it is done (the reader handling
         # received bytes, or _send_now preparing a write): _wake_writer leaves it to them.
         self._holding = False
+        # The reader handed items or the end of a stream to a task waiting for them (an
+        # iterator's consumer): it lets that task run before it reads again (_reader).
+        self._woke_consumer = False
         self._sending = False  # the writer task is in transport.send
         self._unfinished = False  # send_nowait left bytes that the writer's next send writes
         self._closed = trio.Event()
@@ -955,6 +962,16 @@ class Session:
             # The answers (and frames the protocol wrote itself: PONG, errors) go out now.
             self._write_scheduled = True
             self._send_now()
+            if self._woke_consumer:
+                # A consumer waits for what these bytes brought: let it run before this task
+                # reads again, since arming the next read (a recv that finds nothing, an epoll
+                # registration) would otherwise come first and delay it. Twice, because trio
+                # runs each batch of runnable tasks in a random order: after the first yield
+                # the reader may still go before the consumer, after the second it cannot.
+                # Subscribe-to-first-item p50, TCP: 179 -> 172 us (WebSocket 196 -> 193).
+                self._woke_consumer = False
+                await trio.lowlevel.cancel_shielded_checkpoint()
+                await trio.lowlevel.cancel_shielded_checkpoint()
 
     async def _wait_for_work(self) -> None:
         """The writer's wait: until it is woken, keeping SPEC 10.1 by the shared timer

@@ -127,6 +127,33 @@ async def test_cancel_travels_back_to_the_hosted_publisher():
             await cancelled.wait()
 
 
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_a_waiting_consumer_gets_its_item_before_the_reader_reads_again(transport):
+    """Latency: the reader that hands an item to a waiting ``async for`` lets that task run
+    before it arms its next read, so the item is not delayed by a recv that finds nothing
+    and an epoll registration (issue 13, target 1)."""
+    async with running(demo_server()) as urls, rsnet.connect(urls[transport]) as conn:
+        session = conn._session
+        order: list[str] = []
+        receive = session.transport.receive
+
+        async def noted_receive():
+            order.append("read armed")
+            data = await receive()
+            order.append("bytes")
+            return data
+
+        session.transport.receive = noted_receive
+        # A window of 100: taking the first item asks for nothing, so the consumer has no
+        # checkpoint between being woken and its loop body.
+        async with conn.subscribe("range", {"count": 100}, prefetch=100) as items:
+            async for _ in items:
+                order.append("item")
+                break
+    # The item came in the last bytes read before it, and the reader had not read again.
+    assert order[order.index("item") - 1] == "bytes"
+
+
 async def test_a_slow_stream_does_not_delay_another_on_the_same_connection():
     server = demo_server()
 
