@@ -230,9 +230,11 @@ def test_round_trip_legs_line_up_the_two_processes_events():
 
 
 @pytest.mark.timeout(120)
-def test_round_trip_measures_the_legs_of_both_systems():
+def test_round_trip_measures_the_legs_of_every_system():
     done = benchmarks_command("round-trip", "--quick")
     for transport in ("TCP", "WebSocket"):
         section = done.stdout.split(f"## {transport}")[1]
         assert "| server processing |" in section and "| latency |" in section
-    assert done.stderr.count("[run 1/1]") == 4  # rsnet and the ceiling, on TCP and WebSocket
+        assert "| ceiling, two tasks |" in section
+    # rsnet, the ceiling and the ceiling in two tasks, on TCP and WebSocket
+    assert done.stderr.count("[run 1/1]") == 6

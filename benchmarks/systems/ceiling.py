@@ -272,6 +272,8 @@ async def client(kind: str, transport: str, port: int, params: dict[str, Any]) -
                 break
             latencies.append((first - start) * 1e6)
         return {"latencies_us": latencies}
+    if kind == "first_item_two_tasks":
+        return await first_item_two_tasks(conn, unpacker, params["iterations"], size)
     if kind == "many_streams":
         streams, items = params["streams"], params["items"]
         clock = Clock()
@@ -286,6 +288,63 @@ async def client(kind: str, transport: str, port: int, params: dict[str, Any]) -
                     completed += 1
         return {"streams": streams, "items": received, **clock.elapsed()}
     raise ValueError(f"unknown kind {kind!r}")
+
+
+async def first_item_two_tasks(conn: Raw, unpacker: msgpack.Unpacker, iterations: int, size: int) -> dict[str, Any]:
+    """``first_item`` as a client that shares its connection between streams must do it: a
+    reader task takes every frame and hands a stream's items to the task consuming it, which
+    waits for them. The reader lets the task it woke run before it reads again (two yields: trio
+    runs a batch in random order), as rsnet's does. Not a benchmark scenario: the round trip's
+    legs show what this hand-over costs any such client (``python -m benchmarks round-trip``)."""
+    streams: dict[int, list[Any]] = {}  # id -> [items, done, the waiting consumer's event]
+    woke = False
+
+    async def reader() -> None:
+        nonlocal woke
+        while True:
+            data = await conn.receive()
+            if not data:
+                return
+            unpacker.feed(data)
+            for frame in unpacker:
+                stream = streams.get(frame[1])
+                if stream is None:
+                    continue
+                if frame[0] == NEXT:
+                    stream[0].append(frame[2])
+                elif frame[0] == COMPLETE:
+                    stream[1] = True
+                if stream[2] is not None:
+                    stream[2].set()
+                    stream[2], woke = None, True
+            if woke:
+                woke = False
+                await trio.lowlevel.cancel_shielded_checkpoint()
+                await trio.lowlevel.cancel_shielded_checkpoint()
+
+    latencies = []
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(reader)
+        for i in range(iterations):
+            stream_id = 2 * i + 1
+            start = time.perf_counter()
+            stream = streams[stream_id] = [[], False, None]
+            await conn.send([subscribe_frame(stream_id, 1, size, 1)])
+            first = None
+            while True:
+                if stream[0]:
+                    stream[0].pop()
+                    if first is None:
+                        first = time.perf_counter()
+                elif stream[1]:
+                    break
+                else:
+                    stream[2] = wakeup = trio.Event()
+                    await wakeup.wait()
+            del streams[stream_id]
+            latencies.append((first - start) * 1e6)
+        nursery.cancel_scope.cancel()
+    return {"latencies_us": latencies}
 
 
 async def many_connections(transport: str, port: int, params: dict[str, Any]) -> dict[str, Any]:
