@@ -37,6 +37,8 @@ def write_nowait(sock: trio.socket.SocketType, pieces: Sequence[Bytes]) -> list[
         sent = os.writev(sock.fileno(), pieces[:GATHER_MAX])  # on a socket: sendmsg(2) without flags
     except OSError:  # BlockingIOError (the buffer is full) or a broken connection
         return list(pieces)
+    if len(pieces) == 1 and sent == len(pieces[0]):
+        return []  # the usual case, one piece written whole: no need to look for a rest
     return after(pieces, sent)
 
 
