@@ -11,7 +11,7 @@ checkpoint replays the unfinished micro-batch and the broker drops what it alrea
     python examples/spark_pipeline.py run --checkpoint /tmp/cp    # the Spark query
     rsnet sub tcp://127.0.0.1:7600 sensors.windows --from earliest
 
-Needs ``pip install 'rsnet[spark]'`` and Java 17.
+Needs the ``spark`` extra (in a clone: ``pip install -e '.[spark]'``) and Java 17.
 """
 
 from __future__ import annotations

@@ -239,10 +239,10 @@ async def run_broker(args: argparse.Namespace) -> int:
             websocket = None  # where the live view's page connects
             if tcp is not None:
                 port = await _listen(nursery, functools.partial(server.serve_tcp, ssl_context=tls), tcp)
-                _announce(f"serving {scheme}://{tcp.host}:{port}")
+                _announce(f"serving {scheme}://{tcp.model_copy(update={'port': port})}")  # [::1]:7600 for IPv6
             if ws is not None:
                 port = await _listen(nursery, functools.partial(server.serve_websocket, ssl_context=tls), ws)
-                _announce(f"serving {'wss' if tls else 'ws'}://{ws.host}:{port}/")
+                _announce(f"serving {'wss' if tls else 'ws'}://{ws.model_copy(update={'port': port})}/")
                 websocket = Endpoint("wss" if tls else "ws", None if _wildcard(ws.host) else ws.host, port)
             for address in (tcp, ws):
                 if address is not None and not authorizer.enabled and not _loopback(address.host):
@@ -259,7 +259,12 @@ async def run_broker(args: argparse.Namespace) -> int:
                 )
                 bound = http.model_copy(update={"port": listeners[0].socket.getsockname()[1]})  # port 0: the chosen one
                 _announce(f"metrics on http://{bound}/metrics")
-                _announce(f"live view on http://{bound}/")
+                alone = (
+                    ""
+                    if websocket
+                    else " (no WebSocket listener: start with --ws, or give the page a broker's ws:// URL)"
+                )
+                _announce(f"live view on http://{bound}/{alone}")
             storage = f"durable in {config.data_dir} (fsync {config.fsync})" if config.data_dir else "in memory"
             _announce(f"topics {storage}; auth {'on' if authorizer.enabled else 'off'}")
             async for _ in signals:

@@ -113,10 +113,10 @@ async def run(args: argparse.Namespace) -> int:
         async with trio.open_nursery() as nursery:
             if tcp:
                 port = await _listen(nursery, server.serve_tcp, tcp)
-                say("serve", f"serving tcp://{tcp[0]}:{port}")
+                say("serve", f"serving tcp://{Address.model_validate((tcp[0], port))}")  # [::1]:7600 for IPv6
             if args.ws:
                 port = await _listen(nursery, server.serve_websocket, args.ws)
-                say("serve", f"serving ws://{args.ws[0]}:{port}/")
+                say("serve", f"serving ws://{Address.model_validate((args.ws[0], port))}/")
             say("serve", f"publishers: {', '.join(server.publisher_names)}")
             async for _ in signals:
                 say("serve", "shutting down")

@@ -246,6 +246,15 @@ async def _last_timestamp(conn: Client, topic: str, end: int) -> int:
     return 0
 
 
+def _closest(name: str, topics: dict[str, dict[str, Any]]) -> str:
+    """The existing topic names closest to ``name``, as ``" (did you mean 'a', 'b'?)"``; empty
+    if none is close (or ``name`` is a pattern)."""
+    if is_wildcard(name):
+        return ""
+    close = difflib.get_close_matches(name, list(topics), n=3)
+    return f" (did you mean {', '.join(repr(c) for c in close)}?)" if close else ""
+
+
 async def _plan(
     conn: Client, args: argparse.Namespace, topics: dict[str, dict[str, Any]]
 ) -> tuple[Any, dict[str, int] | None]:
@@ -253,13 +262,16 @@ async def _plan(
     that has something to read; also tells the user about a topic that does not exist."""
     name, start = args.name, args.start
     matching = {t: info for t, info in topics.items() if (topic_matches(name, t) if is_wildcard(name) else t == name)}
-    if not matching and not args.until_end and not args.quiet:
-        if is_wildcard(name):
+    if not matching and not args.quiet:
+        if args.until_end:
+            nothing = f"no topic matches {name!r}" if is_wildcard(name) else f"topic {name!r} does not exist"
+            say("sub", f"{nothing}: nothing to read{_closest(name, topics)}")
+        elif is_wildcard(name):
             say("sub", f"no topic matches {name!r} yet: waiting for one to be created")
         else:
-            close = difflib.get_close_matches(name, list(topics), n=3)
-            hint = f" (did you mean {', '.join(repr(c) for c in close)}?)" if close else ""
-            say("sub", f"topic {name!r} does not exist yet: waiting for it to be created and written{hint}")
+            # Not "waiting": a broker configured with subscribe_missing = "fail" refuses instead
+            # (UNKNOWN_PUBLISHER, said on the next line), and only the broker knows which.
+            say("sub", f"topic {name!r} does not exist yet{_closest(name, topics)}")
     if isinstance(start, Before):
         if is_wildcard(name):
             raise CommandError(f"--from -{start.count} needs one topic, not the pattern {name!r}")

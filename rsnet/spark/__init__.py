@@ -14,7 +14,17 @@ import os
 import shutil
 from typing import Any
 
-from .source import DataLossError, RsnetDataSource
+try:
+    import pyarrow  # noqa: F401  # what the connector needs beyond rsnet, checked first:
+    import pyspark  # noqa: F401  # a missing one would fail deep inside .source otherwise
+except ModuleNotFoundError as missing:
+    raise ModuleNotFoundError(
+        f"rsnet.spark needs {missing.name}: install rsnet with the spark extra "
+        "(in a clone: pip install -e '.[spark]'), which brings pyspark 4.x and pyarrow",
+        name=missing.name,
+    ) from None
+
+from .source import DataLossError, RsnetDataSource  # after the check above
 
 __all__ = ["DataLossError", "RsnetDataSource", "check_java", "register"]
 

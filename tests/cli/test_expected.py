@@ -7,7 +7,7 @@ import os
 import pty
 import subprocess
 
-from .support import RSNET, env, one_line, rsnet
+from .support import RSNET, Daemon, env, one_line, rsnet
 
 
 def publish(url: str, topic: str, lines: str) -> None:
@@ -51,10 +51,33 @@ def test_a_topic_that_does_not_exist_is_announced_with_the_closest_names(broker)
         process.kill()
         process.wait()
         process.stderr.close()
-    assert line == (
-        "rsnet sub: topic 'sensors.kitchn' does not exist yet: waiting for it to be created and written "
-        "(did you mean 'sensors.kitchen'?)\n"
+    assert line == "rsnet sub: topic 'sensors.kitchn' does not exist yet (did you mean 'sensors.kitchen'?)\n"
+    # --until-end reads what is there: a missing topic has nothing, said so, and exit 0.
+    done = rsnet("sub", broker.url, "sensors.kitchn", "--until-end")
+    assert done.returncode == 0 and done.stdout == ""
+    assert one_line(done.stderr) == (
+        "rsnet sub: topic 'sensors.kitchn' does not exist: nothing to read (did you mean 'sensors.kitchen'?)"
     )
+
+
+def test_a_broker_that_refuses_missing_topics_is_not_said_to_wait(tmp_path):
+    config = tmp_path / "rsnet.toml"
+    config.write_text('[[topics]]\npattern = "orders.>"\nsubscribe_missing = "fail"\n')
+    with Daemon("broker", "--config", str(config), "--tcp", "127.0.0.1:0") as refusing:
+        refused = rsnet("sub", refusing.url, "orders.new")
+    assert refused.returncode == 1
+    assert refused.stderr.splitlines()[-2:] == [
+        "rsnet sub: topic 'orders.new' does not exist yet",
+        "rsnet sub: UNKNOWN_PUBLISHER: no topic named 'orders.new'",
+    ]
+
+
+def test_an_ipv6_listener_is_announced_as_a_url_a_client_can_use():
+    with Daemon("serve", "--demo", "--tcp", "[::1]:0", "--ws", "[::1]:0") as served:
+        tcp, ws = served.url, served.process.stderr.readline().split("serving ", 1)[1].strip()
+        assert tcp.startswith("tcp://[::1]:") and ws.startswith("ws://[::1]:")
+        for url in (tcp, ws):
+            assert rsnet("sub", url, "range", "-p", "count=3", "-f", "value").stdout == "0\n1\n2\n"
 
 
 def test_formats_raw_lines_value_fields_and_topics_json(broker):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import importlib.util
 import pathlib
+import subprocess
+import sys
 
 from .support import TOKEN, publish, records
 
@@ -53,3 +55,15 @@ def test_the_windowed_pipeline_writes_one_record_per_closed_window(spark, broker
         {"start": at(10), "end": at(20), "sensor": "hall", "readings": 1, "avg_temp": 17.5, "max_temp": 17.5},
         {"start": at(10), "end": at(20), "sensor": "kitchen", "readings": 1, "avg_temp": 25.0, "max_temp": 25.0},
     ]
+
+
+def test_without_pyspark_the_import_says_which_extra_to_install():
+    # sys.modules[name] = None makes importing it fail as an uninstalled package does.
+    for missing in ("pyspark", "pyarrow"):
+        program = f"import sys; sys.modules[{missing!r}] = None; import rsnet.spark"
+        done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 1
+        assert done.stderr.strip().splitlines()[-1] == (
+            f"ModuleNotFoundError: rsnet.spark needs {missing}: install rsnet with the spark extra "
+            "(in a clone: pip install -e '.[spark]'), which brings pyspark 4.x and pyarrow"
+        )
