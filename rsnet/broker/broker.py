@@ -41,7 +41,7 @@ import trio
 from ..errors import StreamError
 from ..net.failures import TRACEBACKS_PER_MINUTE, RateLimitedLog
 from ..net.session import StreamContext
-from ..protocol import ErrorCode
+from ..protocol import MAX_INT, ErrorCode
 from ..streams import Publisher, Subscriber, Subscription, from_iterable, just
 from ..streams.rules import MAX_DEMAND, add_demand, check_subscriber, invalid_request
 from ..streams.subscriptions import deliver_safely
@@ -631,8 +631,10 @@ class Broker:
             )
         if name == "$commit":
             topic_name, cursor, offset = params.get("topic"), params.get("cursor"), params.get("offset")
-            if not isinstance(topic_name, str) or not isinstance(offset, int) or isinstance(offset, bool):
-                raise StreamError(ErrorCode.REJECTED, "$commit needs params topic (str), cursor (str) and offset (int)")
+            if not isinstance(topic_name, str) or not _is_uint(offset):
+                raise StreamError(
+                    ErrorCode.REJECTED, "$commit needs params topic (str), cursor (str) and offset (an int >= 0)"
+                )
             _validated(validate_topic, topic_name)
             cursor = _identifier(cursor, "cursor")
             self._check(context, "subscribe", topic_name)
@@ -656,7 +658,7 @@ class Broker:
             producer = _identifier(producer, "producer")
             self._check(context, "publish", topic)
             return _AckPublisher(self, producer, topic)
-        start = params.get("from", "latest")
+        start = _start_position(params.get("from", "latest"))
         cursor = params.get("cursor")
         if cursor is not None:
             cursor = _identifier(cursor, "cursor")
@@ -668,7 +670,7 @@ class Broker:
             _validated(validate_pattern, name)
             if cursor is not None:
                 raise StreamError(ErrorCode.REJECTED, "cursors are per topic: subscribe to a topic name, not a pattern")
-            if start not in ("earliest", "latest") and not (isinstance(start, dict) and "timestamp" in start):
+            if isinstance(start, int):
                 raise StreamError(
                     ErrorCode.REJECTED, "a pattern subscription starts at 'earliest', 'latest' or a timestamp"
                 )
@@ -804,21 +806,31 @@ def _identifier(value: Any, what: str) -> str:
 def _check_start_before_creation(name: str, start: Any) -> None:
     """A subscription waiting for a topic reads it from its first record, which is where every
     start position but a later offset points while the topic does not exist."""
-    if isinstance(start, int) and not isinstance(start, bool) and start > 0:
+    if isinstance(start, int) and start > 0:
         raise StreamError(
             BrokerCode.OFFSET_OUT_OF_RANGE,
             f"offset {start} of {name!r} does not exist yet (the topic does not exist yet)",
             {"topic": name, "requested": start, "next": 0},
         )
-    if not (
-        start in ("earliest", "latest")
-        or (isinstance(start, int) and not isinstance(start, bool) and start == 0)
-        or (isinstance(start, dict) and isinstance(start.get("timestamp"), int))
-    ):
-        raise StreamError(
-            ErrorCode.REJECTED,
-            f"invalid start position {reprlib.repr(start)}: use 'earliest', 'latest', an offset or {{'timestamp': ms}}",
-        )
+
+
+def _is_uint(value: Any) -> bool:
+    return type(value) is int and 0 <= value <= MAX_INT
+
+
+def _start_position(start: Any) -> Any:
+    """``start`` (a subscription's ``from``) if it is one: ``"earliest"``, ``"latest"`` (or
+    None), an offset (an int >= 0), or ``{"timestamp": ms}`` (ms an int >= 0); REJECTED
+    otherwise, before any topic is looked at (booleans are not ints, SPEC 3)."""
+    if start is None or start in ("earliest", "latest"):
+        return start
+    if _is_uint(start) or (isinstance(start, dict) and _is_uint(start.get("timestamp"))):
+        return start
+    raise StreamError(
+        ErrorCode.REJECTED,
+        f"invalid start position {reprlib.repr(start)}: use 'earliest', 'latest', an offset >= 0 or "
+        "{'timestamp': ms} with ms >= 0",
+    )
 
 
 def _params(params: Any) -> dict[str, Any]:

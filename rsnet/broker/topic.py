@@ -742,9 +742,9 @@ def resolve_start(topic: Topic, start: Any) -> int:
         return log.next_offset
     if start == "earliest":
         return log.first_offset
-    if isinstance(start, dict) and isinstance(start.get("timestamp"), int):
+    if isinstance(start, dict) and type(start.get("timestamp")) is int and start["timestamp"] >= 0:
         return log.offset_for_timestamp(start["timestamp"])
-    if isinstance(start, int) and not isinstance(start, bool):
+    if type(start) is int and start >= 0:
         if start < log.first_offset:
             raise offset_trimmed(topic.name, start, log.first_offset)
         if start > log.next_offset:

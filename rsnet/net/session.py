@@ -95,6 +95,16 @@ requests for 4 at a time, one of small items for ``send_window``."""
 BATCH_ITEMS = 256
 """The most items one BATCH frame carries (a hosted publisher's items go out in BATCH frames)."""
 
+MAX_UNTAKEN_ANSWERS = 64 * 1024
+"""Bytes of answers to the peer's frames (PONGs, the protocol's refusals, the ACCEPT or refusal
+of each stream it opens, and all of a stream that ended as it opened) that the reader may queue
+while a write to the peer waits for it to read: beyond that, the reader reads nothing more from
+it until that write is done. A peer that keeps sending and never reads is so held to this bound
+plus the answers to one read, where it could grow the output without limit; with nothing
+received meanwhile, the writer gives it up three keepalive intervals later (SPEC 10.1). The
+items of a stream that runs on are bounded by its window instead and do not count: two peers
+streaming to each other, each waiting for the other to read, must never both stop reading."""
+
 
 @dataclasses.dataclass(frozen=True)
 class StreamContext:
@@ -570,6 +580,10 @@ class Session:
         # The reader handed items or the end of a stream to a task waiting for them (an
         # iterator's consumer): it lets that task run before it reads again (_reader).
         self._woke_consumer = False
+        # Bytes of answers queued since a write last finished, and what the reader waits on
+        # when they reach MAX_UNTAKEN_ANSWERS (set by the writer when its write is done).
+        self._answers = 0
+        self._written: trio.Event | None = None
         self._sending = False  # the writer task is in transport.send
         self._unfinished = False  # send_nowait left bytes that the writer's next send writes
         self._closed = trio.Event()
@@ -818,6 +832,7 @@ class Session:
         if chunks:
             if self.transport.send_nowait(chunks):
                 self._keepalive.last_sent = self._now()
+                self._answers = 0
             else:
                 self._unfinished = True
         if self._refill and not self._unfinished and not any(map(_Outbound.refill_wanted, self._refill)):
@@ -854,6 +869,7 @@ class Session:
                     return
         finally:
             self._timer = None
+            self._release_reader()
             self._writer_done.set()
 
     async def _write_loop(self) -> None:
@@ -878,6 +894,8 @@ class Session:
                 finally:
                     self._sending = False
                 self._keepalive.last_sent = self._now()
+                self._answers = 0
+                self._release_reader()
             refill, self._refill = self._refill, []
             if conn.state is not State.CLOSED:
                 # Once this side has written CONN_ERROR nothing more goes out: a window topped
@@ -895,6 +913,12 @@ class Session:
                 self._linger = True
                 self.nursery.cancel_scope.cancel()
                 return
+
+    def _release_reader(self) -> None:
+        """A write is done (or the writer is): a reader waiting for it reads on."""
+        if self._written is not None:
+            self._written.set()
+            self._written = None
 
     async def _send(self, chunks: Sequence[Bytes]) -> None:
         """The writer's write: what the socket takes at once, then a wait for the rest to go
@@ -954,17 +978,24 @@ class Session:
                     # Items taken before these bytes arrived go out before any frame the
                     # protocol writes in answer to them (a stream error, say).
                     self._flush_items()
+                queued = conn.buffered
                 if data:
                     conn.receive_data(data)
                 else:
                     self._eof = True
                     conn.receive_eof()
+                self._answers += conn.buffered - queued  # PONGs, refusals (and _on_subscribe's)
                 self._dispatch(conn.events_received())
             finally:
                 self._holding = False
             # The answers (and frames the protocol wrote itself: PONG, errors) go out now.
             self._write_scheduled = True
             self._send_now()
+            if self._answers > MAX_UNTAKEN_ANSWERS and (self._sending or self._unfinished):
+                # The peer sends, its answers pile up, it does not read them: stop reading
+                # from it until the write it is not taking is done (MAX_UNTAKEN_ANSWERS).
+                self._written = written = trio.Event()
+                await written.wait()
             if self._woke_consumer:
                 # A consumer waits for what these bytes brought: let it run before this task
                 # reads again, since arming the next read (a recv that finds nothing, an epoll
@@ -1067,22 +1098,44 @@ class Session:
         return None
 
     def _on_subscribe(self, event: Subscribe) -> None:
+        queued = self.conn.buffered
         publisher = self._host_opens("publisher", self.host.open_publisher, event)
         if publisher is not None:
             outbound = _Outbound(self, event.stream_id, event.initial_demand, accept=True)
             self._outbound[event.stream_id] = outbound
+            self._subscribe_outbound(publisher, outbound, event.name)
+        # Answers: the ACCEPT or the refusal, and all of a stream that ended at once.
+        self._answers += self.conn.buffered - queued
+
+    def _subscribe_outbound(self, publisher: Publisher[Any], outbound: _Outbound, name: str) -> None:
+        """``publisher.subscribe(outbound)``, for one stream only: a publisher that raises from
+        ``subscribe`` (rule 1.9 says it must signal instead) ends its stream with the ERROR
+        its StreamError names, or INTERNAL (logged at a bounded rate), never the connection."""
+        try:
             publisher.subscribe(outbound)
+        except Exception as failure:
+            if outbound.subscription is not None:
+                outbound.subscription.cancel()  # whatever it started, it will not be heard
+            if outbound.done:
+                return  # it ended the stream before it raised
+            if isinstance(failure, StreamError):
+                outbound.on_error(failure)
+            else:
+                failure_log.exception("subscribing to publisher %r for %s failed", name, self.peer)
+                outbound._finish(ErrorCode.INTERNAL, f"{type(failure).__name__}: {failure}", None, failure)
 
     def _on_offer(self, event: Offer) -> None:
+        queued = self.conn.buffered
         sink = self._host_opens("sink", self.host.open_sink, event)
         if sink is not None:
             self._open_inbound(sink, event.name, event.params, offer_id=event.stream_id)
+        self._answers += self.conn.buffered - queued  # the ACCEPT or the refusal
 
     def _on_accept(self, event: Accept) -> None:
         publisher = self._offered.pop(event.stream_id, None)
         outbound = self._outbound.get(event.stream_id)
         if publisher is not None and outbound is not None:
-            publisher.subscribe(outbound)
+            self._subscribe_outbound(publisher, outbound, f"offered on stream {event.stream_id}")
 
     def _lost(self, error: ConnectionLost) -> None:
         if self._closing_error is None:

@@ -14,9 +14,11 @@ import os
 import shutil
 from typing import Any
 
+# What the connector needs beyond rsnet, checked first: a missing one would otherwise fail
+# deep inside .source with no word of the extra that brings it.
 try:
-    import pyarrow  # noqa: F401  # what the connector needs beyond rsnet, checked first:
-    import pyspark  # noqa: F401  # a missing one would fail deep inside .source otherwise
+    import pyarrow  # type: ignore[import-untyped]  # noqa: F401
+    import pyspark  # noqa: F401
 except ModuleNotFoundError as missing:
     raise ModuleNotFoundError(
         f"rsnet.spark needs {missing.name}: install rsnet with the spark extra "

@@ -72,6 +72,32 @@ async def test_bad_names_and_params_are_rejected():
             assert caught.value.code == ErrorCode.REJECTED, (name, params)
 
 
+async def test_an_invalid_start_position_is_rejected_on_every_path_and_the_connection_lives():
+    """``from`` is "earliest", "latest", an offset >= 0 or {"timestamp": ms >= 0}: anything else
+    (booleans are not ints, SPEC 3) is REJECTED before any topic is read, whether the name is
+    a topic, a missing topic or a pattern with a matching topic; a stream running on the same
+    connection carries on. (A pattern once resolved a bad timestamp per matching topic, and
+    the TypeError ended the connection.)"""
+    async with broker_running(Broker()) as url, rsnet.connect(url) as conn:
+        await publish(conn, "rp.a", list(range(5)))
+        async with conn.subscribe("rp.a", {"from": "earliest"}, prefetch=1) as running_stream:
+            assert (await running_stream.__anext__())["value"] == 0
+            bad = [True, -1, -(2**63), 1.5, "yesterday", {"timestamp": True}, {"timestamp": -1}]
+            bad += [{"timestamp": 1.5}, {"timestamp": "x"}, {"timestamp": None}, {}, [0]]
+            for name in ("rp.a", "rp.missing", "rp.*"):
+                for start in bad:
+                    with pytest.raises(rsnet.StreamError) as caught:
+                        await take(conn, name, 1, **{"from": start})
+                    assert caught.value.code == ErrorCode.REJECTED, (name, start)
+                    assert "invalid start position" in caught.value.message, (name, start)
+            for offset in (-1, True):
+                with pytest.raises(rsnet.StreamError) as caught:
+                    await commit(conn, "rp.a", "group", offset)
+                assert caught.value.code == ErrorCode.REJECTED
+                assert "offset (an int >= 0)" in caught.value.message
+            assert [(await running_stream.__anext__())["value"] for _ in range(4)] == [1, 2, 3, 4]
+
+
 async def test_republishing_with_the_same_producer_and_sequences_stores_once():
     async with broker_running(Broker()) as url, rsnet.connect(url) as conn:
         await publish(conn, "idem", ["a", "b", "c"], producer="p1")

@@ -98,6 +98,36 @@ async def test_a_failing_factory_is_an_application_error_for_that_stream_only():
         assert [x async for x in conn.subscribe("range", {"count": 2})] == [0, 1]
 
 
+async def test_a_publisher_whose_subscribe_raises_ends_its_stream_only():
+    """Rule 1.9: subscribe must signal, not raise. One that raises anyway (a bug, or a host
+    refusing late with StreamError) ends its own stream with an ERROR; the connection and
+    a stream already running on it carry on."""
+    server = demo_server()
+
+    class Raising(rsnet.Publisher):
+        def __init__(self, error):
+            self.error = error
+
+        def subscribe(self, subscriber):
+            raise self.error
+
+    server.add_publisher("buggy", lambda params, ctx: Raising(TypeError("subscribe bug")))
+    refusal = rsnet.StreamError(ErrorCode.REJECTED, "refused in subscribe")
+    server.add_publisher("refusing", lambda params, ctx: Raising(refusal))
+    async with running(server) as urls, rsnet.connect(urls["tcp"]) as conn:
+        async with conn.subscribe("range", {"count": 1000}, prefetch=10) as running_stream:
+            assert await running_stream.__anext__() == 0
+            with pytest.raises(rsnet.StreamError) as buggy:
+                async for _ in conn.subscribe("buggy"):
+                    pass
+            assert buggy.value.code == ErrorCode.INTERNAL and "TypeError: subscribe bug" in buggy.value.message
+            with pytest.raises(rsnet.StreamError) as refused:
+                async for _ in conn.subscribe("refusing"):
+                    pass
+            assert (refused.value.code, refused.value.message) == (ErrorCode.REJECTED, "refused in subscribe")
+            assert [x async for x in running_stream] == list(range(1, 1000))
+
+
 async def test_wrong_or_missing_token_is_refused_with_unauthorized():
     async with running(demo_server(token="s3cret")) as urls:
         for token in (None, "wrong", b"s3cre"):

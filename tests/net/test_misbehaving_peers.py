@@ -6,12 +6,14 @@ These clients speak the wire protocol by hand (protocol/SPEC.md), so they can br
 from __future__ import annotations
 
 import itertools
+import socket
 
 import msgpack
 import pytest
 import trio
 
 import rsnet
+from rsnet.net.session import MAX_UNTAKEN_ANSWERS
 from rsnet.protocol import (
     MAX_INT,
     Batch,
@@ -218,6 +220,59 @@ async def test_a_peer_that_reads_nothing_cannot_stop_the_server_reading():
                 await trio.sleep(0.01)
         # the items already written, then the PONG: the connection still works
         assert await raw.frame_of(Pong) == Pong(7)
+
+
+@pytest.mark.parametrize("flood", ["pings", "refused subscribes", "one-item streams"])
+async def test_a_peer_that_asks_for_answers_and_reads_none_holds_bounded_memory_then_is_dropped(flood):
+    """Frames that each want an answer (a PING its PONG, a SUBSCRIBE to an unknown name its
+    ERROR, one to a one-item stream its ACCEPT, item and COMPLETE), sent as fast as the peer
+    can while it reads nothing: once MAX_UNTAKEN_ANSWERS of answers wait behind the write it
+    does not take, the server stops reading from it, so what it holds for the peer stays
+    bounded (it grew by gigabytes a minute before); with nothing received from then on, it
+    drops the peer three keepalive intervals later, and a bystander streams throughout."""
+    server = demo_server(keepalive_interval=0.1)
+
+    def frames(first_id: int):
+        for i in itertools.count():
+            stream_id = first_id + 2 * i
+            if flood == "pings":
+                yield encode_frame(Ping(i))
+            elif flood == "refused subscribes":
+                yield encode_frame(Subscribe(stream_id, "no such publisher " + "x" * 500, None, 1, {}))
+            else:
+                yield encode_frame(Subscribe(stream_id, "range", {"count": 1}, 1, {}))
+
+    async def attack(url: str) -> None:
+        with trio.fail_after(5):
+            while not server.sessions:  # the bystander's
+                await trio.sleep(0.01)
+        bystander = set(server.sessions)
+        raw = await RawClient.connect(url)
+        raw.stream.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # fills at once
+        (session,) = set(server.sessions) - bystander
+        held = []
+
+        async def send_until_refused() -> None:
+            chunks = frames(1)
+            try:
+                while True:
+                    await raw.send(b"".join(itertools.islice(chunks, 200)))
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                pass  # dropped
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(send_until_refused)
+            with trio.fail_after(5):  # dropped within about 0.5 s
+                while session in server.sessions:
+                    held.append(session.conn.buffered + sum(map(len, session.transport._rest)))
+                    await trio.sleep(0.005)
+            nursery.cancel_scope.cancel()
+        # The bound, plus the answers to one read (64 KiB of frames, each answered by at most
+        # about its own size again, and a one-item stream's 40 bytes for its 20).
+        assert max(held) <= MAX_UNTAKEN_ANSWERS + 3 * 65536, max(held)
+        await trio.aclose_forcefully(raw.stream)
+
+    await with_bystander(server, attack)
 
 
 async def test_a_client_that_never_says_hello_is_timed_out():
