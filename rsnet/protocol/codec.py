@@ -167,7 +167,7 @@ class FrameDecoder:
                 raise RemoteProtocolError(
                     ErrorCode.FRAME_TOO_LARGE, f"a length header exceeds max_frame_size: {exc}"
                 ) from None
-            raise RemoteProtocolError(ErrorCode.PROTOCOL_ERROR, f"bytes are not a msgpack value: {exc}") from None
+            raise RemoteProtocolError(ErrorCode.PROTOCOL_ERROR, f"bytes are not a msgpack value: {_why(exc)}") from None
         finally:
             self._fed = fed
             self._frame_start = start
@@ -175,6 +175,15 @@ class FrameDecoder:
                 if self._peak <= INITIAL_BUFFER:
                     _idle.give_back(self._limit, unpacker)
                 self._unpacker = None
+
+
+def _why(exc: Exception) -> str:
+    """What msgpack refused, in words: its FormatError and StackError carry no message."""
+    if isinstance(exc, msgpack.FormatError):
+        return "a byte no msgpack value starts with (0xc1 is never used)"
+    if isinstance(exc, msgpack.StackError):
+        return "values nested deeper than the decoder's stack (SPEC 3: at most 512 levels)"
+    return str(exc) or type(exc).__name__
 
 
 class _IdleUnpackers:

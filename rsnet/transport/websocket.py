@@ -22,6 +22,7 @@ handshake goes out alone. Then ``receive`` raises :class:`WebSocketProtocolError
 
 from __future__ import annotations
 
+import logging
 import secrets
 import ssl
 import struct
@@ -397,7 +398,12 @@ async def accept_websocket(
     request, a wrong ``path``): the caller then closes the stream. ``conn_error`` encodes the
     CONN_ERROR the transport answers WebSocket violations with (see the module docs).
     """
-    protocol = ServerProtocol(subprotocols=[SUBPROTOCOL], max_size=max_message_size)
+    protocol = ServerProtocol(
+        subprotocols=[SUBPROTOCOL],
+        select_subprotocol=_rsnet_if_offered,
+        max_size=max_message_size,
+        logger=_quiet,
+    )
     try:
         request = await _handshake_events(stream, protocol, Request)
         if path is not None and request.path.split("?", 1)[0] != path:
@@ -413,6 +419,20 @@ async def accept_websocket(
     if protocol.state is not State.OPEN:
         return None
     return WebSocketTransport(stream, protocol, describe_peer(stream), conn_error=conn_error)
+
+
+def _rsnet_if_offered(protocol: ServerProtocol, offered: Sequence[Subprotocol]) -> Subprotocol | None:
+    """SPEC 2.2: clients SHOULD offer ``rsnet`` and servers SHOULD select it; a client that
+    offers nothing (or only others) is still served, without a subprotocol (websockets would
+    refuse it with HTTP 400)."""
+    return SUBPROTOCOL if SUBPROTOCOL in offered else None
+
+
+# websockets logs "connection open" and "connection closed" at INFO for every connection: a
+# line a peer could make us write as fast as it connects. Its warnings and errors still go out;
+# connection-level lines are the server's own, at a bounded rate (rsnet.net.server).
+_quiet = logging.getLogger("rsnet.transport.websocket")
+_quiet.setLevel(logging.WARNING)
 
 
 async def connect_websocket(

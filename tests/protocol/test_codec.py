@@ -101,6 +101,20 @@ def test_map_keys_other_than_strings_and_binary_are_refused() -> None:
     assert caught.value.code == ErrorCode.PROTOCOL_ERROR
 
 
+@pytest.mark.parametrize(
+    ("data", "reason"),
+    [
+        (b"\xc1", "a byte no msgpack value starts with (0xc1 is never used)"),
+        (b"\x91" * 100_000, "values nested deeper than the decoder's stack (SPEC 3: at most 512 levels)"),
+    ],
+)
+def test_bytes_that_are_not_msgpack_are_refused_with_a_reason(data: bytes, reason: str) -> None:
+    # msgpack's own exceptions for these say nothing: the CONN_ERROR message must.
+    with pytest.raises(RemoteProtocolError) as caught:
+        list(FrameDecoder().frames(data))
+    assert (caught.value.code, caught.value.message) == (ErrorCode.PROTOCOL_ERROR, f"bytes are not a msgpack value: {reason}")
+
+
 def test_a_length_header_that_cannot_fit_is_too_large_at_once() -> None:
     # An array header of 2**31 elements: refused before anything is allocated for it.
     with pytest.raises(RemoteProtocolError) as caught:

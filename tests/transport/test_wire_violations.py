@@ -122,6 +122,21 @@ async def test_websocket_text_message_gets_conn_error_and_a_closing_handshake(ca
     no_tracebacks(caplog)
 
 
+@pytest.mark.parametrize("offered", [None, ["chat"], ["chat", "rsnet"]])
+async def test_websocket_clients_offering_no_rsnet_subprotocol_are_served(offered, caplog) -> None:
+    """SPEC 2.2: clients SHOULD offer rsnet (then it is selected); one that offers nothing, or
+    only others, still speaks the protocol and is served (websockets alone answers HTTP 400).
+    And no line per connection in the log: websockets' INFO "connection open/closed" lines
+    would be a log line a peer makes us write as fast as it connects."""
+    caplog.set_level(logging.INFO)
+    async with serving() as ports:
+        received = await ws_exchange(ports["ws"], hello(), WAIT, close=True, subprotocols=offered)
+    assert isinstance(received.frames[0], Welcome)
+    assert received.close_code == 1000
+    assert [r.getMessage() for r in caplog.records if r.name.startswith(("websockets", "rsnet.transport"))] == []
+    no_tracebacks(caplog)
+
+
 async def test_websocket_text_message_before_hello(caplog) -> None:
     caplog.set_level(logging.INFO)
     async with serving() as ports:

@@ -84,15 +84,15 @@ async def tcp_exchange(port: int, *writes: Any, half_close: bool = False) -> Rec
     return received
 
 
-async def ws_exchange(port: int, *messages: Any, close: bool = False) -> Received:
-    """Open a WebSocket (subprotocol rsnet) with websockets' sans-I/O client over a trio
-    socket, send each message (bytes: binary, str: text; ``WAIT``: first wait for a frame),
+async def ws_exchange(port: int, *messages: Any, close: bool = False, subprotocols: Any = ("rsnet",)) -> Received:
+    """Open a WebSocket (offering ``subprotocols``, by default rsnet) with websockets' sans-I/O
+    client over a trio socket, send each message (bytes: binary, str: text; ``WAIT``: first wait for a frame),
     then read until the server closes, answering its close frame as a well-behaved client
     does (with ``close``, it starts the closing handshake itself after its messages). A
     server that resets the connection instead leaves ``close_code`` None."""
     received = Received()
     decoder = FrameDecoder()
-    protocol = ClientProtocol(parse_uri(f"ws://127.0.0.1:{port}/"), subprotocols=["rsnet"])  # type: ignore[list-item]  # Subprotocol is a NewType of str
+    protocol = ClientProtocol(parse_uri(f"ws://127.0.0.1:{port}/"), subprotocols=subprotocols and list(subprotocols))
     with trio.fail_after(READ_TIMEOUT):
         stream = await trio.open_tcp_stream("127.0.0.1", port)
         async with stream:
