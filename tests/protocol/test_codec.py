@@ -112,7 +112,10 @@ def test_bytes_that_are_not_msgpack_are_refused_with_a_reason(data: bytes, reaso
     # msgpack's own exceptions for these say nothing: the CONN_ERROR message must.
     with pytest.raises(RemoteProtocolError) as caught:
         list(FrameDecoder().frames(data))
-    assert (caught.value.code, caught.value.message) == (ErrorCode.PROTOCOL_ERROR, f"bytes are not a msgpack value: {reason}")
+    assert (caught.value.code, caught.value.message) == (
+        ErrorCode.PROTOCOL_ERROR,
+        f"bytes are not a msgpack value: {reason}",
+    )
 
 
 def test_a_length_header_that_cannot_fit_is_too_large_at_once() -> None:
