@@ -984,7 +984,8 @@ class Session:
                 else:
                     self._eof = True
                     conn.receive_eof()
-                self._answers += conn.buffered - queued  # PONGs, refusals (and _on_subscribe's)
+                # Answers the protocol wrote (PONGs, refusals); opening a stream counts its own.
+                self._answers += conn.buffered - queued
                 self._dispatch(conn.events_received())
             finally:
                 self._holding = False
