@@ -185,13 +185,9 @@ def _follows(plan: _Plan, directory: str, name: str, base: int, unclean: bool) -
             )
         previous.problem = None
     elif base > end:
-        plan.missing.append(
-            DamagedRange(
-                end,
-                base,
-                f"no segment file holds offsets {end} to {base - 1} (before {name}): deleted by hand, or lost",
-            )
-        )
+        problem = f"no segment file holds offsets {end} to {base - 1} (before {name}): deleted by hand, or lost"
+        plan.missing.append(DamagedRange(end, base, problem))
+        plan.damaged.append(problem)  # reported (log, /health) as any other damage is
     return True
 
 
