@@ -226,6 +226,9 @@ class Broker:
                 self._nursery = nursery
                 try:
                     for directory in sorted(p for p in self.data_dir.iterdir() if p.is_dir()) if self.data_dir else []:
+                        if directory.name.startswith(DELETED_PREFIX):  # a deletion that did not finish
+                            _remove_deleted(directory)
+                            continue
                         if not is_valid_topic(directory.name):
                             log.warning("%s is not a topic (not a valid topic name): left alone", directory)
                             continue
@@ -508,7 +511,13 @@ class Broker:
         self._closed.pop(topic.name, None)
         topic.fail(StreamError(ErrorCode.UNKNOWN_PUBLISHER, f"topic {topic.name!r} was deleted", {"topic": topic.name}))
         if self.data_dir is not None and (self.data_dir / topic.name).exists():
-            shutil.rmtree(self.data_dir / topic.name)
+            # Out of the topics' way in one step, then removed: a removal that fails partway
+            # (an unlink error, the broker killed) must not leave the remains of a topic, which
+            # the next start would take for a damaged log and refuse to start on.
+            doomed = self.data_dir / f"{DELETED_PREFIX}{topic.name}.{now_ms()}"
+            self.storage_files.replace(str(self.data_dir / topic.name), str(doomed))
+            self.storage_files.sync_directory(str(self.data_dir))
+            _remove_deleted(doomed)
 
     def _close_topic(self, topic: Topic, now: int | None = None) -> None:
         """Stop the topic's writer and close its log; the topic stays known (its data stays
@@ -812,6 +821,19 @@ def _check_start_before_creation(name: str, start: Any) -> None:
             f"offset {start} of {name!r} does not exist yet (the topic does not exist yet)",
             {"topic": name, "requested": start, "next": 0},
         )
+
+
+DELETED_PREFIX = ".deleted-"
+"""A deleted topic's directory is renamed to this prefix (never a topic name) before removal."""
+
+
+def _remove_deleted(directory: pathlib.Path) -> None:
+    """Remove what is left of a deleted topic; what cannot be removed now is left for the next
+    start (with a warning), never in a topic's place."""
+    try:
+        shutil.rmtree(directory)
+    except OSError as error:
+        log.warning("%s (a deleted topic) could not be removed yet: %s; the next start tries again", directory, error)
 
 
 def _is_uint(value: Any) -> bool:

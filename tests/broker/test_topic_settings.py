@@ -250,6 +250,29 @@ async def test_purge_keeps_the_settings_and_delete_removes_them(tmp_path):
         assert created["settings"]["storage"] == "durable"
 
 
+async def test_a_delete_that_fails_partway_leaves_no_remains_that_stop_the_next_start(tmp_path, monkeypatch):
+    """The topic's directory leaves the topics' place in one rename, then is removed: if the
+    removal fails partway (an unlink error, or the broker killed), what is left is not a
+    damaged log the next start refuses to start on, and that start removes it."""
+    async with configured(tmp_path) as (_broker, conn):
+        await publish(conn, "jobs.a", list(range(100)))
+        await publish(conn, "jobs.b", [1, 2, 3])
+
+        def fails_partway(path, *args, **kwargs):
+            next(pathlib.Path(path).glob("*.log")).unlink()  # one file gone, the rest stays
+            raise PermissionError(errno.EPERM, "Operation not permitted", "synced")
+
+        monkeypatch.setattr("rsnet.broker.broker.shutil.rmtree", fails_partway)
+        await admin(conn, "delete", "jobs.a")  # the topic is gone for clients all the same
+        assert "jobs.a" not in await listing(conn)
+    monkeypatch.undo()
+    (left,) = (p.name for p in tmp_path.iterdir() if p.name.startswith(".deleted-jobs.a."))
+    async with configured(tmp_path) as (_broker, conn):  # starts; was: UncleanRecoveryNeeded
+        assert set(await listing(conn)) == {"jobs.b"}
+        assert [r["value"] for r in await take(conn, "jobs.b", 3, **{"from": "earliest"})] == [1, 2, 3]
+    assert not (tmp_path / left).exists()
+
+
 async def test_a_memory_topic_with_no_settings_of_its_own_left_leaves_no_directory(tmp_path):
     async with configured(tmp_path, topics=[{"pattern": "mem.>", "storage": "memory"}]) as (_broker, conn):
         await admin(conn, "create", "mem.a", settings=DROP_PAST_5)
