@@ -192,6 +192,9 @@ class Broker:
         self.storage_files = storage_files.REAL  # how durable logs change their files (tests inject faults)
         self.topics: dict[str, Topic] = {}  # the open ones; see also _closed
         self.recovery: dict[str, Any] = {}  # topic -> RecoveryReport of its log
+        # topic -> why its cursors file was set aside (at an opening of this process), kept in
+        # its report from then on: reopening finds a good (new) file, the damage stays said.
+        self._cursors_set_aside: dict[str, str] = {}
         self.denied = 0  # requests refused for lack of a grant
         self._cursors: dict[str, CursorStore | dict[str, int]] = {}
         # Readers of a pattern, or of a topic not created yet: they get new topics that match.
@@ -451,6 +454,8 @@ class Broker:
             if report.damaged:
                 log.warning("topic %s: recovered with damage: %s", name, "; ".join(report.damaged))
             cursors = self._open_cursors(self.data_dir / name / "cursors")
+            if name in self._cursors_set_aside:
+                report.damaged.append(self._cursors_set_aside[name])
             committed = max(cursors.all().values(), default=0)
             if committed > segment_log.next_offset and self.fsync is not FsyncPolicy.NEVER:
                 # A commit never passes what was stored (durable_offset), so the log lost records
@@ -569,17 +574,17 @@ class Broker:
 
     # -- cursors ----------------------------------------------------------------------------
 
-    @staticmethod
-    def _open_cursors(path: pathlib.Path) -> CursorStore:
-        """The topic's committed cursors; a corrupt file is moved aside, loudly, not trusted."""
+    def _open_cursors(self, path: pathlib.Path) -> CursorStore:
+        """The topic's committed cursors; a corrupt file is moved aside, loudly, not trusted,
+        and said in the topic's recovery report (which /health shows) while this process runs."""
         try:
             return CursorStore.open(path)
         except CorruptData as damage:
             aside = path.with_name(f"{path.name}.corrupt-{now_ms()}")
             path.rename(aside)
-            log.error(
-                "cursors of %s are corrupt (%s); moved to %s, every cursor restarts", path.parent.name, damage, aside
-            )
+            problem = f"cursors are corrupt ({damage}); moved to {aside.name}, every cursor restarts"
+            log.error("%s: %s", path.parent.name, problem)
+            self._cursors_set_aside[path.parent.name] = problem
             return CursorStore.open(path)
 
     def commit(self, topic: Topic, cursor: str, offset: int) -> None:

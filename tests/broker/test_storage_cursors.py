@@ -7,7 +7,12 @@ import pathlib
 
 import pytest
 
+import rsnet
+from rsnet.broker.broker import Broker
+from rsnet.broker.client import commit, publish
 from rsnet.broker.storage import CorruptData, CursorStore
+
+from .support import broker_running
 
 
 def test_a_new_store_is_empty(tmp_path: pathlib.Path) -> None:
@@ -96,3 +101,20 @@ def test_bytes_after_the_cursors_are_reported(tmp_path: pathlib.Path) -> None:
         file.write(b"\x00")
     with pytest.raises(CorruptData, match="extra bytes after the cursors"):
         CursorStore.open(path)
+
+
+async def test_a_corrupt_cursor_file_is_in_the_topics_recovery_report(tmp_path: pathlib.Path) -> None:
+    """A corrupt cursors file is moved aside and every cursor restarts: said in the log and in
+    the topic's recovery report, which /health shows (``recovered_damage``)."""
+    async with broker_running(Broker(data_dir=tmp_path)) as url, rsnet.connect(url) as conn:
+        await publish(conn, "jobs", list(range(10)))
+        await commit(conn, "jobs", "workers", 5)
+    cursors = tmp_path / "jobs" / "cursors"
+    data = bytearray(cursors.read_bytes())
+    data[-1] ^= 0xFF
+    cursors.write_bytes(bytes(data))
+    broker = Broker(data_dir=tmp_path)
+    async with broker_running(broker) as url, rsnet.connect(url) as conn:
+        await publish(conn, "jobs", [10])  # opens the topic (and its cursors)
+        (problem,) = broker.recovery["jobs"].damaged
+        assert problem.startswith("cursors are corrupt (") and problem.endswith("every cursor restarts")
