@@ -5,7 +5,10 @@ from __future__ import annotations
 import json
 import os
 import pty
+import socket
 import subprocess
+
+import pytest
 
 from .support import RSNET, Daemon, env, one_line, rsnet
 
@@ -72,6 +75,16 @@ def test_a_broker_that_refuses_missing_topics_is_not_said_to_wait(tmp_path):
     ]
 
 
+def _ipv6_loopback() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6) as probe:
+            probe.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not _ipv6_loopback(), reason="this machine has no IPv6 loopback (::1)")
 def test_an_ipv6_listener_is_announced_as_a_url_a_client_can_use():
     with Daemon("serve", "--demo", "--tcp", "[::1]:0", "--ws", "[::1]:0") as served:
         tcp, ws = served.url, served.process.stderr.readline().split("serving ", 1)[1].strip()
