@@ -233,7 +233,9 @@ async def run_broker(args: argparse.Namespace) -> int:
             nursery.start_soon(release_free_memory, heap)
             for name in declared_topics(config):  # named outright: exist even without auto_create
                 broker.topic(name, create=True)
-            log.info("configuration: %s", json.dumps(config.describe()))
+            described = config.describe()
+            described["listen"]["max_connections"] = max_connections  # as lowered, if it was
+            log.info("configuration: %s", json.dumps(described))
             scheme = "tls" if tls else "tcp"
             tcp, ws = config.listen.tcp, config.listen.ws
             websocket = None  # where the live view's page connects

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import resource
 import subprocess
 import time
 
@@ -35,6 +36,30 @@ def test_with_json_logs_every_startup_line_is_json_and_an_open_listener_is_warne
     assert any(message.startswith("serving tcp://0.0.0.0:") for message in messages)
     warnings = [r["message"] for r in records if r["level"] == "warning" and "0.0.0.0" in r["message"]]
     assert warnings and "auth off" in warnings[0], messages
+
+
+def test_a_max_connections_lowered_to_the_descriptor_limit_is_logged_as_lowered(tmp_path):
+    def few_descriptors() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))
+
+    environment = env(RSNET_BROKER__LISTEN__TCP="127.0.0.1:0", RSNET_BROKER__LISTEN__MAX_CONNECTIONS="10000")
+    process = subprocess.Popen(
+        [RSNET, "broker"], stderr=subprocess.PIPE, text=True, env=environment, cwd=tmp_path, preexec_fn=few_descriptors
+    )
+    try:
+        lines = []
+        deadline = time.monotonic() + 20
+        while not any("topics in memory" in line for line in lines):
+            line = process.stderr.readline()
+            assert line and time.monotonic() < deadline, lines
+            lines.append(line)
+    finally:
+        process.kill()
+        process.wait()
+        process.stderr.close()
+    assert any("max_connections lowered from 10000 to 96" in line for line in lines), lines
+    (configuration,) = (line.split("configuration: ", 1)[1] for line in lines if "configuration: " in line)
+    assert json.loads(configuration)["listen"]["max_connections"] == 96  # 256 / 2 less the 32 refusal slots
 
 
 def test_a_negative_offset_is_refused_as_invalid_not_as_trimmed(broker):
