@@ -13,6 +13,7 @@ import itertools
 import operator
 from typing import Any
 
+import pytest
 import trio
 
 import rsnet
@@ -270,6 +271,27 @@ class TestFlatMapOfAsyncInners(PublisherVerification):
 
     def create_failed_publisher(self):
         return rsnet.just(1).pipe(ops.flat_map(lambda _: failing()))
+
+    # Rule 1.11's same-sequence tests compare subscribers' orders, and concurrent async inners
+    # are merged in the order trio happens to run them: the two orders mostly differ (the test
+    # then skips, "does not implement OPTIONAL") and now and then agree (it passes), so the
+    # suite's outcome changed from run to run. Not promised here; said so every time instead.
+    _ORDER = "async inners are merged in the scheduler's order: one sequence for all subscribers is not promised"
+
+    def test_optional_spec111_multicast_must_produce_the_same_elements_in_the_same_sequence_to_all_of_its_subscribers_when_requesting_one_by_one(
+        self,
+    ):
+        pytest.skip(self._ORDER)
+
+    def test_optional_spec111_multicast_must_produce_the_same_elements_in_the_same_sequence_to_all_of_its_subscribers_when_requesting_many_upfront(
+        self,
+    ):
+        pytest.skip(self._ORDER)
+
+    def test_optional_spec111_multicast_must_produce_the_same_elements_in_the_same_sequence_to_all_of_its_subscribers_when_requesting_many_upfront_and_complete_as_expected(
+        self,
+    ):
+        pytest.skip(self._ORDER)
 
 
 class TestZip(PublisherVerification):
