@@ -460,7 +460,7 @@ class _Inbound(Subscription):
             if sized is not None:
                 # rsnet's client iterator (rsnet.net.iterator): the batch with its wire bytes,
                 # which its demand policy sizes the window by.
-                if subscriber.consumer_waiting:  # type: ignore[attr-defined]  # the iterator has it
+                if getattr(subscriber, "consumer_waiting", False):
                     self._session._woke_consumer = True
                 if not deliver_safely(sized, items, nbytes):
                     self.cancel()
@@ -1117,13 +1117,10 @@ class Session:
         except Exception as failure:
             if outbound.subscription is not None:
                 outbound.subscription.cancel()  # whatever it started, it will not be heard
-            if outbound.done:
-                return  # it ended the stream before it raised
-            if isinstance(failure, StreamError):
-                outbound.on_error(failure)
-            else:
+            if not isinstance(failure, StreamError):
                 failure_log.exception("subscribing to publisher %r for %s failed", name, self.peer)
-                outbound._finish(ErrorCode.INTERNAL, f"{type(failure).__name__}: {failure}", None, failure)
+                failure = StreamError(ErrorCode.INTERNAL, f"{type(failure).__name__}: {failure}")
+            outbound.on_error(failure)  # nothing if it ended the stream before it raised
 
     def _on_offer(self, event: Offer) -> None:
         queued = self.conn.buffered
