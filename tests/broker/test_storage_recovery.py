@@ -184,7 +184,41 @@ def test_a_synced_mark_that_does_not_check_is_reported_and_written_again(written
             "synced: the bytes do not check (magic or CRC); not used (the log writes a new one as it syncs)"
         ]
         check_kept(log, 60)
-    assert synced_mark.read(str(written.directory)) == (61, None)
+    assert synced_mark.read(str(written.directory)) == synced_mark.Mark(61)
+
+
+def test_a_partial_last_record_with_a_damaged_mark_stops_the_open_until_unclean_recovery(written: Written) -> None:
+    """Two faults at once: the mark that would say whether the last record was synced does not
+    check, so cutting the record could take an acknowledged one and give its offset again."""
+    last = written.segments()[-1]
+    os.truncate(written.path(last), written.start_of(59) + 20)
+    (written.directory / "synced").write_bytes(synced_mark.encode(60)[:15] + b"\x00")  # a flipped CRC byte
+    before = written.snapshot()
+    with pytest.raises(UncleanRecoveryNeeded, match=r"ends in bytes that are not a whole record .* is itself damaged"):
+        written.reopen()
+    assert written.snapshot() == before
+    log, report = written.reopen(unclean=True)
+    with log:
+        assert any("is itself damaged" in line for line in report.damaged)
+        check_kept(log, 59)
+
+
+@pytest.mark.parametrize("blank", [b"", bytes(16)], ids=["empty", "zeros"])
+def test_a_blank_mark_is_no_evidence_and_a_partial_last_record_is_cut(written: Written, blank: bytes) -> None:
+    """What an OS crash leaves of a mark whose first write never reached the disk: as if there
+    were none, so a torn last write is cut as usual (and reported)."""
+    last = written.segments()[-1]
+    os.truncate(written.path(last), written.start_of(59) + 20)
+    (written.directory / "synced").write_bytes(blank)
+    log, report = written.reopen()
+    with log:
+        assert report.damaged[0] == (
+            f"synced: blank ({len(blank)} bytes, all zero): its first write did not reach the disk; "
+            "not used (the log writes a new one as it syncs)"
+        )
+        assert "a torn last write" in report.damaged[1]
+        check_kept(log, 59)
+    check_repaired(written, 59)
 
 
 def test_a_synced_mark_that_cannot_be_read_is_reported_and_the_log_works(written: Written) -> None:

@@ -205,16 +205,27 @@ def _whole_segment_damaged(found: Scan, next_base: int) -> Scan:
 
 def _check_synced_mark(plan: _Plan, directory: str, unclean: bool) -> None:
     """The log must not end before the offset its last sync reported (``synced_mark.py``):
-    records below it were synced, so acknowledged, and cutting or missing them is damage."""
-    mark, problem = synced_mark.read(directory)
-    if problem is not None:
-        plan.damaged.append(f"{problem}; not used (the log writes a new one as it syncs)")
-    end = plan.kept[-1].segment.next_offset if plan.kept else plan.restart_at
-    if mark is None or mark <= end:
+    records below it were synced, so acknowledged, and cutting or missing them is damage.
+    Without a mark that checks, a partial last record may be cut only if the mark was never
+    there (or blank): a damaged mark may have covered it."""
+    mark = synced_mark.read(directory)
+    if mark.problem is not None:
+        plan.damaged.append(f"{mark.problem}; not used (the log writes a new one as it syncs)")
+    last = plan.kept[-1] if plan.kept else None
+    if mark.damaged and last is not None and last.valid_bytes < last.file_bytes:
+        problem = (
+            f"{last.name} ends in bytes that are not a whole record ({last.problem}), and the synced mark that "
+            "would tell a torn write never acknowledged from an acknowledged record damaged on disk is itself "
+            "damaged"
+        )
+        _cannot_place(directory, unclean, problem)
+        plan.damaged.append(problem)
+    end = last.segment.next_offset if last is not None else plan.restart_at
+    if mark.offset is None or mark.offset <= end:
         return
     missing = (
-        f"records up to offset {mark - 1} were synced (so acknowledged), but the log's intact records end before "
-        f"offset {end}: the newest records are damaged or their segment file is missing"
+        f"records up to offset {mark.offset - 1} were synced (so acknowledged), but the log's intact records end "
+        f"before offset {end}: the newest records are damaged or their segment file is missing"
     )
     _cannot_place(directory, unclean, missing)
     plan.damaged.append(missing)

@@ -11,9 +11,13 @@ The mark is written after the fsync it reports has returned, and is not itself f
 crash may lose its latest writes, leaving it lower than it could be (less is checked), never
 higher than what is durable (nothing acknowledged is ever claimed that was not synced). A
 process crash loses nothing the OS has. It costs one small file write per sync. The file is
-16 bytes: ``RSHW``, the offset (unsigned 64-bit, big-endian) and the CRC-32 of those 12 bytes;
-a file that does not check is reported and ignored. Under ``never`` no mark is kept (an OS
-crash may take back acknowledged records there by definition) and one left over is removed.
+16 bytes: ``RSHW``, the offset (unsigned 64-bit, big-endian) and the CRC-32 of those 12 bytes.
+A file that does not check is reported and not used. An empty or all-zero file is what an OS
+crash leaves of a mark whose first write never reached the disk: *blank*, no evidence either
+way. Any other file that does not check was damaged, and so may have covered the log's last
+record: recovery then does not cut a partial last record as a torn write (recovery.py). Under
+``never`` no mark is kept (an OS crash may take back acknowledged records there by definition)
+and one left over is removed.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from __future__ import annotations
 import os
 import struct
 import zlib
+from typing import NamedTuple
 
 from .files import FileOps
 
@@ -34,22 +39,35 @@ def encode(offset: int) -> bytes:
     return body + struct.pack(">I", zlib.crc32(body))
 
 
-def read(directory: str) -> tuple[int | None, str | None]:
-    """The mark in ``directory``: (offset, None); (None, None) if there is none; (None, why)
-    if the file is not a valid mark or cannot be read."""
+class Mark(NamedTuple):
+    """What :func:`read` found."""
+
+    offset: int | None
+    """Every record below it was synced; None if there is no usable mark."""
+    problem: str | None = None
+    """Why a mark file was not used; None if there is none, or it was used."""
+    damaged: bool = False
+    """The file holds bytes that are not a mark, or cannot be read: it may have covered any
+    record. False for a blank file (see the module docstring)."""
+
+
+def read(directory: str) -> Mark:
+    """The mark in ``directory``, if there is one and it checks."""
     try:
         with open(os.path.join(directory, MARK_NAME), "rb") as file:
             data = file.read(17)
     except FileNotFoundError:
-        return None, None
+        return Mark(None)
     except OSError as exc:  # not a file (a directory, say) or unreadable: reported, not fatal
-        return None, f"{MARK_NAME}: cannot be read ({exc.strerror or exc})"
+        return Mark(None, f"{MARK_NAME}: cannot be read ({exc.strerror or exc})", damaged=True)
+    if not data.strip(b"\0"):
+        return Mark(None, f"{MARK_NAME}: blank ({len(data)} bytes, all zero): its first write did not reach the disk")
     if len(data) != 16:
-        return None, f"{MARK_NAME}: {len(data)} bytes, not 16"
+        return Mark(None, f"{MARK_NAME}: {len(data)} bytes, not 16", damaged=True)
     magic, offset = _LAYOUT.unpack_from(data)
     if magic != _MAGIC or struct.unpack_from(">I", data, 12)[0] != zlib.crc32(data[:12]):
-        return None, f"{MARK_NAME}: the bytes do not check (magic or CRC)"
-    return offset, None
+        return Mark(None, f"{MARK_NAME}: the bytes do not check (magic or CRC)", damaged=True)
+    return Mark(offset)
 
 
 def write(ops: FileOps, directory: str, offset: int) -> None:
