@@ -281,6 +281,14 @@ class Broker:
                 if topic.storage_failure is not None:
                     continue  # its writer reports it, and repairs the log first
                 try:
+                    sync = topic.log.prepare_retention(now)
+                    if sync is not None:  # the log's new start made durable first, off the event loop
+                        try:
+                            await trio.to_thread.run_sync(sync, limiter=self.sync_threads)
+                        except OSError as exc:
+                            raise StorageError(f"{topic.name}: the synced mark could not be synced: {exc}") from exc
+                        if self.topics.get(topic.name) is not topic or topic.storage_failure is not None:
+                            continue  # deleted, closed or failing meanwhile: the next sweep's
                     topic.log.enforce_retention(now)
                 except StorageError as failure:  # tried again next sweep; the topic goes on
                     if topic.name not in self._retention_failing:  # one line per failing spell

@@ -19,10 +19,11 @@ import trio
 import trio.testing
 
 import rsnet
-from rsnet.broker.broker import Broker
+from rsnet.broker.broker import Broker, TopicSettings
 from rsnet.broker.client import publish
 from rsnet.broker.codes import BrokerCode
-from rsnet.broker.storage import FsyncPolicy
+from rsnet.broker.storage import FsyncPolicy, Retention, SegmentLog, synced_mark
+from rsnet.broker.topic import now_ms
 from rsnet.streams import from_iterable
 
 from .storage_faults import GatedFiles, open_descriptors, stored_values
@@ -254,3 +255,32 @@ async def test_under_interval_the_periodic_fsync_runs_in_a_thread_and_acknowledg
             files.release()
         await until(lambda: acks[-1]["sequence"] == 2 and len(records) == 3)
         nursery.cancel_scope.cancel()
+
+
+async def test_retention_syncs_the_topics_new_start_in_a_thread_before_deleting_a_segment(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A segment retention deleted must not read as lost after an OS crash: the log's new start
+    goes into its synced mark, fsynced (in a worker thread) before the segment is deleted."""
+    files = GatedFiles()
+    settings = TopicSettings(durable=True, retention=Retention(max_age_ms=1000))
+    broker = Broker(data_dir=tmp_path, settings_for=lambda name: settings, retention_sweep_s=0.01)
+    broker.storage_files = files
+    async with broker_serving(broker) as (url, _), rsnet.connect(url) as conn:
+        await publish(conn, "aged", ["a0", "a1", "a2"], producer="p")
+        aged = broker.topics["aged"]
+        segments = sorted(tmp_path.joinpath("aged").glob("*.log"))
+        files.hold(tmp_path / "aged" / "synced")
+        monkeypatch.setattr("rsnet.broker.broker.now_ms", lambda: now_ms() + 3_600_000)  # everything has expired
+        try:
+            await entered(files)  # the sweep waits for the mark's fsync, in its thread
+            assert synced_mark.read(str(tmp_path / "aged")).first == 3
+            assert all(segment.exists() for segment in segments) and aged.log.first_offset == 0
+            assert await publish(conn, "other", ["o0"], producer="p") == 1  # the event loop goes on
+        finally:
+            files.release()
+        await until(lambda: aged.log.first_offset == 3)
+        assert not any(segment.exists() for segment in segments)
+    log, report = SegmentLog.open(tmp_path / "aged")
+    with log:
+        assert report.clean and (log.first_offset, log.next_offset) == (3, 3)

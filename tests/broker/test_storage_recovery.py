@@ -11,8 +11,10 @@ asks for an unclean recovery.
 
 from __future__ import annotations
 
+import errno
 import os
 import pathlib
+import zlib
 
 import msgpack
 import pytest
@@ -24,10 +26,13 @@ from rsnet.broker.storage import (
     Retention,
     SegmentLog,
     UncleanRecoveryNeeded,
+    WriteFailed,
     synced_mark,
 )
 from rsnet.broker.storage.files import REAL
 from rsnet.broker.storage.records import encode_record
+
+from .storage_faults import FaultyFiles
 
 SEGMENT_BYTES = 1024
 
@@ -51,7 +56,7 @@ class Written:
     def synced_before(self, offset: int) -> None:
         """As if the records from ``offset`` on were written and their sync never returned (a
         crash): the log's synced mark says so, and cutting them is a torn write's repair."""
-        synced_mark.write(REAL, str(self.directory), offset)
+        synced_mark.write(REAL, str(self.directory), offset, 0)
 
     def path(self, name: str) -> pathlib.Path:
         return self.directory / name
@@ -177,14 +182,25 @@ def test_a_synced_record_cut_short_at_the_end_stops_the_open_until_unclean_recov
 
 
 def test_a_synced_mark_that_does_not_check_is_reported_and_written_again(written: Written) -> None:
-    (written.directory / "synced").write_bytes(b"RSHW" + bytes(12))
+    (written.directory / "synced").write_bytes(b"RSHX" + bytes(20))
     log, report = written.reopen()
     with log:
         assert report.damaged == [
-            "synced: the bytes do not check (magic or CRC); not used (the log writes a new one as it syncs)"
+            "synced: the bytes do not check (CRC); not used (the log writes a new one as it syncs)"
         ]
         check_kept(log, 60)
-    assert synced_mark.read(str(written.directory)) == synced_mark.Mark(61)
+    assert synced_mark.read(str(written.directory)) == synced_mark.Mark(61, 0)
+
+
+def test_a_mark_of_the_first_layout_is_read_without_a_start(written: Written) -> None:
+    """A 16-byte mark (no start offset), as logs written before start offsets were kept have."""
+    body = b"RSHW" + (60).to_bytes(8, "big")
+    (written.directory / "synced").write_bytes(body + zlib.crc32(body).to_bytes(4, "big"))
+    assert synced_mark.read(str(written.directory)) == synced_mark.Mark(60, None)
+    last = written.segments()[-1]
+    os.truncate(written.path(last), written.start_of(59) + 20)  # covered by that mark: not a torn write
+    with pytest.raises(UncleanRecoveryNeeded, match="records up to offset 59 were synced"):
+        written.reopen()
 
 
 def test_a_partial_last_record_with_a_damaged_mark_stops_the_open_until_unclean_recovery(written: Written) -> None:
@@ -192,7 +208,7 @@ def test_a_partial_last_record_with_a_damaged_mark_stops_the_open_until_unclean_
     check, so cutting the record could take an acknowledged one and give its offset again."""
     last = written.segments()[-1]
     os.truncate(written.path(last), written.start_of(59) + 20)
-    (written.directory / "synced").write_bytes(synced_mark.encode(60)[:15] + b"\x00")  # a flipped CRC byte
+    (written.directory / "synced").write_bytes(synced_mark.encode(60, 0)[:23] + b"\x00")  # a CRC byte changed
     before = written.snapshot()
     with pytest.raises(UncleanRecoveryNeeded, match=r"ends in bytes that are not a whole record .* is itself damaged"):
         written.reopen()
@@ -448,3 +464,95 @@ def test_a_segment_left_half_created_by_a_crash_is_removed_silently(written: Wri
         assert report.clean
         assert "00000000000000000060.log.tmp" not in os.listdir(written.directory)
         check_kept(log, 60)
+
+
+def test_the_oldest_segment_deleted_by_hand_becomes_a_damaged_range(written: Written) -> None:
+    """Retention keeps the log's start in the synced mark, so a missing oldest segment is not
+    taken for retention's work: its offsets are a damaged range, reported at every open."""
+    names = written.segments()
+    os.unlink(written.path(names[0]))
+    end = int(names[1][:-4])
+    problem = f"no segment file holds offsets 0 to {end - 1} (the oldest, which retention had not deleted): deleted by hand, or lost"
+    for _ in range(2):
+        log, report = written.reopen()
+        with log:
+            assert report.damaged == [problem]
+            assert [(d.first, d.end, d.problem) for d in report.damaged_ranges] == [(0, end, problem)]
+            assert (log.first_offset, log.next_offset) == (0, 60)
+            with pytest.raises(OffsetDamaged) as raised:
+                log.read(0, 1)
+            assert (raised.value.damage.first, raised.value.damage.end) == (0, end)
+            assert [r.value["n"] for r in log.read(end, 10**6)] == list(range(end, 60))
+
+
+class RecordedFiles(type(REAL)):  # type: ignore[misc]
+    """The real file operations, each recorded as (call, file name)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str]] = []
+
+    def datasync(self, fd: int) -> None:
+        self.calls.append(("datasync", os.path.basename(os.readlink(f"/proc/self/fd/{fd}"))))
+        super().datasync(fd)
+
+    def unlink(self, path: str) -> None:
+        self.calls.append(("unlink", os.path.basename(path)))
+        super().unlink(path)
+
+
+def retained_log(directory: pathlib.Path, files: RecordedFiles) -> SegmentLog:
+    """A log of 60 records in 1 KiB segments that keeps the last 20."""
+    log, _ = SegmentLog.open(directory, Retention(max_records=20), FsyncPolicy.ALWAYS, SEGMENT_BYTES, file_ops=files)
+    for n in range(60):
+        log.append([{"n": n, "pad": "x" * 30}], timestamp_ms=n)
+    return log
+
+
+def test_retention_makes_the_new_start_durable_before_it_deletes_a_segment(tmp_path: pathlib.Path) -> None:
+    files = RecordedFiles()
+    with retained_log(tmp_path, files) as log:
+        files.calls.clear()
+        assert log.enforce_retention(now_ms=0) > 0
+        first = log.first_offset
+        assert files.calls[0] == ("datasync", "synced")  # no prepared sync: on this thread, first
+        assert {call for call, _ in files.calls[1:]} == {"unlink"}
+        assert synced_mark.read(str(tmp_path)).first == first
+    log, report = SegmentLog.open(tmp_path, Retention(max_records=20), FsyncPolicy.ALWAYS, SEGMENT_BYTES)
+    with log:
+        assert report.clean and log.first_offset == first and log.damaged_ranges == []
+
+
+def test_a_prepared_retention_sync_covers_only_what_had_expired_then(tmp_path: pathlib.Path) -> None:
+    files = RecordedFiles()
+    with retained_log(tmp_path, files) as log:
+        before = sorted(os.listdir(tmp_path))
+        sync = log.prepare_retention(now_ms=0)
+        assert sync is not None
+        start = synced_mark.read(str(tmp_path)).first
+        assert start is not None and start > log.first_offset  # written, not yet synced,
+        assert sorted(os.listdir(tmp_path)) == before  # and nothing deleted
+        files.calls.clear()
+        sync()  # what the broker runs on a worker thread
+        assert files.calls == [("datasync", "synced")]
+        for n in range(60, 100):  # more expires before retention goes on
+            log.append([{"n": n, "pad": "x" * 30}], timestamp_ms=n)
+        files.calls.clear()
+        log.enforce_retention(now_ms=0)
+        assert log.first_offset == start  # only the segments that sync covered
+        assert "datasync" not in {call for call, _ in files.calls}  # no fsync on the log's thread
+        log.enforce_retention(now_ms=0)  # the rest, syncing the mark itself
+        assert log.first_offset > start and synced_mark.read(str(tmp_path)).first == log.first_offset
+
+
+def test_retention_deletes_nothing_if_the_mark_cannot_be_synced(tmp_path: pathlib.Path) -> None:
+    faults = FaultyFiles()
+    log, _ = SegmentLog.open(tmp_path, Retention(max_records=20), FsyncPolicy.ALWAYS, SEGMENT_BYTES, file_ops=faults)
+    with log:
+        for n in range(60):
+            log.append([{"n": n, "pad": "x" * 30}], timestamp_ms=n)
+        before = sorted(os.listdir(tmp_path))
+        faults.fail("datasync", errno.EIO, suffix="synced", times=1)
+        with pytest.raises(WriteFailed, match="Input/output error"):
+            log.enforce_retention(now_ms=0)
+        assert sorted(os.listdir(tmp_path)) == before and log.first_offset == 0
+        assert log.enforce_retention(now_ms=0) > 0  # tried again: goes

@@ -297,7 +297,9 @@ def test_retention_may_delete_a_segment_while_a_sync_runs(tmp_path: pathlib.Path
     for n in range(12):
         log.append([f"{n:030d}"], timestamp_ms=0)  # synced, several sealed segments
     log.append(["last"], timestamp_ms=0, sync=False)
-    pending, thread, raised = held_in_fsync(log, files, tmp_path)
+    # The segments' fsync is held (every segment's name starts with 0000), not the synced mark's,
+    # which retention syncs first: another file, so not an fsync of what the sync covers.
+    pending, thread, raised = held_in_fsync(log, files, tmp_path / "0000")
     assert log.enforce_retention(0) > 0  # deletes sealed segments: none is the sync's
     files.release()
     thread.join()

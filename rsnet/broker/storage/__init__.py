@@ -83,9 +83,11 @@ else is bit rot, a bad disk or a hand edit, and must cost no more than the damag
   ``read`` raises :class:`OffsetDamaged` there while the records on both sides keep being
   served. Damage that runs to the end of a sealed segment ends at the next segment's first
   offset; a sealed segment whose header is unreadable is one damaged range as a whole;
-  offsets no segment file holds (a file deleted by hand) are a damaged range too (not after
-  the newest file: a deleted newest segment shows only against the ``synced`` mark (above),
-  and the broker notices it when a committed cursor lies beyond the recovered end). The
+  offsets no segment file holds (a file deleted by hand) are a damaged range too: before the
+  oldest file, from the start the ``synced`` mark holds (retention fsyncs its new start there
+  before it deletes a segment); not after the newest file: a deleted newest segment shows only
+  against the mark's synced offset (above), and the broker notices it when a committed cursor
+  lies beyond the recovered end. The
   files are left as they are (a copy of the damaged bytes goes to ``quarantine/``), so the damage
   is found again, the same, at every open, until retention removes its segment. Sealed
   segments with damage get no sidecar.

@@ -15,7 +15,7 @@ import dataclasses
 import enum
 import errno as _errno
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from .records import MAX_INT64, MIN_INT64, Record, encode_record, new_packer
@@ -475,6 +475,13 @@ class TopicLog(abc.ABC):
         rolled back to what the last successful sync made durable (or, if it cannot be, fails
         until ``repair()``), as a failed ``sync()`` leaves it. Does nothing for a sync already
         finished (by a sync that waited for it) or given up (the log was closed or repaired)."""
+
+    def prepare_retention(self, now_ms: int) -> Callable[[], None] | None:
+        """What must reach the disk before :meth:`enforce_retention` deletes records, as a
+        function to call once on a worker thread (raising OSError as an fsync does), then call
+        ``enforce_retention`` on the log's thread; without it, ``enforce_retention`` does that
+        work on its own thread. None if there is nothing to do first (the default)."""
+        return None
 
     @abc.abstractmethod
     def enforce_retention(self, now_ms: int) -> int:

@@ -88,6 +88,7 @@ class _Plan:
     after_damage: list[str] = dataclasses.field(default_factory=list)  # unclean only: moved to quarantine
     after_damage_bytes: int = 0
     restart_at: int = 0  # where the log starts if nothing is kept (unclean only)
+    first_offset: int | None = None  # where the log starts if not at its first segment (see _check_synced_mark)
     damaged: list[str] = dataclasses.field(default_factory=list)
     ignored: list[str] = dataclasses.field(default_factory=list)  # sealed segments scanned despite a sidecar
     trusted: int = 0
@@ -207,7 +208,9 @@ def _check_synced_mark(plan: _Plan, directory: str, unclean: bool) -> None:
     """The log must not end before the offset its last sync reported (``synced_mark.py``):
     records below it were synced, so acknowledged, and cutting or missing them is damage.
     Without a mark that checks, a partial last record may be cut only if the mark was never
-    there (or blank): a damaged mark may have covered it."""
+    there (or blank): a damaged mark may have covered it. Records missing before the first
+    segment, after where retention last cut, are a damaged range as missing segments between
+    others are."""
     mark = synced_mark.read(directory)
     if mark.problem is not None:
         plan.damaged.append(f"{mark.problem}; not used (the log writes a new one as it syncs)")
@@ -220,6 +223,15 @@ def _check_synced_mark(plan: _Plan, directory: str, unclean: bool) -> None:
         )
         _cannot_place(directory, unclean, problem)
         plan.damaged.append(problem)
+    first = plan.kept[0].base_offset if plan.kept else None
+    if mark.first is not None and first is not None and mark.first < first:
+        problem = (
+            f"no segment file holds offsets {mark.first} to {first - 1} (the oldest, which retention had not "
+            "deleted): deleted by hand, or lost"
+        )
+        plan.missing.insert(0, DamagedRange(mark.first, first, problem))
+        plan.damaged.append(problem)
+        plan.first_offset = mark.first
     end = last.segment.next_offset if last is not None else plan.restart_at
     if mark.offset is None or mark.offset <= end:
         return
@@ -357,6 +369,8 @@ def _rebuild(ops: FileOps, directory: str, plan: _Plan, durable: bool) -> Recove
         segments = [found.segment for found in kept]
         producers = _producers(kept)
         first_offset, next_offset = kept[0].base_offset, kept[-1].segment.next_offset
+        if plan.first_offset is not None:
+            first_offset = plan.first_offset
         if durable:
             for segment in segments:  # what a killed process left in the page cache
                 fd = os.open(segment.path, os.O_RDONLY | os.O_CLOEXEC)

@@ -20,9 +20,11 @@ Other files (a cursor store, for instance) are left alone. The pieces, one modul
 Syncing (see :class:`~.log.PendingSync`): ``begin_sync`` hands a worker thread descriptors of
 its own (a ``dup`` of the active segment's, sealed segments opened again), so nothing the log
 does meanwhile (appending, retention deleting a segment, closing) can close a descriptor under
-the thread's fsync or let it sync a file that reused the number. Fsyncs of one log never
-overlap: rolling to a new segment and ``sync()`` first wait for a sync that is running (a roll
-happens once per ``segment_bytes``; its fsync covers little, since the previous sync).
+the thread's fsync or let it sync a file that reused the number. Fsyncs of one log's segments
+never overlap: rolling to a new segment and ``sync()`` first wait for a sync that is running (a
+roll happens once per ``segment_bytes``; its fsync covers little, since the previous sync).
+Retention's fsync of the synced mark (``prepare_retention``) is of no segment, and may run
+beside one.
 
 The header's sequences make idempotency survive both restarts and retention: when older
 segments are deleted, the remaining segments' headers still know every producer remembered
@@ -91,6 +93,9 @@ class SegmentLog(TopicLog):
         self._failure: BaseException | None = None
         self._sync_point: tuple[Any, ...] = ()  # see _mark_synced
         self._in_flight: _SegmentSync | None = None  # begun, not finished: see begin_sync
+        self._mark_first = 0  # the start offset the synced mark is written with
+        self._mark_first_synced = 0  # the start offset the mark holds durably
+        self._retention_sync: _RetentionMarkSync | None = None  # see prepare_retention
 
     @classmethod
     def open(
@@ -218,21 +223,40 @@ class SegmentLog(TopicLog):
             self._in_flight.close()
             self._in_flight = None
 
+    def prepare_retention(self, now_ms: int) -> _RetentionMarkSync | None:
+        """See :meth:`TopicLog.prepare_retention`. Under ALWAYS and INTERVAL the log's new start
+        goes into the synced mark (``synced_mark.py``), which must be durable before a segment
+        goes, or a segment retention deleted could read as lost after an OS crash. Raises
+        :class:`WriteFailed` if the mark cannot be written."""
+        self._check_usable()
+        expired = self._expired_segments(now_ms)
+        if self.fsync is FsyncPolicy.NEVER or not expired or self._start_after(expired) <= self._mark_first_synced:
+            return None
+        self._mark_first = self._start_after(expired)
+        try:
+            synced_mark.write(self._files, self.directory, self._synced_offset, self._mark_first)
+        except OSError as exc:
+            raise WriteFailed(f"{self.directory}: retention could not write the synced mark: {exc}", exc.errno) from exc
+        self._retention_sync = _RetentionMarkSync(self._files, self.directory, self._mark_first)
+        return self._retention_sync
+
     def enforce_retention(self, now_ms: int) -> int:
         """Delete every segment whose records have all expired; return how many records went.
 
         Segments go oldest first. When every record has expired (only age can do that), the
         active segment is rolled first, so the log is left empty at the same ``next_offset``.
-        Raises :class:`WriteFailed` if a file cannot be deleted (what was deleted stays so).
+        Under ALWAYS and INTERVAL the synced mark must durably hold the new start first: after
+        :meth:`prepare_retention`'s sync ran, only the segments it covered go; without one, the
+        mark is synced on this thread. Raises :class:`WriteFailed` if a file cannot be written,
+        synced or deleted (what was deleted stays so).
         """
         try:
             return self._enforce_retention(now_ms)
         except OSError as exc:
             raise WriteFailed(f"{self.directory}: retention could not delete a segment: {exc}", exc.errno) from exc
 
-    def _enforce_retention(self, now_ms: int) -> int:
-        self._check_usable()
-        self._expire_producers(now_ms)
+    def _expired_segments(self, now_ms: int) -> int:
+        """How many of the oldest segments retention deletes at ``now_ms``."""
         retention = self.retention
         expired = 0
         bytes_after = self._size_bytes
@@ -249,6 +273,35 @@ class SegmentLog(TopicLog):
             ):
                 break
             expired += 1
+        return expired
+
+    def _start_after(self, expired: int) -> int:
+        """Where the log starts once its ``expired`` oldest segments are deleted."""
+        return self._segments[expired].base_offset if expired < len(self._segments) else self._next_offset
+
+    def _note_start(self, expired: int) -> int:
+        """How many of the ``expired`` oldest segments may be deleted now: those before the
+        start the synced mark holds durably, made so here if no prepared sync ran."""
+        prepared, self._retention_sync = self._retention_sync, None
+        if prepared is not None and prepared.synced:
+            self._mark_first_synced = max(self._mark_first_synced, prepared.first)
+            while expired and self._start_after(expired) > self._mark_first_synced:
+                expired -= 1  # expired since the sync was prepared: the next sweep's
+            return expired
+        start = self._start_after(expired)
+        if start > self._mark_first_synced:
+            self._mark_first = max(self._mark_first, start)
+            synced_mark.write(self._files, self.directory, self._synced_offset, self._mark_first)
+            synced_mark.sync(self._files, self.directory)
+            self._mark_first_synced = self._mark_first
+        return expired
+
+    def _enforce_retention(self, now_ms: int) -> int:
+        self._check_usable()
+        self._expire_producers(now_ms)
+        expired = self._expired_segments(now_ms)
+        if expired and self.fsync is not FsyncPolicy.NEVER:
+            expired = self._note_start(expired)
         if not expired:
             return 0
         if expired == len(self._segments):
@@ -419,7 +472,7 @@ class SegmentLog(TopicLog):
         if self.fsync is FsyncPolicy.NEVER:
             return
         with contextlib.suppress(OSError):
-            synced_mark.write(self._files, self.directory, self._synced_offset)
+            synced_mark.write(self._files, self.directory, self._synced_offset, self._mark_first)
 
     def _sync_directory(self) -> None:
         try:
@@ -607,6 +660,8 @@ class SegmentLog(TopicLog):
         self._bases = [segment.base_offset for segment in self._segments]
         self._adopt_producers(recovered.producers)
         self._first_offset = recovered.first_offset
+        self._mark_first = self._mark_first_synced = recovered.first_offset  # a later start is noted before it is cut
+        self._retention_sync = None
         self._next_offset = recovered.next_offset
         self._active_fd = recovered.active_fd
         self._directory_synced = recovered.directory_synced
@@ -656,3 +711,18 @@ class _SegmentSync(PendingSync):
     def _release(self) -> None:
         for fd in self._fds:
             os.close(fd)
+
+
+class _RetentionMarkSync:
+    """The fsync of a synced mark holding a new start (see ``SegmentLog.prepare_retention``):
+    call it once on any thread; it raises OSError as the fsync does."""
+
+    def __init__(self, files: FileOps, directory: str, first: int) -> None:
+        self._files = files
+        self._directory = directory
+        self.first = first
+        self.synced = False
+
+    def __call__(self) -> None:
+        synced_mark.sync(self._files, self._directory)
+        self.synced = True

@@ -1,17 +1,27 @@
-"""How far a log was ever synced: a trace of acknowledged records kept outside the segments.
+"""How far a log was ever synced, and where retention last cut it: a trace of acknowledged
+records kept outside the segments.
 
 Recovery knows what the segments hold, not what they held: a damaged last record reads like a
-torn write, and a deleted newest segment leaves no trace at all. Either way the records would
-be cut or missing without a word, and their offsets given to new records, though they may
-have been acknowledged. So a durable log (``always``, ``interval``) writes, after every sync
-that succeeded, the offset below which everything is synced, into the file ``synced`` next to
-its segments; recovery then refuses (:class:`UncleanRecoveryNeeded`) to end the log before it.
+torn write, a deleted newest segment leaves no trace at all, and a deleted oldest segment
+looks like retention's work. Either way the records would be cut or missing without a word,
+and (at the end) their offsets given to new records, though they may have been acknowledged.
+So a durable log (``always``, ``interval``) writes, after every sync that succeeded, the offset
+below which everything is synced, into the file ``synced`` next to its segments, with the
+offset its records start at; recovery then refuses (:class:`UncleanRecoveryNeeded`) to end the
+log before the first, and reports records missing after the second as damage.
 
-The mark is written after the fsync it reports has returned, and is not itself fsynced: an OS
-crash may lose its latest writes, leaving it lower than it could be (less is checked), never
-higher than what is durable (nothing acknowledged is ever claimed that was not synced). A
-process crash loses nothing the OS has. It costs one small file write per sync. The file is
-16 bytes: ``RSHW``, the offset (unsigned 64-bit, big-endian) and the CRC-32 of those 12 bytes.
+The synced offset is written after the fsync it reports has returned, and the mark is not
+fsynced for it: an OS crash may lose its latest writes, leaving it lower than it could be
+(less is checked), never higher than what is durable (nothing acknowledged is ever claimed
+that was not synced). A process crash loses nothing the OS has. It costs one small file write
+per sync. The start offset is the other way round: a lost write would leave it lower than the
+log's real start, and a segment retention deleted would then read as lost. So retention writes
+its new start into the mark and fsyncs the mark (on a worker thread, in the broker) before it
+deletes a segment (``SegmentLog.prepare_retention``).
+
+The file is 24 bytes: ``RSHX``, the synced offset and the start offset (unsigned 64-bit,
+big-endian each) and the CRC-32 of those 20 bytes. A 16-byte mark (``RSHW``, the synced
+offset, its CRC: written before start offsets were kept) is read with no start offset.
 A file that does not check is reported and not used. An empty or all-zero file is what an OS
 crash leaves of a mark whose first write never reached the disk: *blank*, no evidence either
 way. Any other file that does not check was damaged, and so may have covered the log's last
@@ -30,12 +40,14 @@ from typing import NamedTuple
 from .files import FileOps
 
 MARK_NAME = "synced"
-_MAGIC = b"RSHW"
-_LAYOUT = struct.Struct(">4sQ")
+_MAGIC = b"RSHX"
+_LAYOUT = struct.Struct(">4sQQ")
+_MAGIC_1 = b"RSHW"  # the first layout: no start offset
+_LAYOUT_1 = struct.Struct(">4sQ")
 
 
-def encode(offset: int) -> bytes:
-    body = _LAYOUT.pack(_MAGIC, offset)
+def encode(offset: int, first: int) -> bytes:
+    body = _LAYOUT.pack(_MAGIC, offset, first)
     return body + struct.pack(">I", zlib.crc32(body))
 
 
@@ -44,6 +56,8 @@ class Mark(NamedTuple):
 
     offset: int | None
     """Every record below it was synced; None if there is no usable mark."""
+    first: int | None = None
+    """No record below it is kept (retention deleted them); None if the mark does not say."""
     problem: str | None = None
     """Why a mark file was not used; None if there is none, or it was used."""
     damaged: bool = False
@@ -55,26 +69,40 @@ def read(directory: str) -> Mark:
     """The mark in ``directory``, if there is one and it checks."""
     try:
         with open(os.path.join(directory, MARK_NAME), "rb") as file:
-            data = file.read(17)
+            data = file.read(_LAYOUT.size + 5)
     except FileNotFoundError:
         return Mark(None)
     except OSError as exc:  # not a file (a directory, say) or unreadable: reported, not fatal
-        return Mark(None, f"{MARK_NAME}: cannot be read ({exc.strerror or exc})", damaged=True)
+        return Mark(None, problem=f"{MARK_NAME}: cannot be read ({exc.strerror or exc})", damaged=True)
     if not data.strip(b"\0"):
-        return Mark(None, f"{MARK_NAME}: blank ({len(data)} bytes, all zero): its first write did not reach the disk")
-    if len(data) != 16:
-        return Mark(None, f"{MARK_NAME}: {len(data)} bytes, not 16", damaged=True)
-    magic, offset = _LAYOUT.unpack_from(data)
-    if magic != _MAGIC or struct.unpack_from(">I", data, 12)[0] != zlib.crc32(data[:12]):
-        return Mark(None, f"{MARK_NAME}: the bytes do not check (magic or CRC)", damaged=True)
-    return Mark(offset)
+        return Mark(
+            None, problem=f"{MARK_NAME}: blank ({len(data)} bytes, all zero): its first write did not reach the disk"
+        )
+    for magic, layout in ((_MAGIC, _LAYOUT), (_MAGIC_1, _LAYOUT_1)):
+        if len(data) == layout.size + 4 and data.startswith(magic):
+            if struct.unpack_from(">I", data, layout.size)[0] != zlib.crc32(data[: layout.size]):
+                break
+            _, offset, *first = layout.unpack_from(data)
+            return Mark(offset, first[0] if first else None)
+    else:
+        return Mark(None, problem=f"{MARK_NAME}: {len(data)} bytes, not a mark", damaged=True)
+    return Mark(None, problem=f"{MARK_NAME}: the bytes do not check (CRC)", damaged=True)
 
 
-def write(ops: FileOps, directory: str, offset: int) -> None:
-    """Record that every record below ``offset`` is synced (overwriting the 16 bytes in place).
-    Raises OSError as the write does."""
+def write(ops: FileOps, directory: str, offset: int, first: int) -> None:
+    """Record that every record below ``offset`` is synced and none below ``first`` is kept
+    (overwriting the file in place). Raises OSError as the write does."""
     fd = ops.open(os.path.join(directory, MARK_NAME), os.O_WRONLY | os.O_CREAT)
     try:
-        ops.write_all(fd, encode(offset))
+        ops.write_all(fd, encode(offset, first))
+    finally:
+        os.close(fd)
+
+
+def sync(ops: FileOps, directory: str) -> None:
+    """Make what the mark holds durable. Raises OSError as the fsync does."""
+    fd = ops.open(os.path.join(directory, MARK_NAME), os.O_RDONLY)
+    try:
+        ops.datasync(fd)
     finally:
         os.close(fd)
