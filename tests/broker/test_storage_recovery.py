@@ -14,6 +14,7 @@ from __future__ import annotations
 import errno
 import os
 import pathlib
+import re
 import zlib
 
 import msgpack
@@ -126,6 +127,20 @@ def check_repaired(written: Written, kept: int) -> None:
         assert log.next_offset == kept + 1 and log.read(kept, 1)[0].value == "after recovery"
 
 
+def check_stops_until_unclean(written: Written, problem: str, kept: int) -> None:
+    """The open stops with ``problem`` (a regular expression), changing nothing; an unclean
+    recovery reports it and keeps records 0..kept-1, giving offset ``kept`` again, as
+    unclean_recovery says it may."""
+    before = written.snapshot()
+    with pytest.raises(UncleanRecoveryNeeded, match=problem):
+        written.reopen()
+    assert written.snapshot() == before
+    log, report = written.reopen(unclean=True)
+    with log:
+        assert any(re.search(problem, line) for line in report.damaged)
+        check_kept(log, kept)
+
+
 @pytest.fixture
 def written(tmp_path: pathlib.Path) -> Written:
     return Written(tmp_path, 60)
@@ -170,14 +185,7 @@ def test_a_synced_record_cut_short_at_the_end_stops_the_open_until_unclean_recov
     last = written.segments()[-1]
     start = written.start_of(59)
     os.truncate(written.path(last), start + 20)
-    before = written.snapshot()
-    with pytest.raises(UncleanRecoveryNeeded, match=r"records up to offset 59 were synced.*end before offset 59"):
-        written.reopen()
-    assert written.snapshot() == before
-    log, report = written.reopen(unclean=True)
-    with log:
-        assert any("records up to offset 59 were synced" in line for line in report.damaged)
-        check_kept(log, 59)  # offset 59 given again, as unclean_recovery says it may be
+    check_stops_until_unclean(written, r"records up to offset 59 were synced.*end before offset 59", 59)
     check_repaired(written, 59)  # the mark now follows the log that was kept
 
 
@@ -209,14 +217,7 @@ def test_a_partial_last_record_with_a_damaged_mark_stops_the_open_until_unclean_
     last = written.segments()[-1]
     os.truncate(written.path(last), written.start_of(59) + 20)
     (written.directory / "synced").write_bytes(synced_mark.encode(60, 0)[:23] + b"\x00")  # a CRC byte changed
-    before = written.snapshot()
-    with pytest.raises(UncleanRecoveryNeeded, match=r"ends in bytes that are not a whole record .* is itself damaged"):
-        written.reopen()
-    assert written.snapshot() == before
-    log, report = written.reopen(unclean=True)
-    with log:
-        assert any("is itself damaged" in line for line in report.damaged)
-        check_kept(log, 59)
+    check_stops_until_unclean(written, r"ends in bytes that are not a whole record .* is itself damaged", 59)
 
 
 @pytest.mark.parametrize("blank", [b"", bytes(16)], ids=["empty", "zeros"])
