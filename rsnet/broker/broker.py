@@ -285,8 +285,8 @@ class Broker:
                     if sync is not None:  # the log's new start made durable first, off the event loop
                         try:
                             await trio.to_thread.run_sync(sync, limiter=self.sync_threads)
-                        except OSError as exc:
-                            raise StorageError(f"{topic.name}: the synced mark could not be synced: {exc}") from exc
+                        except OSError as exc:  # retention goes on: on a full disk it is what frees space
+                            log.warning("topic %s: retention's new start could not be synced (%s)", topic.name, exc)
                         if self.topics.get(topic.name) is not topic or topic.storage_failure is not None:
                             continue  # deleted, closed or failing meanwhile: the next sweep's
                     topic.log.enforce_retention(now)

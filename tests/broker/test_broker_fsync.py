@@ -9,6 +9,7 @@ covering it has returned, and everything else (other topics, the connection) goe
 from __future__ import annotations
 
 import errno
+import logging
 import pathlib
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -284,3 +285,24 @@ async def test_retention_syncs_the_topics_new_start_in_a_thread_before_deleting_
     log, report = SegmentLog.open(tmp_path / "aged")
     with log:
         assert report.clean and (log.first_offset, log.next_offset) == (3, 3)
+
+
+async def test_retention_goes_on_when_the_topics_new_start_cannot_be_synced(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """On a failing or full disk retention is what frees space: said once, and done."""
+    files = GatedFiles()
+    settings = TopicSettings(durable=True, retention=Retention(max_age_ms=1000))
+    broker = Broker(data_dir=tmp_path, settings_for=lambda name: settings, retention_sweep_s=0.01)
+    broker.storage_files = files
+    async with broker_serving(broker) as (url, _), rsnet.connect(url) as conn:
+        await publish(conn, "aged", ["a0", "a1", "a2"], producer="p")
+        aged = broker.topics["aged"]
+        files.fail("datasync", errno.EIO, suffix="synced")
+        with caplog.at_level(logging.WARNING, logger="rsnet.broker"):
+            monkeypatch.setattr("rsnet.broker.broker.now_ms", lambda: now_ms() + 3_600_000)
+            await until(lambda: aged.log.first_offset == 3)
+        assert [r.getMessage() for r in caplog.records if "retention" in r.getMessage()] == [
+            "topic aged: retention's new start could not be synced ([Errno 5] Input/output error: "
+            f"'{tmp_path / 'aged' / 'synced'}')"
+        ]

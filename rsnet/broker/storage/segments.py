@@ -225,9 +225,9 @@ class SegmentLog(TopicLog):
 
     def prepare_retention(self, now_ms: int) -> _RetentionMarkSync | None:
         """See :meth:`TopicLog.prepare_retention`. Under ALWAYS and INTERVAL the log's new start
-        goes into the synced mark (``synced_mark.py``), which must be durable before a segment
-        goes, or a segment retention deleted could read as lost after an OS crash. Raises
-        :class:`WriteFailed` if the mark cannot be written."""
+        goes into the synced mark (``synced_mark.py``), which should be durable before a
+        segment goes, or a segment retention deleted could read as lost after an OS crash.
+        None if the mark cannot be written (see :meth:`enforce_retention`)."""
         self._check_usable()
         expired = self._expired_segments(now_ms)
         if self.fsync is FsyncPolicy.NEVER or not expired or self._start_after(expired) <= self._mark_first_synced:
@@ -235,8 +235,8 @@ class SegmentLog(TopicLog):
         self._mark_first = self._start_after(expired)
         try:
             synced_mark.write(self._files, self.directory, self._synced_offset, self._mark_first)
-        except OSError as exc:
-            raise WriteFailed(f"{self.directory}: retention could not write the synced mark: {exc}", exc.errno) from exc
+        except OSError:
+            return None
         self._retention_sync = _RetentionMarkSync(self._files, self.directory, self._mark_first)
         return self._retention_sync
 
@@ -245,10 +245,12 @@ class SegmentLog(TopicLog):
 
         Segments go oldest first. When every record has expired (only age can do that), the
         active segment is rolled first, so the log is left empty at the same ``next_offset``.
-        Under ALWAYS and INTERVAL the synced mark must durably hold the new start first: after
+        Under ALWAYS and INTERVAL the synced mark is to hold the new start durably first: after
         :meth:`prepare_retention`'s sync ran, only the segments it covered go; without one, the
-        mark is synced on this thread. Raises :class:`WriteFailed` if a file cannot be written,
-        synced or deleted (what was deleted stays so).
+        mark is synced on this thread. A mark that cannot be written or synced does not stop
+        retention (on a full disk, retention is what frees space): the segments go, and after an
+        OS crash they may then be reported as lost. Raises :class:`WriteFailed` if a segment
+        cannot be deleted (what was deleted stays so).
         """
         try:
             return self._enforce_retention(now_ms)
@@ -280,10 +282,13 @@ class SegmentLog(TopicLog):
         return self._segments[expired].base_offset if expired < len(self._segments) else self._next_offset
 
     def _note_start(self, expired: int) -> int:
-        """How many of the ``expired`` oldest segments may be deleted now: those before the
-        start the synced mark holds durably, made so here if no prepared sync ran."""
+        """How many of the ``expired`` oldest segments may be deleted now: after a prepared sync,
+        those before the start it made durable; else all, the start made durable here first if
+        the mark can be (see :meth:`enforce_retention`)."""
         prepared, self._retention_sync = self._retention_sync, None
-        if prepared is not None and prepared.synced:
+        if prepared is not None:
+            if not prepared.synced:
+                return expired  # its fsync failed, and its caller said so: retention goes on
             self._mark_first_synced = max(self._mark_first_synced, prepared.first)
             while expired and self._start_after(expired) > self._mark_first_synced:
                 expired -= 1  # expired since the sync was prepared: the next sweep's
@@ -291,9 +296,10 @@ class SegmentLog(TopicLog):
         start = self._start_after(expired)
         if start > self._mark_first_synced:
             self._mark_first = max(self._mark_first, start)
-            synced_mark.write(self._files, self.directory, self._synced_offset, self._mark_first)
-            synced_mark.sync(self._files, self.directory)
-            self._mark_first_synced = self._mark_first
+            with contextlib.suppress(OSError):
+                synced_mark.write(self._files, self.directory, self._synced_offset, self._mark_first)
+                synced_mark.sync(self._files, self.directory)
+                self._mark_first_synced = self._mark_first
         return expired
 
     def _enforce_retention(self, now_ms: int) -> int:
