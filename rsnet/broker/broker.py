@@ -355,6 +355,11 @@ class Broker:
         """Every topic's name, open or closed, sorted."""
         return sorted(self.topics.keys() | self._closed.keys() | self._memory_logs.keys())
 
+    def pattern_subscriptions(self) -> dict[TopicReader, str]:
+        """Pattern subscriptions, and subscriptions to topics that do not exist yet, with their
+        pattern (or name)."""
+        return dict(self._watchers)
+
     @property
     def waiting_subscriptions(self) -> int:
         """Pattern subscriptions, and subscriptions to topics that do not exist yet."""
@@ -736,51 +741,51 @@ class Broker:
 
     def snapshot(self, wanted: Callable[[str], bool] | None = None) -> list[dict[str, Any]]:
         """What ``$topics`` and ``rsnet topics`` show: every topic (or those ``wanted``), open
-        or closed (a closed topic as it was when its log was closed; closing one needs no
-        producer nor subscriber)."""
-        result = []
-        for name in self.topic_names():
-            if wanted is not None and not wanted(name):
-                continue
-            topic = self.topics.get(name)
-            if topic is not None:
-                first, after, size = topic.log.first_offset, topic.log.next_offset, topic.log.size_bytes
-                counters = (topic.records_in, topic.records_out, topic.dropped)
-                policy = topic.policy.value
-                subscribers = [{"lag": reader.lag(topic), "delivered": reader.delivered} for reader in topic.readers]
-                producers = len(topic.sinks)
-                damaged = topic.log.damaged_ranges
-            else:
-                closed = self._closed.get(name)
-                if closed is not None:
-                    first, after, size = closed.first_offset, closed.next_offset, closed.size_bytes
-                    counters = closed.counters[:3]
-                else:  # a memory topic closed after a failure: its log is still here
-                    memory = self._memory_logs[name]
-                    first, after, size = memory.first_offset, memory.next_offset, memory.size_bytes
-                    counters = (0, 0, 0)
-                policy = self.settings(name).policy.value
-                subscribers, producers = [], 0
-                report = self.recovery.get(name)  # as its last opening found it
-                damaged = [d for d in report.damaged_ranges if d.end > first] if report is not None else []
-            result.append(
-                {
-                    "topic": name,
-                    "first_offset": first,
-                    "next_offset": after,
-                    "bytes": size,
-                    "policy": policy,
-                    "records_in": counters[0],
-                    "records_out": counters[1],
-                    "dropped": counters[2],
-                    "subscribers": subscribers,
-                    "producers": producers,
-                    "cursors": self._committed(name),
-                    "damaged": [{"first": d.first, "end": d.end, "problem": d.problem} for d in damaged],
-                    **self.describe_settings(name),
-                }
-            )
-        return result
+        or closed (see :meth:`describe_topic`)."""
+        described = (self.describe_topic(name) for name in self.topic_names() if wanted is None or wanted(name))
+        return [entry for entry in described if entry is not None]
+
+    def describe_topic(self, name: str) -> dict[str, Any] | None:
+        """One topic as ``$topics`` shows it, open or closed (a closed topic as it was when its
+        log was closed; closing one needs no producer nor subscriber); None if there is none."""
+        if name not in self.topics and name not in self._closed and name not in self._memory_logs:
+            return None
+        topic = self.topics.get(name)
+        if topic is not None:
+            first, after, size = topic.log.first_offset, topic.log.next_offset, topic.log.size_bytes
+            counters = (topic.records_in, topic.records_out, topic.dropped)
+            policy = topic.policy.value
+            subscribers = [{"lag": reader.lag(topic), "delivered": reader.delivered} for reader in topic.readers]
+            producers = len(topic.sinks)
+            damaged = topic.log.damaged_ranges
+        else:
+            closed = self._closed.get(name)
+            if closed is not None:
+                first, after, size = closed.first_offset, closed.next_offset, closed.size_bytes
+                counters = closed.counters[:3]
+            else:  # a memory topic closed after a failure: its log is still here
+                memory = self._memory_logs[name]
+                first, after, size = memory.first_offset, memory.next_offset, memory.size_bytes
+                counters = (0, 0, 0)
+            policy = self.settings(name).policy.value
+            subscribers, producers = [], 0
+            report = self.recovery.get(name)  # as its last opening found it
+            damaged = [d for d in report.damaged_ranges if d.end > first] if report is not None else []
+        return {
+            "topic": name,
+            "first_offset": first,
+            "next_offset": after,
+            "bytes": size,
+            "policy": policy,
+            "records_in": counters[0],
+            "records_out": counters[1],
+            "dropped": counters[2],
+            "subscribers": subscribers,
+            "producers": producers,
+            "cursors": self._committed(name),
+            "damaged": [{"first": d.first, "end": d.end, "problem": d.problem} for d in damaged],
+            **self.describe_settings(name),
+        }
 
     def describe_settings(self, name: str) -> dict[str, Any]:
         """The topic's effective settings as ``$topics`` shows them: ``settings`` (nested as in
@@ -922,11 +927,16 @@ class _PatternPublisher(Publisher[Any]):
 
 
 class _Snapshot(Publisher[Any]):
+    """``$topics``: the names listed when subscribed, each topic described only when demand
+    reaches it (a listing of thousands of topics holds their names, not their descriptions)."""
+
     def __init__(self, broker: Broker, visible: Callable[[str], bool]) -> None:
         self._broker, self._visible = broker, visible
 
     def subscribe(self, subscriber: Subscriber[Any]) -> None:
-        from_iterable(self._broker.snapshot(self._visible)).subscribe(subscriber)
+        names = [name for name in self._broker.topic_names() if self._visible(name)]
+        described = map(self._broker.describe_topic, names)
+        from_iterable(entry for entry in described if entry is not None).subscribe(subscriber)
 
 
 class _AckPublisher(Publisher[Any]):

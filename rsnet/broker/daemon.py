@@ -114,6 +114,7 @@ def metrics_refresher(broker: Broker, server: Server) -> Any:
             metrics.auth_denied("forbidden")
         denied = broker.denied
         topics = list(broker.topics.values())
+        patterns = broker.pattern_subscriptions()  # each one series, whatever it matches
         follow(
             "publish",
             sum(len(t.sinks) for t in topics),
@@ -122,7 +123,7 @@ def metrics_refresher(broker: Broker, server: Server) -> Any:
         )
         follow(
             "subscribe",
-            sum(len(t.readers) for t in topics),
+            len(patterns) + sum(1 for t in topics for reader in t.readers if reader not in patterns),
             lambda: metrics.stream_opened("subscribe"),
             lambda: metrics.stream_closed("subscribe"),
         )
@@ -155,10 +156,16 @@ def metrics_refresher(broker: Broker, server: Server) -> Any:
                 topic.storage_failures - counted,
             )
             for reader in topic.readers:
-                label = reader_ids.setdefault(id(reader), f"s{next(numbers)}")
-                live.add(label)
-                metrics.set_lag(name, label, reader.lag(topic))
-                metrics.set_demand(label, reader.requested)
+                if reader not in patterns:
+                    label = reader_ids.setdefault(id(reader), f"s{next(numbers)}")
+                    live.add(label)
+                    metrics.set_lag(name, label, reader.lag(topic))
+                    metrics.set_demand(label, reader.requested)
+        for reader, pattern in patterns.items():  # its lag over all its topics, under its pattern
+            label = reader_ids.setdefault(id(reader), f"s{next(numbers)}")
+            live.add(label)
+            metrics.set_lag(pattern, label, reader.total_lag())
+            metrics.set_demand(label, reader.requested)
         for name, report in broker.recovery.items():  # closed topics: as their last opening found them
             if name not in broker.topics:
                 metrics.set_storage_faults(name, sum(d.end - d.first for d in report.damaged_ranges), False)

@@ -20,7 +20,7 @@ name                                        type     labels                meani
 ``records_out_total``                       counter  topic                 records delivered to subscribers
 ``records_dropped_total``                   counter  topic                 records lagging subscribers skipped (``drop``)
 ``slow_subscriber_disconnects_total``       counter  topic                 subscribers ended for lag (``disconnect``)
-``subscriber_lag``                          gauge    topic, subscriber     records between a subscriber and the head
+``subscriber_lag``                          gauge    topic, subscriber     records between a subscriber and the head (a pattern subscription: one series, its pattern as the topic, summed over its topics)
 ``subscriber_demand``                       gauge    subscriber            requested, not yet delivered
 ``producer_demand``                         gauge    topic, producer       requested from a producer, not yet received
 ``storage_bytes``                           gauge    topic                 bytes the topic's log holds

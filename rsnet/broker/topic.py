@@ -485,6 +485,9 @@ class TopicReader(DrainLoop, Subscription):
     ) -> None:
         self.subscriber: Subscriber[Any] | None = subscriber
         self.positions: dict[Topic, int] = {}
+        # The topics that may have records for it (or a trim to report), in the order they
+        # are to be read: a pattern over thousands of topics costs what its busy ones do.
+        self._ready: dict[Topic, None] = {}
         self.skipped: dict[Topic, int] = {}
         self.requested = 0
         self.cancelled = False
@@ -492,7 +495,6 @@ class TopicReader(DrainLoop, Subscription):
         self._draining = False
         self._missed = False
         self._failure: BaseException | None = None
-        self._next = 0  # round-robin start among topics
         self._on_end = on_end
         # A subscriber that takes a list of items in one call (rsnet's session, iterator) is
         # given each read as one list; one that also takes encoded items (the network session)
@@ -509,11 +511,18 @@ class TopicReader(DrainLoop, Subscription):
         if self.cancelled:
             return
         self.positions[topic] = position
+        self._ready[topic] = None
         topic.readers.add(self)
-        self.drain()
+        if self.requested:
+            self.drain()
 
     def lag(self, topic: Topic) -> int:
         return topic.log.next_offset - self.positions[topic]
+
+    def total_lag(self) -> int:
+        """Records not yet read, over every topic that has some: a pattern subscription's lag,
+        at the cost of its busy topics (the others are read up to their end)."""
+        return sum(self.lag(topic) for topic in self._ready)
 
     # -- Subscription -------------------------------------------------------------------
 
@@ -555,6 +564,7 @@ class TopicReader(DrainLoop, Subscription):
                     f"more than {topic.max_lag} records behind on {topic.name!r}",
                     {"topic": topic.name, "lag": lag},
                 )
+        self._ready[topic] = None
         self.drain()
 
     def _skip(self, topic: Topic, count: int) -> None:
@@ -582,9 +592,10 @@ class TopicReader(DrainLoop, Subscription):
         except Exception as failure:
             # Reading failed (a bug, a storage error): end this subscription, coded, and
             # nothing else; whoever called drain (a session, a topic's writer) carries on.
-            names = ", ".join(sorted(t.name for t in self.positions))
+            names = sorted(t.name for t in self.positions)
+            shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more topics" if len(names) > 3 else "")
             topic = next(iter(self.positions), None)
-            (topic.failure_log if topic is not None else log).exception("a subscription to %s failed", names)
+            (topic.failure_log if topic is not None else log).exception("a subscription to %s failed", shown)
             self._failure = StreamError(ErrorCode.INTERNAL, f"reading failed ({type(failure).__name__})")
             self._missed = True
             return False
@@ -593,12 +604,13 @@ class TopicReader(DrainLoop, Subscription):
         return False
 
     def _emit(self) -> int:
-        topics = list(self.positions)
+        """Read the ready topics in turn (round robin: a topic read goes to the back if it
+        has more), while there is demand; a topic with nothing more leaves the ready ones."""
         emitted = 0
-        for index in range(len(topics)):
+        for _ in range(len(self._ready)):  # each once at most (one may come round again next step)
             if not self.requested or self.cancelled or self._failure is not None:
                 break
-            topic = topics[(self._next + index) % len(topics)]
+            topic = next(iter(self._ready))
             log = topic.log
             position = self.positions[topic]
             if position < log.first_offset:  # retention removed records not yet read
@@ -610,8 +622,10 @@ class TopicReader(DrainLoop, Subscription):
             # Only durable records are shown: one that an OS crash could still take back
             # (INTERVAL, before its sync) must never be seen, since its offset would be reused.
             visible = log.durable_offset - position
+            del self._ready[topic]
             if visible <= 0:
                 continue
+            self._ready[topic] = None  # at the back: it may have more
             wanted = min(self.requested, READ_BATCH, visible)
             shared = None
             if self._shared and topic not in self.skipped:  # (a map after a skip says so)
@@ -669,7 +683,6 @@ class TopicReader(DrainLoop, Subscription):
                     del record[3:]  # producer and sequence stay in the broker
             emitted += self._deliver(topic, position, items, many)
             topic.reader_moved()
-        self._next += 1
         self.delivered += emitted
         return emitted
 

@@ -1,0 +1,133 @@
+"""What opening and serving a broker stream costs follows what it delivers, not how many topics
+the broker has (server/README.md, "Resource budget"): a pattern subscription over thousands of
+topics does work for the topics that have records for it, and a ``$topics`` listing describes a
+topic only when demand reaches it, and metrics keep one lag series per subscription. Costs
+are counted (reads of a log's durable offset, topic descriptions, series), never timed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import trio
+
+import rsnet
+from rsnet.broker.broker import Broker
+from rsnet.broker.client import publish
+from rsnet.broker.daemon import metrics_refresher
+from rsnet.broker.metrics import BrokerMetrics
+from rsnet.broker.storage.log import TopicLog
+from rsnet.protocol import Accept, Batch, Next, Request, Subscribe
+from rsnet.streams import Subscriber, Subscription
+
+from .support import RawClient, broker_running, broker_serving
+
+TOPICS = 2_000
+
+
+class Counted:
+    """Counts reads of every log's ``durable_offset``: what a reader looks at to find records."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.reads = 0
+        durable_offset = TopicLog.durable_offset
+
+        def counted(log: TopicLog) -> int:
+            self.reads += 1
+            return durable_offset.fget(log)  # type: ignore[attr-defined,no-any-return]
+
+        monkeypatch.setattr(TopicLog, "durable_offset", property(counted))
+
+
+class Collect(Subscriber[Any]):
+    def __init__(self) -> None:
+        self.items: list[Any] = []
+        self.arrived = trio.Event()
+
+    def on_subscribe(self, subscription: Subscription) -> None:
+        subscription.request(2**63 - 1)
+
+    def on_next(self, item: Any) -> None:
+        self.items.append(item)
+        self.arrived.set()
+
+    def on_error(self, error: BaseException) -> None:
+        raise AssertionError(error)
+
+    def on_complete(self) -> None:
+        raise AssertionError("a pattern subscription never completes")
+
+
+class Principal:
+    principal = None
+
+
+async def test_a_pattern_subscription_over_many_topics_costs_what_its_busy_topics_do(monkeypatch):
+    broker = Broker(max_topics=TOPICS + 1)
+    async with broker_running(broker) as url, rsnet.connect(url) as conn:
+        for n in range(TOPICS):
+            broker.topic(f"t{n}", create=True)
+        counted = Counted(monkeypatch)
+        collect = Collect()
+        broker.open_publisher(">", {"from": "earliest"}, Principal()).subscribe(collect)
+        assert counted.reads <= 2 * TOPICS  # each topic looked at once or so (it was every topic per topic)
+        counted.reads = 0
+        await publish(conn, "t1234", ["one"])
+        await collect.arrived.wait()
+        assert [(item["topic"], item["value"]) for item in collect.items] == [("t1234", "one")]
+        assert counted.reads <= 20  # the topic that has a record, not all 2,000 (it was every topic)
+
+
+async def test_a_topics_listing_describes_a_topic_only_when_demand_reaches_it(monkeypatch):
+    broker = Broker(max_topics=TOPICS + 1)
+    described: list[str] = []
+    describe = broker.describe_topic
+
+    def counted(name: str) -> dict[str, Any] | None:
+        described.append(name)
+        return describe(name)
+
+    monkeypatch.setattr(broker, "describe_topic", counted)
+    async with broker_running(broker) as url:
+        for n in range(TOPICS):
+            broker.topic(f"t{n:04d}", create=True)
+        client = await RawClient.connect(url)
+        await client.send(*(Subscribe(stream_id, "$topics", None, 0, {}) for stream_id in range(1, 200, 2)))
+        for stream_id in range(1, 200, 2):
+            assert isinstance(await client.frame_of(Accept, stream_id), Accept)
+        # 100 listings of 2,000 topics asked for: each has read its first topic at most (to
+        # know whether it is empty), where each used to describe all 2,000 at once.
+        assert described == ["t0000"] * 100
+        await client.send(Request(1, 3))
+        entries: list[str] = []
+        while len(entries) < 3:
+            frame = await client.frame_of((Next, Batch), 1)
+            entries += [item["topic"] for item in ([frame.item] if isinstance(frame, Next) else frame.items)]
+        assert entries == ["t0000", "t0001", "t0002"]
+        assert len(described) <= 100 + 3  # what was asked for, and at most the one after
+        await client.aclose()
+
+
+async def test_a_pattern_subscription_is_one_lag_series_whatever_it_matches():
+    broker = Broker(max_topics=TOPICS + 1)
+    async with broker_serving(broker) as (url, server), rsnet.connect(url) as conn:
+        for n in range(TOPICS):
+            broker.topic(f"t{n}", create=True)
+        await publish(conn, "t7", ["a", "b", "c"])
+        client = await RawClient.connect(url)
+        await client.send(
+            Subscribe(1, ">", {"from": "earliest"}, 0, {}), Subscribe(3, "t7", {"from": "earliest"}, 0, {})
+        )
+        for stream_id in (1, 3):
+            assert isinstance(await client.frame_of(Accept, stream_id), Accept)
+        metrics = BrokerMetrics()
+        metrics_refresher(broker, server)(metrics)
+        lags = [
+            (sample.labels["topic"], sample.value)
+            for family in metrics.registry.collect()
+            if family.name == "rsnet_broker_subscriber_lag"
+            for sample in family.samples
+        ]
+        assert sorted(lags) == [(">", 3), ("t7", 3)]  # the pattern's over its 2,000 topics, then the topic's
+        assert metrics.registry.get_sample_value("rsnet_broker_streams", {"kind": "subscribe"}) == 2
+        await client.aclose()
