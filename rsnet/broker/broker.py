@@ -27,6 +27,7 @@ running has returned. Durable topics fsync in worker threads, at most ``sync_thr
 from __future__ import annotations
 
 import dataclasses
+import errno
 import logging
 import os
 import pathlib
@@ -197,6 +198,7 @@ class Broker:
         self._cursors_set_aside: dict[str, str] = {}
         self.denied = 0  # requests refused for lack of a grant
         self._cursors: dict[str, CursorStore | dict[str, int]] = {}
+        self._cursor_writes: dict[CursorStore, list[_Answer]] = {}  # commits waiting for a write
         # Readers of a pattern, or of a topic not created yet: they get new topics that match.
         self._watchers: dict[TopicReader, str] = {}
         self._acks: dict[tuple[str, str], set[_AckSubscription]] = {}
@@ -466,7 +468,8 @@ class Broker:
             self.recovery[name] = report
             if report.damaged:
                 log.warning("topic %s: recovered with damage: %s", name, "; ".join(report.damaged))
-            cursors = self._open_cursors(self.data_dir / name / "cursors")
+            kept = self._cursors.get(name)  # from an earlier opening: it may have commits to write
+            cursors = kept if isinstance(kept, CursorStore) else self._open_cursors(self.data_dir / name / "cursors")
             if name in self._cursors_set_aside:
                 report.damaged.append(self._cursors_set_aside[name])
             committed = max(cursors.all().values(), default=0)
@@ -523,7 +526,9 @@ class Broker:
         """Remove the (open) topic and everything stored of it (records, cursors); its
         producers and readers (a pattern reader too) end with UNKNOWN_PUBLISHER."""
         self._memory_logs.pop(topic.name, None)
-        self._cursors.pop(topic.name, None)
+        store = self._cursors.pop(topic.name, None)
+        if isinstance(store, CursorStore):
+            store.closed = True  # a commit waiting for its write is refused, not written into a new topic
         self.overrides.forget(topic.name)  # its file goes with the directory
         self._close_topic(topic)
         self._closed.pop(topic.name, None)
@@ -600,7 +605,10 @@ class Broker:
             self._cursors_set_aside[path.parent.name] = problem
             return CursorStore.open(path)
 
-    def commit(self, topic: Topic, cursor: str, offset: int) -> None:
+    def commit(self, topic: Topic, cursor: str, offset: int) -> Publisher[Any]:
+        """Commit ``cursor`` of ``topic`` at ``offset``: the answer of ``$commit``, which comes
+        once the commit is stored. A durable topic's cursor file is written off the event loop
+        (see :meth:`_write_cursors`); commits that arrive meanwhile share the next write."""
         # Up to what subscribers may see (durable_offset), not next_offset: a cursor is stored at
         # once, so one past records an OS crash could still take back would outlive them.
         if not 0 <= offset <= topic.log.durable_offset:
@@ -610,16 +618,56 @@ class Broker:
                 "last stored record)",
             )
         store = self._cursors[topic.name]
-        if store.get(cursor) is None and len(store if isinstance(store, dict) else store.all()) >= self.max_cursors:
+        known = len(store) if isinstance(store, dict) else store.names()
+        if store.get(cursor) is None and known >= self.max_cursors:
             raise StreamError(
                 ErrorCode.REJECTED,
                 f"topic {topic.name!r} keeps at most {self.max_cursors} cursors; commit to an existing one",
                 {"topic": topic.name, "max_cursors": self.max_cursors},
             )
+        answer = {"topic": topic.name, "cursor": cursor, "offset": offset}
         if isinstance(store, dict):
             store[cursor] = offset
-        else:
-            store.commit(cursor, offset)
+            return just(answer)
+        store.stage(cursor, offset)
+        pending = _Answer(answer)
+        waiting = self._cursor_writes.get(store)
+        if waiting is None:
+            waiting = self._cursor_writes[store] = []
+            assert self._nursery is not None, "the broker is not running"
+            self._nursery.start_soon(self._write_cursors, topic.name, store)
+        waiting.append(pending)
+        return pending
+
+    async def _write_cursors(self, name: str, store: CursorStore) -> None:
+        """Write ``store``'s staged commits, in a worker thread, until none is waiting: one
+        write at a time per file, each covering every commit staged before it began, so a flood
+        of commits costs one write per write's duration."""
+        waiting = self._cursor_writes[store]
+        try:
+            while waiting:
+                answers = waiting[:]
+                del waiting[:]
+                cursors = store.staged()
+                if cursors is not None:
+                    try:
+                        await trio.to_thread.run_sync(store.write, cursors, limiter=self.sync_threads)
+                    except OSError as failure:
+                        refusal = StreamError(
+                            BrokerCode.STORAGE_FULL
+                            if failure.errno in (errno.ENOSPC, errno.EDQUOT)
+                            else BrokerCode.STORAGE_ERROR,
+                            f"the cursors of {name!r} could not be stored: {failure.strerror or failure}",
+                            {"topic": name},
+                        )
+                        for answer in answers:
+                            answer.resolve(refusal)
+                        continue
+                    store.written(cursors)
+                for answer in answers:
+                    answer.resolve()
+        finally:
+            del self._cursor_writes[store]
 
     def _reader_ended(self, reader: TopicReader) -> None:
         self._watchers.pop(reader, None)
@@ -668,8 +716,7 @@ class Broker:
             topic = self.topic(topic_name, create=False)
             if topic is None:
                 raise StreamError(ErrorCode.UNKNOWN_PUBLISHER, f"no topic named {topic_name!r}")
-            self.commit(topic, cursor, offset)
-            return just({"topic": topic_name, "cursor": cursor, "offset": offset})
+            return self.commit(topic, cursor, offset)
         if name == "$admin":  # create, alter, delete, purge (rsnet.broker.admin), for an admin grant
             topic_name = params.get("topic")
             if not isinstance(topic_name, str):
@@ -937,6 +984,47 @@ class _Snapshot(Publisher[Any]):
         names = [name for name in self._broker.topic_names() if self._visible(name)]
         described = map(self._broker.describe_topic, names)
         from_iterable(entry for entry in described if entry is not None).subscribe(subscriber)
+
+
+class _Answer(Publisher[Any], Subscription):
+    """A one-item answer known later (a ``$commit`` waiting for its write), for one subscriber:
+    the item then completion, or an error, once both the answer and demand are there."""
+
+    def __init__(self, item: Any) -> None:
+        self._item = item
+        self._subscriber: Subscriber[Any] | None = None
+        self._requested = False
+        self._outcome: tuple[BaseException | None] | None = None  # (None,): the item
+
+    def subscribe(self, subscriber: Subscriber[Any]) -> None:
+        check_subscriber(subscriber)
+        self._subscriber = subscriber
+        subscriber.on_subscribe(self)
+        self._deliver()
+
+    def request(self, n: int) -> None:
+        if n <= 0 and self._outcome is None:
+            self._outcome = (invalid_request(n),)  # rule 3.9
+        self._requested = True
+        self._deliver()
+
+    def cancel(self) -> None:
+        self._subscriber = None  # rule 3.13
+
+    def resolve(self, error: BaseException | None = None) -> None:
+        if self._outcome is None:
+            self._outcome = (error,)
+            self._deliver()
+
+    def _deliver(self) -> None:
+        subscriber, outcome = self._subscriber, self._outcome
+        if subscriber is None or outcome is None or (outcome[0] is None and not self._requested):
+            return
+        self._subscriber = None  # one signal sequence, whatever the subscriber calls meanwhile
+        if outcome[0] is not None:
+            deliver_safely(subscriber.on_error, outcome[0])
+        elif deliver_safely(subscriber.on_next, self._item):
+            deliver_safely(subscriber.on_complete)
 
 
 class _AckPublisher(Publisher[Any]):

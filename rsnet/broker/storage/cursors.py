@@ -4,7 +4,10 @@ The file is ``b"rsnetcur"`` | version (u32, big-endian, = 1) | one frame (record
 body is the msgpack map ``{name: offset}``. A commit rewrites the whole file the safe way:
 write ``PATH.tmp``, fsync it, rename it over ``PATH``, fsync the directory. A crash at any
 point leaves either the old file or the new one, never a mix, so a file that fails its check
-was damaged after it was written (disk, hand edit). Opening such a file raises
+was damaged after it was written (disk, hand edit). Commits can be *staged* on the store's
+thread and written together on another (:meth:`CursorStore.staged`, :meth:`CursorStore.write`,
+:meth:`CursorStore.written`), so that the fsyncs stay off the broker's event loop and a flood of
+commits costs one write per write's duration, not one per commit. Opening such a file raises
 :class:`CorruptData` rather than guessing: silently losing cursors would send consumers back
 to the start, or past records they never saw. To start every cursor afresh, delete the file.
 
@@ -31,13 +34,15 @@ class CursorStore:
     """Committed offsets by cursor name, durable on every :meth:`commit`.
 
     One store per file: two stores (or processes) committing to the same file would each
-    overwrite the other's cursors. Not thread-safe.
+    overwrite the other's cursors. Not thread-safe, but for :meth:`write`.
     """
 
     def __init__(self, path: str, cursors: dict[str, int]) -> None:
         """Use :meth:`open`."""
         self.path = path
-        self._cursors = cursors
+        self._cursors = cursors  # what the file holds
+        self._staged: dict[str, int] = {}  # commits not yet written
+        self.closed = False
 
     @classmethod
     def open(cls, path: str | os.PathLike[str]) -> CursorStore:
@@ -62,22 +67,46 @@ class CursorStore:
         return cls(path, cursors)
 
     def get(self, name: str) -> int | None:
-        """The committed offset of ``name``: the next offset its consumer should read."""
+        """The committed offset of ``name`` (as written): the next offset its consumer should read."""
         return self._cursors.get(name)
 
     def all(self) -> dict[str, int]:
-        """Every cursor, as a new dict."""
+        """Every cursor, as written, as a new dict."""
         return dict(self._cursors)
+
+    def names(self) -> int:
+        """How many cursors there are, staged ones included."""
+        return len(self._cursors.keys() | self._staged.keys())
 
     def commit(self, name: str, offset: int) -> None:
         """Set ``name`` to ``offset``; durable when this returns (two fsyncs and a rename)."""
+        self.stage(name, offset)
+        cursors = self.staged()
+        if cursors is not None:
+            self.write(cursors)
+            self.written(cursors)
+
+    def stage(self, name: str, offset: int) -> None:
+        """Set ``name`` to ``offset`` at the next write."""
         if type(name) is not str or not name:
             raise ValueError(f"a cursor name is a non-empty str, not {name!r}")
         if type(offset) is not int or offset < 0:
             raise ValueError(f"a cursor offset is an int >= 0, not {offset!r}")
-        cursors = dict(self._cursors)
-        cursors[name] = offset
-        self._write(cursors)
+        self._staged[name] = offset
+
+    def staged(self) -> dict[str, int] | None:
+        """Every cursor with the staged commits applied, for :meth:`write`; None if that is
+        what the file holds already."""
+        if all(self._cursors.get(name) == offset for name, offset in self._staged.items()):
+            self._staged.clear()
+            return None
+        return {**self._cursors, **self._staged}
+
+    def written(self, cursors: dict[str, int]) -> None:
+        """:meth:`write` of ``cursors`` (from :meth:`staged`) returned: the file holds them.
+        Commits staged since stay staged."""
+        self._cursors = cursors
+        self._staged = {name: offset for name, offset in self._staged.items() if cursors.get(name) != offset}
 
     def delete(self, name: str) -> bool:
         """Forget ``name``, durably; False if there was no such cursor."""
@@ -85,10 +114,16 @@ class CursorStore:
             return False
         cursors = dict(self._cursors)
         del cursors[name]
-        self._write(cursors)
+        self._staged.pop(name, None)
+        self.write(cursors)
+        self._cursors = cursors
         return True
 
-    def _write(self, cursors: dict[str, int]) -> None:
+    def write(self, cursors: dict[str, int]) -> None:
+        """Make the file hold ``cursors``, durably; on any thread (it touches only the files).
+        Raises OSError as the writes, fsyncs and rename do, and if the store was closed."""
+        if self.closed:
+            raise FileNotFoundError(f"{self.path}: the topic's cursors are gone (the topic was deleted)")
         data = PREAMBLE.pack(MAGIC, FORMAT_VERSION) + frame(msgpack.packb(cursors, use_bin_type=True))
         temporary = self.path + ".tmp"
         fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
@@ -99,7 +134,6 @@ class CursorStore:
             os.close(fd)
         os.replace(temporary, self.path)
         sync_directory(os.path.dirname(self.path))
-        self._cursors = cursors  # only once it is durable
 
 
 def _parse(path: str, data: bytes) -> dict[str, int]:
