@@ -42,7 +42,7 @@ import trio
 from ..errors import StreamError
 from ..net.failures import TRACEBACKS_PER_MINUTE, RateLimitedLog
 from ..net.session import StreamContext
-from ..protocol import MAX_INT, ErrorCode
+from ..protocol import DEFAULT_MAX_FRAME_SIZE, MAX_INT, ErrorCode
 from ..streams import Publisher, Subscriber, Subscription, from_iterable, just
 from ..streams.rules import MAX_DEMAND, add_demand, check_subscriber, invalid_request
 from ..streams.subscriptions import deliver_safely
@@ -88,8 +88,18 @@ MAX_ID_LENGTH = 255
 """Longest producer id or cursor name, in characters (they are stored with records and cursors)."""
 
 DEFAULT_MAX_CURSORS = 1_000
-"""Named cursors a topic keeps at most; a commit to one more is refused with REJECTED. (Each
-commit rewrites the topic's cursor file, so this also bounds what one commit costs.)"""
+"""Named cursors a topic keeps at most; a commit to one more is refused with REJECTED. (A write
+of the topic's cursor file rewrites all of them, so this also bounds what one write costs.)"""
+
+DELIVERY_OVERHEAD = 1024
+"""Bytes a delivered record may take beyond its stored body (the frame, the stream id, the map's
+keys or the array, the topic's name of at most 255 characters): well under 1 KiB."""
+
+DEFAULT_MAX_RECORD_BYTES = DEFAULT_MAX_FRAME_SIZE - DELIVERY_OVERHEAD
+"""The largest record (stored body: offset, timestamp, value, producer, sequence) a topic takes:
+one that a subscriber with the default ``max_frame_size`` (1 MiB) can be sent. A producer of a
+larger one is refused with REJECTED (before, such a record was stored, and every subscriber at
+the default limit that reached it ended with FRAME_TOO_LARGE, unable to get past it)."""
 
 DEFAULT_MAX_TOPICS = 10_000
 """Topics the broker hosts at most (in memory and on disk); a publish that would create one
@@ -168,6 +178,7 @@ class Broker:
         max_topics: int = DEFAULT_MAX_TOPICS,
         idle_close_s: float = DEFAULT_IDLE_CLOSE_S,
         max_cursors: int = DEFAULT_MAX_CURSORS,
+        max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
         max_open_topics: int | None = None,
         unclean_recovery: bool = False,
         sync_threads: int = DEFAULT_SYNC_THREADS,
@@ -187,6 +198,7 @@ class Broker:
         self.max_topics = max_topics
         self.idle_close_s = idle_close_s
         self.max_cursors = max_cursors
+        self.max_record_bytes = max_record_bytes
         self.max_open_topics = max_open_topics if max_open_topics is not None else default_max_open_topics()
         self.unclean_recovery = unclean_recovery  # see SegmentLog.open; off: damage it cannot place stops the start
         self.sync_threads = trio.CapacityLimiter(sync_threads)  # fsyncs running at once, all topics
@@ -491,9 +503,12 @@ class Broker:
                     )
                 log.warning("topic %s: %s; unclean_recovery: new records get those offsets", name, problem)
             self._cursors[name] = cursors
+            segment_log.max_record_bytes = self.max_record_bytes
             return segment_log
         self._cursors.setdefault(name, {})
-        return self._memory_logs.setdefault(name, MemoryLog(settings.retention))
+        memory_log = self._memory_logs.setdefault(name, MemoryLog(settings.retention))
+        memory_log.max_record_bytes = self.max_record_bytes
+        return memory_log
 
     async def _run_writer(
         self, topic: Topic, sync_interval: float | None, sync_each_append: bool, scope: trio.CancelScope

@@ -95,7 +95,7 @@ class Topic:
         self._sync_wanted = trio.Event()  # the writer appended records for the syncer to sync
         self._on_stored = on_stored  # (producer, last sequence) pairs that became durable
         self.failure_log = failure_log or RateLimitedLog(logging.getLogger("rsnet.broker"), TRACEBACKS_PER_MINUTE)
-        self._on_storage_failed = on_storage_failed  # the error and the producers refused
+        self._on_storage_failed = on_storage_failed  # the error and the producers refused (storage, or a record)
         self.storage_failure: str | None = None  # why the last append or sync failed, until an append succeeds
         self.storage_failures = 0  # appends and syncs that failed
 
@@ -227,16 +227,19 @@ class Topic:
                 self._storage_failed(failure)
                 break
             except (TypeError, ValueError) as unstorable:
-                # A record of this producer cannot be stored (one nesting too deep to deliver,
-                # say): append stored none of the batch; this producer is refused, not the topic.
-                sink.fail(
-                    StreamError(
-                        ErrorCode.REJECTED,
-                        f"a record cannot be stored in {self.name!r}: {unstorable}; nothing after your last "
-                        "acknowledged sequence was stored",
-                        {"topic": self.name, "producer": sink.producer},
-                    )
+                # A record of this producer cannot be stored (one nesting too deep or too large
+                # to deliver, say): append stored none of the batch; this producer is refused,
+                # not the topic. It hears why on its $acks too: its offer may have completed
+                # before the record reached the log, so that its stream cannot carry the error.
+                refusal = StreamError(
+                    ErrorCode.REJECTED,
+                    f"a record cannot be stored in {self.name!r}: {unstorable}; nothing after your last "
+                    "acknowledged sequence was stored",
+                    {"topic": self.name, "producer": sink.producer},
                 )
+                sink.fail(refusal)
+                if sink.producer is not None and self._on_storage_failed is not None:
+                    self._on_storage_failed(self, refusal, [sink.producer])
                 continue
             self.storage_failure = None
             if recent is not None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 import rsnet
-from rsnet.broker.broker import MAX_ID_LENGTH, Broker, TopicSettings
+from rsnet.broker.broker import DEFAULT_MAX_RECORD_BYTES, MAX_ID_LENGTH, Broker, TopicSettings
 from rsnet.broker.client import commit, publish
 from rsnet.broker.storage import Retention
 from rsnet.broker.topic import TopicSink
@@ -156,3 +156,26 @@ async def test_records_granted_in_bulk_are_held_in_memory_only_until_the_writer_
             await client.next_frame()  # the grants that follow each append
         assert len(held) == 40 and max(held) == len(record)  # one record at a time, never 36 MB
         await client.aclose()
+
+
+@pytest.mark.parametrize("durable", [False, True], ids=["memory", "durable"])
+async def test_a_record_too_large_to_deliver_is_refused_to_its_producer(tmp_path, durable):
+    """A topic takes no record that a subscriber at the default max_frame_size (1 MiB) could
+    not be sent: one that fits is delivered in every shape, also through a pattern."""
+    broker = Broker(data_dir=tmp_path if durable else None, settings_for=lambda name: TopicSettings(durable=durable))
+    fits, too_large = b"x" * (DEFAULT_MAX_RECORD_BYTES - 100), b"x" * (DEFAULT_MAX_RECORD_BYTES - 10)
+    async with broker_running(broker) as url, rsnet.connect(url) as conn:
+        error = await refused(publish(conn, "big.one", [too_large], producer="p"))
+        assert "record too large" in error.message and error.data == {"topic": "big.one", "producer": "p"}
+        assert await publish(conn, "big.one", [fits, "after"], producer="p", first_sequence=0) == 2
+        for name, params in [
+            ("big.one", {"from": "earliest"}),
+            ("big.one", {"from": "earliest", "items": "arrays"}),
+            ("big.one", {"from": "earliest", "items": "stored"}),
+            ("big.*", {"from": "earliest"}),
+            ("big.*", {"from": "earliest", "items": "stored"}),
+        ]:
+            values = [
+                item["value"] if isinstance(item, dict) else item[2] for item in await take(conn, name, 2, **params)
+            ]
+            assert values == [fits, "after"], (name, params)  # and the record after it too

@@ -18,7 +18,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
-from .records import MAX_INT64, MIN_INT64, Record, encode_record, new_packer
+from .records import MAX_BODY_BYTES, MAX_INT64, MIN_INT64, Record, encode_record, new_packer
 
 
 class OffsetTrimmed(LookupError):
@@ -265,6 +265,10 @@ class TopicLog(abc.ABC):
     Not thread-safe: calls on one log must not overlap (one thread or task at a time).
     """
 
+    max_record_bytes = MAX_BODY_BYTES
+    """The largest record (its encoded body) :meth:`append` stores; a larger one is a
+    ValueError. The broker lowers it so that any record fits the frames subscribers are sent."""
+
     def __init__(self, retention: Retention) -> None:
         if not isinstance(retention, Retention):
             raise TypeError(f"retention must be a Retention, not {type(retention).__name__}")
@@ -375,7 +379,11 @@ class TopicLog(abc.ABC):
         for index in range(duplicates, len(values)):
             sequence = None if first_sequence is None else first_sequence + index
             try:
-                frames.append(encode_record(self._packer, offset, timestamp_ms, values[index], producer, sequence))
+                frames.append(
+                    encode_record(
+                        self._packer, offset, timestamp_ms, values[index], producer, sequence, self.max_record_bytes
+                    )
+                )
             except (TypeError, ValueError) as exc:
                 raise type(exc)(f"values[{index}]: {exc}") from exc
             offset += 1

@@ -122,11 +122,17 @@ def check_frame(data: bytes | memoryview | bytearray, position: int) -> Any:
 
 
 def encode_record(
-    packer: msgpack.Packer, offset: int, timestamp_ms: int, value: Any, producer: str | None, sequence: int | None
+    packer: msgpack.Packer,
+    offset: int,
+    timestamp_ms: int,
+    value: Any,
+    producer: str | None,
+    sequence: int | None,
+    max_bytes: int = MAX_BODY_BYTES,
 ) -> bytes:
     """The framed record; raises TypeError (not a msgpack type) or ValueError (anything else
     that cannot be stored: None, a str that is not UTF-8, a map key that is not str or bytes,
-    an int beyond 64 bits, a value over MAX_BODY_BYTES)."""
+    an int beyond 64 bits, a body over ``max_bytes``)."""
     if value is None:
         raise ValueError("None cannot be stored: a record's value is any msgpack value except nil")
     try:
@@ -150,8 +156,8 @@ def encode_record(
             f"value nests deeper than {MAX_VALUE_LEVELS} levels, so no subscriber could be sent it "
             "(SPEC 3: a frame nests at most 512 levels, and a delivered record is 3 levels down)"
         )
-    if len(body) > MAX_BODY_BYTES:
-        raise ValueError(f"value too large: {len(body)} bytes encoded, at most {MAX_BODY_BYTES}")
+    if len(body) > max_bytes:
+        raise ValueError(f"record too large: {len(body)} bytes encoded, at most {max_bytes}")
     return frame(body)
 
 
