@@ -27,6 +27,7 @@ else. Invalid settings are refused with ``REJECTED`` naming each key and what it
 
 from __future__ import annotations
 
+import reprlib
 from typing import TYPE_CHECKING, Any
 
 from ..errors import StreamError
@@ -45,7 +46,9 @@ ACTIONS = ("create", "alter", "delete", "purge")
 def administer(broker: Broker, action: Any, name: str, params: dict[str, Any]) -> dict[str, Any]:
     """Carry out ``action`` on topic ``name`` (already validated and authorized)."""
     if action not in ACTIONS:
-        raise StreamError(ErrorCode.REJECTED, f"$admin action must be one of {', '.join(ACTIONS)}, got {action!r}")
+        raise StreamError(
+            ErrorCode.REJECTED, f"$admin action must be one of {', '.join(ACTIONS)}, got {reprlib.repr(action)}"
+        )
     if action == "create":
         return _create(broker, name, _asked(broker, name, params))
     if action == "alter":

@@ -39,6 +39,7 @@ import logging
 import math
 import os
 import pathlib
+import reprlib
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -120,9 +121,19 @@ KEYS: dict[str, Callable[[Any], Any]] = {
 RETENTION_KEYS = tuple(key for key in KEYS if key.startswith("retention."))
 
 
+MAX_PROBLEMS = 20
+"""Problems one invalid settings map is answered with at most (the rest are counted): a map of
+100,000 unknown keys must not become a 25 MB error."""
+
+_SHOWN = reprlib.Repr()  # (keyword arguments only from Python 3.12)
+_SHOWN.maxstring = _SHOWN.maxother = 40
+_SHOWN.maxlist = _SHOWN.maxdict = 4
+_SHOWN.maxlevel = 2
+
+
 def _shown(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
+    """``value`` shortened for an error message (never the whole of a large one)."""
+    return _SHOWN.repr(value)
 
 
 def parse(data: Any, where: str = "settings") -> dict[str, Any]:
@@ -134,23 +145,35 @@ def parse(data: Any, where: str = "settings") -> dict[str, Any]:
     if not isinstance(data, dict):
         raise InvalidSettings([f"{where}: must be a map such as {{'retention': {{'max_records': 1000}}}}"])
     found: dict[str, Any] = {}
-    problems = []
+    problems: list[str] = []
+    more = 0  # problems beyond MAX_PROBLEMS: counted, not described
+
+    def counted_only() -> bool:  # whether the next problem is one too many to describe
+        nonlocal more
+        more += len(problems) >= MAX_PROBLEMS
+        return len(problems) >= MAX_PROBLEMS
+
     for top, value in data.items():
         if isinstance(top, str) and top in ("retention", "slow_subscriber"):
             if not isinstance(value, dict):
-                problems.append(f"{where}.{top}: must be a map")
+                if not counted_only():
+                    problems.append(f"{where}.{top}: must be a map")
                 continue
             items = [(f"{top}.{key}", inner) for key, inner in value.items()]
         else:
             items = [(top, value)]
         for key, inner in items:
             if not isinstance(key, str) or key not in KEYS:
-                problems.append(f"{where}: unknown key {_shown(key)} (known: {', '.join(KEYS)})")
+                if not counted_only():
+                    problems.append(f"{where}: unknown key {_shown(key)} (known: {', '.join(KEYS)})")
                 continue
             try:
                 found[key] = KEYS[key](inner)
             except ValueError as error:
-                problems.append(f"{where}.{key}: {error}; got {_shown(inner)}")
+                if not counted_only():
+                    problems.append(f"{where}.{key}: {error}; got {_shown(inner)}")
+    if more:
+        problems.append(f"and {more} more problems")
     if problems:
         raise InvalidSettings(problems)
     return found

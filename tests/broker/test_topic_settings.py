@@ -362,3 +362,17 @@ def test_parse_reads_what_nest_writes():
         "settings: unknown key 'color' (known: storage, retention.max_records, retention.max_bytes, "
         "retention.max_age_s, slow_subscriber.policy, slow_subscriber.max_lag)",
     ]
+
+
+async def test_an_invalid_request_is_answered_with_a_bounded_error(tmp_path):
+    """However much is wrong, the answer lists 20 problems and counts the rest, and echoes
+    values shortened (server/README, "error messages the broker writes")."""
+    async with broker_running(Broker(data_dir=tmp_path)) as url, rsnet.connect(url) as conn:
+        error = await refused(conn, "create", "jobs.a", settings={f"key{n}": n for n in range(20_000)})
+        assert error.code == ErrorCode.REJECTED
+        assert len(error.data["problems"]) == 21 and error.data["problems"][-1] == "and 19980 more problems"
+        assert len(error.message) < 4096 and "[truncated]" not in error.message
+        error = await refused(conn, "create", "jobs.a", settings={"retention": {"max_records": "x" * 100_000}})
+        assert len(error.message) < 400
+        error = await refused(conn, "y" * 100_000, "jobs.a")
+        assert len(error.message) < 200
