@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import time
 from collections.abc import Callable, Sequence
 from itertools import repeat
 from operator import is_
@@ -104,6 +105,12 @@ plus the answers to one read, where it could grow the output without limit; with
 received meanwhile, the writer gives it up three keepalive intervals later (SPEC 10.1). The
 items of a stream that runs on are bounded by its window instead and do not count: two peers
 streaming to each other, each waiting for the other to read, must never both stop reading."""
+
+OPENING_SLICE = 0.005
+"""Seconds of opening streams (an application's ``open_publisher`` and ``subscribe`` may be
+costly: a broker's pattern subscription over thousands of topics) the reader spends on one
+received chunk before it lets the other tasks run, then goes on: one peer's burst of openings
+delays the process's other connections by about one opening, not by all of them."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -620,8 +627,7 @@ class Session:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
                 nursery.start_soon(self._writer)
-                if events:
-                    self._dispatch(events)
+                await self._dispatch_slices(events or [], 0)
                 self._wake_writer()
                 await self._reader()
                 # The reader saw the end; let the writer flush what is left (a CONN_ERROR).
@@ -986,12 +992,14 @@ class Session:
                     conn.receive_eof()
                 # Answers the protocol wrote (PONGs, refusals); opening a stream counts its own.
                 self._answers += conn.buffered - queued
-                self._dispatch(conn.events_received())
+                events = conn.events_received()
+                done = self._dispatch(events, 0)
             finally:
                 self._holding = False
             # The answers (and frames the protocol wrote itself: PONG, errors) go out now.
             self._write_scheduled = True
             self._send_now()
+            await self._dispatch_slices(events, done)
             if self._answers > MAX_UNTAKEN_ANSWERS and (self._sending or self._unfinished):
                 # The peer sends, its answers pile up, it does not read them: stop reading
                 # from it until the write it is not taking is done (MAX_UNTAKEN_ANSWERS).
@@ -1035,9 +1043,33 @@ class Session:
 
     # -- dispatch of received events ------------------------------------------------------------------
 
-    def _dispatch(self, events: list[Any]) -> None:
-        for event in events:
+    async def _dispatch_slices(self, events: list[Any], done: int) -> None:
+        """Hand on ``events[done:]``, a slice at a time (:meth:`_dispatch`), letting the other
+        tasks run between slices, and writing what each slice answered."""
+        while done < len(events):  # to the end: a ConnectionClosed may come last
+            if done:
+                await trio.lowlevel.checkpoint()
+            self._holding = True
+            try:
+                done = self._dispatch(events, done)
+            finally:
+                self._holding = False
+            self._write_scheduled = True
+            self._send_now()
+
+    def _dispatch(self, events: list[Any], start: int) -> int:
+        """Hand ``events[start:]`` on, in order, until opening streams has taken
+        ``OPENING_SLICE``; returns how many of ``events`` are done."""
+        deadline = 0.0
+        for index in range(start, len(events)):
+            event = events[index]
             kind = type(event)
+            if kind is Subscribe or kind is Offer:  # only openings read the clock
+                now = time.perf_counter()
+                if not deadline:
+                    deadline = now + OPENING_SLICE
+                elif now > deadline:
+                    return index
             if kind is Items:
                 inbound = self._inbound.get(event.stream_id)
                 if inbound is not None:
@@ -1068,6 +1100,7 @@ class Session:
             elif kind is GoAway:
                 self._peer_going_away = True  # the writer closes once no stream is left
             # Pong: nothing to do (the protocol answers PINGs itself)
+        return len(events)
 
     def _on_error(self, event: Error) -> None:
         error = StreamError(event.code, event.message, event.data)

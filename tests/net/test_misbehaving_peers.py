@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import socket
+import time
 
 import msgpack
 import pytest
@@ -457,3 +458,35 @@ async def test_a_connection_beyond_max_connections_is_refused_with_going_away():
                     await trio.sleep(0.01)
             async with rsnet.connect(urls["tcp"]) as third:
                 assert [x async for x in third.subscribe("range", {"count": 1})] == [0]
+
+
+async def test_a_burst_of_costly_openings_lets_the_other_tasks_run_between_slices():
+    """One peer's 50 SUBSCRIBEs in one write, each opening a publisher that costs 2 ms to open
+    (a broker's pattern over many topics, say): the reader lets the process's other tasks run
+    after about OPENING_SLICE of openings, where it used to run all 50 (100 ms) in one go."""
+    server = rsnet.Server(max_streams=64)
+    opened: list[int] = []
+
+    @server.publisher("costly")
+    def costly(params, ctx):
+        time.sleep(0.002)  # work that holds the event loop, as a costly opening does
+        opened.append(1)
+        return rsnet.just(1)
+
+    seen: list[int] = []  # how many openings were done each time another task ran
+
+    async def bystander(task_status: trio.TaskStatus[None]) -> None:
+        task_status.started()
+        while len(opened) < 50:
+            seen.append(len(opened))
+            await trio.lowlevel.checkpoint()
+
+    async with running(server) as urls:
+        client = await RawClient.connect(urls["tcp"])
+        async with trio.open_nursery() as nursery:
+            await nursery.start(bystander)
+            await client.send(b"".join(encode_frame(Subscribe(2 * n + 1, "costly", {}, 1, {})) for n in range(50)))
+        assert any(0 < count < 50 for count in seen)  # it ran in the middle of the burst
+        # Slices of 3 openings (the third passes 5 ms); trio runs each batch of tasks in a random
+        # order, so the bystander may see two slices between its turns, never more.
+        assert max(b - a for a, b in itertools.pairwise([0, *sorted(set(seen)), 50])) <= 6
