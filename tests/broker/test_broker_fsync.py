@@ -258,15 +258,21 @@ async def test_under_interval_the_periodic_fsync_runs_in_a_thread_and_acknowledg
         nursery.cancel_scope.cancel()
 
 
+def aging_broker(tmp_path: pathlib.Path) -> tuple[Broker, GatedFiles]:
+    """A broker whose durable topics keep records for a second, swept every 10 ms, its files gated."""
+    files = GatedFiles()
+    settings = TopicSettings(durable=True, retention=Retention(max_age_ms=1000))
+    broker = Broker(data_dir=tmp_path, settings_for=lambda name: settings, retention_sweep_s=0.01)
+    broker.storage_files = files
+    return broker, files
+
+
 async def test_retention_syncs_the_topics_new_start_in_a_thread_before_deleting_a_segment(
     tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A segment retention deleted must not read as lost after an OS crash: the log's new start
     goes into its synced mark, fsynced (in a worker thread) before the segment is deleted."""
-    files = GatedFiles()
-    settings = TopicSettings(durable=True, retention=Retention(max_age_ms=1000))
-    broker = Broker(data_dir=tmp_path, settings_for=lambda name: settings, retention_sweep_s=0.01)
-    broker.storage_files = files
+    broker, files = aging_broker(tmp_path)
     async with broker_serving(broker) as (url, _), rsnet.connect(url) as conn:
         await publish(conn, "aged", ["a0", "a1", "a2"], producer="p")
         aged = broker.topics["aged"]
@@ -291,10 +297,7 @@ async def test_retention_goes_on_when_the_topics_new_start_cannot_be_synced(
     tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """On a failing or full disk retention is what frees space: said once, and done."""
-    files = GatedFiles()
-    settings = TopicSettings(durable=True, retention=Retention(max_age_ms=1000))
-    broker = Broker(data_dir=tmp_path, settings_for=lambda name: settings, retention_sweep_s=0.01)
-    broker.storage_files = files
+    broker, files = aging_broker(tmp_path)
     async with broker_serving(broker) as (url, _), rsnet.connect(url) as conn:
         await publish(conn, "aged", ["a0", "a1", "a2"], producer="p")
         aged = broker.topics["aged"]
