@@ -48,7 +48,16 @@ from ..streams.rules import MAX_DEMAND, add_demand, check_subscriber, invalid_re
 from ..streams.subscriptions import deliver_safely
 from .admin import administer
 from .codes import BrokerCode
-from .names import MAX_MATCH_PATTERNS, is_valid_topic, is_wildcard, topic_matches, validate_pattern, validate_topic
+from .names import (
+    MAX_MATCH_PATTERNS,
+    MAX_MATCH_WILDCARDS,
+    TopicFilter,
+    is_valid_topic,
+    is_wildcard,
+    topic_matches,
+    validate_pattern,
+    validate_topic,
+)
 from .overrides import OverrideStore, effective, nest, sources
 from .recent import RecentBudget
 from .storage import (
@@ -712,10 +721,11 @@ class Broker:
         params = _params(params)
         if name == "$topics":  # only the topics this client may subscribe to (and asked for)
             patterns = _match_param(params.get("match"))
+            wanted = None if patterns is None else TopicFilter(patterns)
             return _Snapshot(
                 self,
                 lambda topic: (
-                    (patterns is None or any(topic_matches(pattern, topic) for pattern in patterns))
+                    (wanted is None or wanted(topic))
                     and (self.authorize is None or self.authorize(context.principal, "subscribe", topic))
                 ),
             )
@@ -882,6 +892,10 @@ def _match_param(match: Any) -> list[str] | None:
         )
     for pattern in patterns:
         _validated(validate_pattern, pattern)
+    if sum(map(is_wildcard, patterns)) > MAX_MATCH_WILDCARDS:
+        raise StreamError(
+            ErrorCode.REJECTED, f"match may hold at most {MAX_MATCH_WILDCARDS} patterns with a wildcard ('*', '>')"
+        )
     return patterns
 
 

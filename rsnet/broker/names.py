@@ -70,6 +70,36 @@ def _show(text: str, limit: int = 60) -> str:
 MAX_MATCH_PATTERNS = 1024
 """Names and patterns one ``$topics`` may ask for (its ``match`` param)."""
 
+MAX_MATCH_WILDCARDS = 16
+"""Of those, patterns with a wildcard at most: names are looked up in a set, patterns are
+tried in turn (compiled into one expression), so this bounds the work per topic listed (16
+patterns of 60 segments that just miss 10,000 topics of 60 segments: about 0.13 s)."""
+
+
+class TopicFilter:
+    """Whether a topic name is one of some names or matches one of some patterns (all
+    assumed valid): a set lookup for names, one compiled expression for the patterns, where
+    testing each pattern in turn in Python cost 10,000 topics x 1,024 patterns 3 s."""
+
+    def __init__(self, patterns: list[str]) -> None:
+        self._names = {pattern for pattern in patterns if not is_wildcard(pattern)}
+        wildcards = [pattern for pattern in patterns if is_wildcard(pattern)]
+        self._expression = re.compile("|".join(map(_expression, wildcards))) if wildcards else None
+
+    def __call__(self, topic: str) -> bool:
+        return topic in self._names or (self._expression is not None and self._expression.fullmatch(topic) is not None)
+
+
+def _expression(pattern: str) -> str:
+    """``pattern`` as a regular expression over topic names (as ``topic_matches`` reads it)."""
+    parts = []
+    for segment in pattern.split("."):
+        if segment == ">":
+            parts.append(r"[^.]+(?:\.[^.]+)*")  # one or more segments: always the last
+            break
+        parts.append("[^.]+" if segment == "*" else re.escape(segment))
+    return "(?:" + r"\.".join(parts) + ")"
+
 
 def validate_topic(name: object) -> str:
     """Return ``name`` if it is a concrete topic name (no wildcards), else raise InvalidName."""

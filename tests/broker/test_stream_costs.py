@@ -6,6 +6,7 @@ are counted (reads of a log's durable offset, topic descriptions, series), never
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 import pytest
@@ -16,8 +17,9 @@ from rsnet.broker.broker import Broker
 from rsnet.broker.client import publish
 from rsnet.broker.daemon import metrics_refresher
 from rsnet.broker.metrics import BrokerMetrics
+from rsnet.broker.names import TopicFilter, topic_matches
 from rsnet.broker.storage.log import TopicLog
-from rsnet.protocol import Accept, Batch, Next, Request, Subscribe
+from rsnet.protocol import Accept, Batch, ErrorCode, Next, Request, Subscribe
 from rsnet.streams import Subscriber, Subscription
 
 from .support import RawClient, broker_running, broker_serving
@@ -131,3 +133,31 @@ async def test_a_pattern_subscription_is_one_lag_series_whatever_it_matches():
         assert sorted(lags) == [(">", 3), ("t7", 3)]  # the pattern's over its 2,000 topics, then the topic's
         assert metrics.registry.get_sample_value("rsnet_broker_streams", {"kind": "subscribe"}) == 2
         await client.aclose()
+
+
+def test_a_listings_filter_matches_as_patterns_do():
+    """$topics' match filter (names in a set, patterns in one expression) agrees with
+    topic_matches on every pair: 400 random lists of patterns over 2,000 random names."""
+    rng = random.Random(7)
+    names = [".".join(rng.choice("abc") for _ in range(rng.randint(1, 5))) for _ in range(2_000)]
+
+    def pattern() -> str:
+        segments = [rng.choice(["a", "b", "c", "*", ">"]) for _ in range(rng.randint(1, 4))]
+        return ".".join(s if s != ">" or n == len(segments) - 1 else "*" for n, s in enumerate(segments))
+
+    for _ in range(400):
+        patterns = [pattern() for _ in range(rng.randint(1, 5))]
+        wanted = TopicFilter(patterns)
+        assert [wanted(name) for name in names] == [any(topic_matches(p, name) for p in patterns) for name in names]
+
+
+async def test_a_listing_takes_1024_names_but_at_most_16_patterns_with_a_wildcard():
+    async with broker_running(Broker()) as url, rsnet.connect(url) as conn:
+        await publish(conn, "n5", [1])
+        listed = [t async for t in conn.subscribe("$topics", {"match": [f"n{n}" for n in range(1024)]})]
+        assert [t["topic"] for t in listed] == ["n5"]
+        listed = [t async for t in conn.subscribe("$topics", {"match": [f"n{n}.>" for n in range(15)] + ["*"]})]
+        assert [t["topic"] for t in listed] == ["n5"]
+        with pytest.raises(rsnet.StreamError) as refused:
+            [t async for t in conn.subscribe("$topics", {"match": [f"n{n}.*" for n in range(17)]})]
+        assert refused.value.code == ErrorCode.REJECTED and "at most 16 patterns" in refused.value.message
