@@ -100,6 +100,13 @@ DEFAULT_MAX_CURSORS = 1_000
 """Named cursors a topic keeps at most; a commit to one more is refused with REJECTED. (A write
 of the topic's cursor file rewrites all of them, so this also bounds what one write costs.)"""
 
+DEFAULT_MAX_PATTERN_TOPICS = 500_000
+"""Topics that pattern subscriptions follow, summed over all of them (a ``>`` over 10,000 topics
+follows 10,000): each costs about 65 bytes, and ending the subscription (its connection
+closing) about 0.6 us of event loop, so this bounds them to about 32 MB and 0.3 s. A pattern
+subscription that would pass it is refused with REJECTED (one already running, when a new
+topic would pass it, ends so)."""
+
 DELIVERY_OVERHEAD = 1024
 """Bytes a delivered record may take beyond its stored body (the frame, the stream id, the map's
 keys or the array, the topic's name of at most 255 characters): well under 1 KiB."""
@@ -188,6 +195,7 @@ class Broker:
         idle_close_s: float = DEFAULT_IDLE_CLOSE_S,
         max_cursors: int = DEFAULT_MAX_CURSORS,
         max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
+        max_pattern_topics: int = DEFAULT_MAX_PATTERN_TOPICS,
         max_open_topics: int | None = None,
         unclean_recovery: bool = False,
         sync_threads: int = DEFAULT_SYNC_THREADS,
@@ -208,6 +216,8 @@ class Broker:
         self.idle_close_s = idle_close_s
         self.max_cursors = max_cursors
         self.max_record_bytes = max_record_bytes
+        self.max_pattern_topics = max_pattern_topics
+        self._pattern_topics = 0  # topics followed by the readers in _watchers, summed
         self.max_open_topics = max_open_topics if max_open_topics is not None else default_max_open_topics()
         self.unclean_recovery = unclean_recovery  # see SegmentLog.open; off: damage it cannot place stops the start
         self.sync_threads = trio.CapacityLimiter(sync_threads)  # fsyncs running at once, all topics
@@ -450,7 +460,7 @@ class Broker:
         if new:  # a stored topic's readers came to it themselves, when they subscribed
             for reader, pattern in list(self._watchers.items()):
                 if topic_matches(pattern, name) and not reader.cancelled:
-                    reader.add_topic(topic, topic_log.first_offset)
+                    self._follow(reader, topic, topic_log.first_offset)
         return topic
 
     def _make_room(self, name: str) -> None:
@@ -694,7 +704,24 @@ class Broker:
             del self._cursor_writes[store]
 
     def _reader_ended(self, reader: TopicReader) -> None:
-        self._watchers.pop(reader, None)
+        if self._watchers.pop(reader, None) is not None:
+            self._pattern_topics -= len(reader.positions)
+
+    def _follow(self, reader: TopicReader, topic: Topic, position: int) -> None:
+        """Add ``topic`` to a pattern subscription, within ``max_pattern_topics``."""
+        if self._pattern_topics >= self.max_pattern_topics:
+            reader.fail(self._too_many_followed(1))
+            return
+        self._pattern_topics += 1
+        reader.add_topic(topic, position)
+
+    def _too_many_followed(self, more: int) -> StreamError:
+        return StreamError(
+            ErrorCode.REJECTED,
+            f"pattern subscriptions follow at most {self.max_pattern_topics} topics in all (max_pattern_topics) and "
+            f"follow {self._pattern_topics}; this one would follow {more} more: subscribe to fewer topics, or later",
+            {"max_pattern_topics": self.max_pattern_topics},
+        )
 
     # -- acknowledgements ---------------------------------------------------------------------
 
@@ -984,9 +1011,13 @@ class _PatternPublisher(Publisher[Any]):
         broker = self._broker
         reader = TopicReader(subscriber, on_end=broker._reader_ended, shape=self._shape)
         subscriber.on_subscribe(reader)
+        names = [name for name in broker.topic_names() if topic_matches(self._pattern, name)]
+        if broker._pattern_topics + len(names) > broker.max_pattern_topics:
+            reader.fail(broker._too_many_followed(len(names)))
+            return
         broker._watchers[reader] = self._pattern
-        for name in broker.topic_names():
-            if topic_matches(self._pattern, name) and not reader.cancelled:
+        for name in names:
+            if not reader.cancelled:
                 try:
                     topic = broker.topic(name, create=False)
                 except StreamError as refused:  # e.g. too many open topics: this subscription ends
@@ -999,7 +1030,7 @@ class _PatternPublisher(Publisher[Any]):
                     )
                     return
                 if topic is not None:
-                    reader.add_topic(topic, resolve_start(topic, self._start))
+                    broker._follow(reader, topic, resolve_start(topic, self._start))
 
 
 class _Snapshot(Publisher[Any]):

@@ -22,7 +22,7 @@ from rsnet.broker.storage.log import TopicLog
 from rsnet.protocol import Accept, Batch, ErrorCode, Next, Request, Subscribe
 from rsnet.streams import Subscriber, Subscription
 
-from .support import RawClient, broker_running, broker_serving
+from .support import RawClient, broker_running, broker_serving, take
 
 TOPICS = 2_000
 
@@ -161,3 +161,40 @@ async def test_a_listing_takes_1024_names_but_at_most_16_patterns_with_a_wildcar
         with pytest.raises(rsnet.StreamError) as refused:
             [t async for t in conn.subscribe("$topics", {"match": [f"n{n}.*" for n in range(17)]})]
         assert refused.value.code == ErrorCode.REJECTED and "at most 16 patterns" in refused.value.message
+
+
+async def test_pattern_subscriptions_follow_at_most_max_pattern_topics_in_all():
+    async with broker_running(Broker(max_pattern_topics=10)) as url, rsnet.connect(url) as conn:
+        for n in range(8):
+            await publish(conn, f"p{n}", [n])
+        got: list[str] = []
+        failed: list[rsnet.StreamError] = []
+
+        async def follow_all(task_status: trio.TaskStatus[None]) -> None:
+            try:
+                async with conn.subscribe(">", {"from": "earliest"}) as items:
+                    async for item in items:
+                        got.append(item["topic"])
+                        if len(got) == 8:
+                            task_status.started()
+            except rsnet.StreamError as error:
+                failed.append(error)
+
+        async with trio.open_nursery() as nursery:
+            await nursery.start(follow_all)  # follows 8 of 10
+            refused = await refusal(conn, "*")  # would be 16
+            assert refused.data == {"max_pattern_topics": 10}
+            assert "follow at most 10 topics in all (max_pattern_topics) and follow 8;" in refused.message
+            for n in range(8, 11):  # 9, 10, then one too many: the running one ends so
+                await publish(conn, f"p{n}", [n])
+        assert [error.code for error in failed] == [ErrorCode.REJECTED]
+        assert sorted(got) == sorted(f"p{n}" for n in range(10))
+        refused = await refusal(conn, "*")  # what the ended one followed is free again
+        assert "and follow 0; this one would follow 11 more" in refused.message
+
+
+async def refusal(conn: rsnet.Client, pattern: str) -> rsnet.StreamError:
+    with pytest.raises(rsnet.StreamError) as refused:
+        await take(conn, pattern, 1, **{"from": "earliest"})
+    assert refused.value.code == ErrorCode.REJECTED
+    return refused.value
