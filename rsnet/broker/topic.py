@@ -489,8 +489,11 @@ class TopicReader(DrainLoop, Subscription):
         self.subscriber: Subscriber[Any] | None = subscriber
         self.positions: dict[Topic, int] = {}
         # The topics that may have records for it (or a trim to report), in the order they
-        # are to be read: a pattern over thousands of topics costs what its busy ones do.
+        # are to be read: a pattern over thousands of topics costs what its busy ones do. Kept
+        # only while it reads several: with one (``_only``), that one is looked at, which
+        # spares the bookkeeping per record that fan-out to many readers pays per reader.
         self._ready: dict[Topic, None] = {}
+        self._only: Topic | None = None
         self.skipped: dict[Topic, int] = {}
         self.requested = 0
         self.cancelled = False
@@ -514,7 +517,13 @@ class TopicReader(DrainLoop, Subscription):
         if self.cancelled:
             return
         self.positions[topic] = position
-        self._ready[topic] = None
+        if len(self.positions) == 1:
+            self._only = topic
+        else:
+            if self._only is not None:  # its one topic becomes one of several
+                self._ready[self._only] = None
+                self._only = None
+            self._ready[topic] = None
         topic.readers.add(self)
         if self.requested:
             self.drain()
@@ -525,7 +534,7 @@ class TopicReader(DrainLoop, Subscription):
     def total_lag(self) -> int:
         """Records not yet read, over every topic that has some: a pattern subscription's lag,
         at the cost of its busy topics (the others are read up to their end)."""
-        return sum(self.lag(topic) for topic in self._ready)
+        return sum(self.lag(topic) for topic in (self._ready if self._only is None else self.positions))
 
     # -- Subscription -------------------------------------------------------------------
 
@@ -567,7 +576,8 @@ class TopicReader(DrainLoop, Subscription):
                     f"more than {topic.max_lag} records behind on {topic.name!r}",
                     {"topic": topic.name, "lag": lag},
                 )
-        self._ready[topic] = None
+        if self._only is None:
+            self._ready[topic] = None
         self.drain()
 
     def _skip(self, topic: Topic, count: int) -> None:
@@ -610,10 +620,11 @@ class TopicReader(DrainLoop, Subscription):
         """Read the ready topics in turn (round robin: a topic read goes to the back if it
         has more), while there is demand; a topic with nothing more leaves the ready ones."""
         emitted = 0
-        for _ in range(len(self._ready)):  # each once at most (one may come round again next step)
+        only = self._only
+        for _ in range(1 if only is not None else len(self._ready)):  # each once at most
             if not self.requested or self.cancelled or self._failure is not None:
                 break
-            topic = next(iter(self._ready))
+            topic = only if only is not None else next(iter(self._ready))
             log = topic.log
             position = self.positions[topic]
             if position < log.first_offset:  # retention removed records not yet read
@@ -625,10 +636,12 @@ class TopicReader(DrainLoop, Subscription):
             # Only durable records are shown: one that an OS crash could still take back
             # (INTERVAL, before its sync) must never be seen, since its offset would be reused.
             visible = log.durable_offset - position
-            del self._ready[topic]
+            if only is None:
+                del self._ready[topic]
+                if visible > 0:
+                    self._ready[topic] = None  # at the back: it may have more
             if visible <= 0:
                 continue
-            self._ready[topic] = None  # at the back: it may have more
             wanted = min(self.requested, READ_BATCH, visible)
             shared = None
             if self._shared and topic not in self.skipped:  # (a map after a skip says so)
