@@ -28,7 +28,7 @@ from ..protocol import ErrorCode
 from ..sync import BlockingClient
 from ..sync import connect as _connect
 from .codes import BrokerCode
-from .names import MAX_MATCH_PATTERNS, is_wildcard, topic_matches, validate_pattern
+from .names import MAX_MATCH_PATTERNS, MAX_MATCH_WILDCARDS, is_wildcard, topic_matches, validate_pattern
 
 READ_WINDOW = 8192
 """Records :func:`read_range` keeps requested and not yet taken, at most (its memory bound)."""
@@ -125,7 +125,8 @@ def resolve_topics(client: BlockingClient, names: Iterable[str]) -> dict[str, tu
             validate_pattern(name)
         except ValueError as invalid:
             raise ValueError(f"invalid topic or pattern {name!r}: {invalid}") from None
-    listed = list_topics(client, names if len(names) <= MAX_MATCH_PATTERNS else None)
+    asked = len(names) <= MAX_MATCH_PATTERNS and sum(map(is_wildcard, names)) <= MAX_MATCH_WILDCARDS
+    listed = list_topics(client, names if asked else None)  # else every topic, filtered here
     known = {info["topic"]: (info["first_offset"], info["next_offset"]) for info in listed}
     found: dict[str, tuple[int, int]] = {}
     for name in names:

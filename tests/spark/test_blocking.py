@@ -87,3 +87,16 @@ def test_a_partition_read_collects_garbage_less_often_and_gives_the_threshold_ba
         assert gc.get_threshold() == (700, 10, 10)
     finally:
         gc.set_threshold(*before)
+
+
+def test_topics_and_patterns_resolve_beyond_what_one_listing_may_ask_for(broker_url):
+    """More patterns than a $topics `match` takes (16 with a wildcard): the client lists every
+    topic and matches them itself."""
+    from rsnet.broker import blocking
+
+    publish(broker_url, "many.a.x", [1])
+    publish(broker_url, "many.b.x", [1, 2])
+    patterns = [f"many.q{n}.*" for n in range(20)] + ["many.a.*", "many.*.x", "many.b.x"]
+    with rsnet.sync.connect(broker_url, token=TOKEN) as client:
+        found = blocking.resolve_topics(client, patterns)
+    assert {name: ends[1] for name, ends in found.items()} == {"many.a.x": 1, "many.b.x": 2}
