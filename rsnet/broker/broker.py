@@ -1063,8 +1063,8 @@ class _Answer(Publisher[Any], Subscription):
         self._deliver()
 
     def request(self, n: int) -> None:
-        if n <= 0 and self._outcome is None:
-            self._outcome = (invalid_request(n),)  # rule 3.9
+        if n <= 0:
+            self._outcome = (invalid_request(n),)  # rule 3.9, whatever the answer was to be
         self._requested = True
         self._deliver()
 
