@@ -27,7 +27,6 @@ running has returned. Durable topics fsync in worker threads, at most ``sync_thr
 from __future__ import annotations
 
 import dataclasses
-import errno
 import logging
 import os
 import pathlib
@@ -687,12 +686,8 @@ class Broker:
                     try:
                         await trio.to_thread.run_sync(store.write, cursors, limiter=self.sync_threads)
                     except OSError as failure:
-                        refusal = StreamError(
-                            BrokerCode.STORAGE_FULL
-                            if failure.errno in (errno.ENOSPC, errno.EDQUOT)
-                            else BrokerCode.STORAGE_ERROR,
-                            f"the cursors of {name!r} could not be stored: {failure.strerror or failure}",
-                            {"topic": name},
+                        refusal = storage_refusal(
+                            name, failure, f"the cursors of {name!r} could not be stored: {failure.strerror or failure}"
                         )
                         for answer in answers:
                             answer.resolve(refusal)
@@ -837,12 +832,6 @@ class Broker:
             producer=producer,
             first_sequence=sequence,
         )
-
-    def snapshot(self, wanted: Callable[[str], bool] | None = None) -> list[dict[str, Any]]:
-        """What ``$topics`` and ``rsnet topics`` show: every topic (or those ``wanted``), open
-        or closed (see :meth:`describe_topic`)."""
-        described = (self.describe_topic(name) for name in self.topic_names() if wanted is None or wanted(name))
-        return [entry for entry in described if entry is not None]
 
     def describe_topic(self, name: str) -> dict[str, Any] | None:
         """One topic as ``$topics`` shows it, open or closed (a closed topic as it was when its

@@ -756,9 +756,9 @@ def offset_damaged(topic: str, damaged: OffsetDamaged) -> StreamError:
     )
 
 
-def storage_refusal(topic: str, failure: StorageError, message: str) -> StreamError:
+def storage_refusal(topic: str, failure: StorageError | OSError, message: str) -> StreamError:
     """STORAGE_FULL for a failure for lack of space (ENOSPC, EDQUOT), else STORAGE_ERROR."""
-    cause = failure if isinstance(failure, WriteFailed) else failure.__cause__
+    cause = failure if isinstance(failure, (WriteFailed, OSError)) else failure.__cause__
     full = getattr(cause, "errno", None) in (errno.ENOSPC, errno.EDQUOT)
     return StreamError(BrokerCode.STORAGE_FULL if full else BrokerCode.STORAGE_ERROR, message, {"topic": topic})
 

@@ -1051,11 +1051,10 @@ class Session:
     # -- dispatch of received events ------------------------------------------------------------------
 
     async def _dispatch_slices(self, events: list[Any], done: int) -> None:
-        """Hand on ``events[done:]``, a slice at a time (:meth:`_dispatch`), letting the other
-        tasks run between slices, and writing what each slice answered."""
+        """Hand on ``events[done:]``, after a first slice, a slice at a time (:meth:`_dispatch`),
+        letting the other tasks run before each, and writing what each slice answered."""
         while done < len(events):  # to the end: a ConnectionClosed may come last
-            if done:
-                await trio.lowlevel.checkpoint()
+            await trio.lowlevel.checkpoint()
             self._holding = True
             try:
                 done = self._dispatch(events, done)
