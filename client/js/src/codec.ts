@@ -632,6 +632,7 @@ export class Encoder {
     }
     if (value instanceof Uint8Array) return this.bin(value);
     if (ArrayBuffer.isView(value)) return this.bin(new Uint8Array(value.buffer, value.byteOffset, value.byteLength));
+    if (value instanceof ArrayBuffer) return this.bin(new Uint8Array(value));
     if (value instanceof Ext) return this.ext(value);
     if (value instanceof Float64) {
       this.ensure(9);
@@ -649,6 +650,15 @@ export class Encoder {
         this.value(v, depth + 1);
       }
       return;
+    }
+    // Only a plain object is a map: a Date, Set, RegExp, Error or class instance has no own
+    // enumerable fields (or not the ones that matter), and would arrive as {} without a word.
+    const prototype = Object.getPrototypeOf(value);
+    if (prototype !== Object.prototype && prototype !== null) {
+      const kind = prototype?.constructor?.name || "non-plain object";
+      throw new TypeError(
+        `a ${kind} is not encodable as msgpack: send a plain object, array, Map, string, number or bytes (e.g. a Date's getTime())`,
+      );
     }
     const record = value as Record<string, unknown>;
     const keys = Object.keys(record).filter((k) => record[k] !== undefined);

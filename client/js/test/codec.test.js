@@ -65,6 +65,29 @@ test("strings, binary, ext and maps with binary keys", () => {
   assert.equal({}.polluted, undefined, "and never sets a prototype");
 });
 
+test("only plain objects encode as maps: a Date, Set, RegExp, Error or class instance is refused, not sent as {}", () => {
+  class Reading {
+    constructor() {
+      this.celsius = 21;
+    }
+  }
+  for (const [value, name] of [
+    [new Date(0), "Date"],
+    [new Set([1]), "Set"],
+    [/x/, "RegExp"],
+    [new Error("e"), "Error"],
+    [Promise.resolve(1), "Promise"],
+    [new Reading(), "Reading"],
+    [{ at: new Date(0) }, "Date"],
+  ]) {
+    assert.throws(() => encode(value), (error) => error instanceof TypeError && error.message.includes(`a ${name} is not encodable`), name);
+  }
+  assert.equal(hex(encode({ a: 1 })), "81a16101");
+  assert.equal(hex(encode(Object.assign(Object.create(null), { a: 1 }))), "81a16101", "a null-prototype object is plain");
+  assert.equal(hex(encode(Uint8Array.of(1, 2).buffer)), "c4020102", "an ArrayBuffer is its bytes");
+  assert.equal(hex(encode(Uint16Array.of(0x0102))), "c4020201", "a typed array is its bytes, in memory order");
+});
+
 test("what SPEC 3 forbids is refused", () => {
   assert.throws(() => decode(bytes("810102")), ProtocolError, "integer map keys");
   assert.throws(() => decode(bytes("a2c328")), ProtocolError, "invalid UTF-8");

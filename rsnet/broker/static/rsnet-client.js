@@ -1756,6 +1756,7 @@ var Encoder = class {
     }
     if (value instanceof Uint8Array) return this.bin(value);
     if (ArrayBuffer.isView(value)) return this.bin(new Uint8Array(value.buffer, value.byteOffset, value.byteLength));
+    if (value instanceof ArrayBuffer) return this.bin(new Uint8Array(value));
     if (value instanceof Ext) return this.ext(value);
     if (value instanceof Float64) {
       this.ensure(9);
@@ -1773,6 +1774,13 @@ var Encoder = class {
         this.value(v, depth + 1);
       }
       return;
+    }
+    const prototype = Object.getPrototypeOf(value);
+    if (prototype !== Object.prototype && prototype !== null) {
+      const kind = prototype?.constructor?.name || "non-plain object";
+      throw new TypeError(
+        `a ${kind} is not encodable as msgpack: send a plain object, array, Map, string, number or bytes (e.g. a Date's getTime())`
+      );
     }
     const record = value;
     const keys = Object.keys(record).filter((k) => record[k] !== void 0);
