@@ -742,7 +742,11 @@ class Broker:
     def open_publisher(self, name: str, params: Any, context: StreamContext) -> Publisher[Any]:
         params = _params(params)
         if name == "$topics":  # only the topics this client may subscribe to (and asked for)
+            _known_params(params, ("match",), "$topics")
             patterns = _match_param(params.get("match"))
+            for pattern in patterns or ():
+                if not is_wildcard(pattern):  # a name asked for by name: say if it may not be read
+                    self._check(context, "subscribe", pattern)
             wanted = None if patterns is None else TopicFilter(patterns)
             return _Snapshot(
                 self,
@@ -752,6 +756,7 @@ class Broker:
                 ),
             )
         if name == "$commit":
+            _known_params(params, ("topic", "cursor", "offset"), "$commit")
             topic_name, cursor, offset = params.get("topic"), params.get("cursor"), params.get("offset")
             if not isinstance(topic_name, str) or not _is_uint(offset):
                 raise StreamError(
@@ -765,6 +770,7 @@ class Broker:
                 raise StreamError(ErrorCode.UNKNOWN_PUBLISHER, f"no topic named {topic_name!r}")
             return self.commit(topic, cursor, offset)
         if name == "$admin":  # create, alter, delete, purge (rsnet.broker.admin), for an admin grant
+            _known_params(params, ("action", "topic", "settings", "reset"), "$admin")
             topic_name = params.get("topic")
             if not isinstance(topic_name, str):
                 raise StreamError(ErrorCode.REJECTED, "$admin needs params action and topic (str)")
@@ -772,6 +778,7 @@ class Broker:
             self._check(context, "admin", topic_name)
             return just(administer(self, params.get("action"), topic_name, params))
         if name == "$acks":
+            _known_params(params, ("producer", "topic"), "$acks")
             producer, topic = params.get("producer"), params.get("topic")
             if not isinstance(producer, str) or not isinstance(topic, str):
                 raise StreamError(ErrorCode.REJECTED, "$acks needs params producer (str) and topic (str)")
@@ -779,6 +786,7 @@ class Broker:
             producer = _identifier(producer, "producer")
             self._check(context, "publish", topic)
             return _AckPublisher(self, producer, topic)
+        _known_params(params, ("from", "cursor", "items"), "a subscription")
         start = _start_position(params.get("from", "latest"))
         cursor = params.get("cursor")
         if cursor is not None:
@@ -817,6 +825,7 @@ class Broker:
         params = _params(params)
         _validated(validate_topic, name)
         self._check(context, "publish", name)
+        _known_params(params, ("producer", "sequence"), "an offer")
         producer, sequence = params.get("producer"), params.get("sequence", 0)
         if producer is not None:
             producer = _identifier(producer, "producer")
@@ -971,6 +980,14 @@ def _params(params: Any) -> dict[str, Any]:
     if not isinstance(params, dict):
         raise StreamError(ErrorCode.REJECTED, "params must be a map")
     return params
+
+
+def _known_params(params: dict[str, Any], known: tuple[str, ...], what: str) -> None:
+    """Refuse a param ``what`` does not take: a misspelt ``from`` must not silently mean "latest"."""
+    unknown = [key for key in params if key not in known]
+    if unknown:
+        shown = ", ".join(reprlib.repr(key) for key in unknown[:5]) + (", ..." if len(unknown) > 5 else "")
+        raise StreamError(ErrorCode.REJECTED, f"unknown param {shown} for {what} (it takes {', '.join(known)})")
 
 
 def _validated(check: Callable[[str], str], name: str) -> None:

@@ -35,7 +35,7 @@ from typing import Any
 
 import trio
 
-from ..broker.names import is_wildcard, topic_matches
+from ..broker.names import is_wildcard
 from ..errors import StreamError
 from ..net.client import Client, connect
 from ..protocol import ErrorCode
@@ -229,10 +229,13 @@ async def _watch_for_closed_pipe(fd: int) -> None:
 # -- the broker's topics -----------------------------------------------------------------------
 
 
-async def broker_topics(conn: Client) -> dict[str, dict[str, Any]] | None:
-    """``$topics`` as ``{name: info}``, or None when the server is not a broker."""
+async def broker_topics(conn: Client, match: str | None = None) -> dict[str, dict[str, Any]] | None:
+    """``$topics`` as ``{name: info}`` (only the topics ``match``, a name or pattern, names), or
+    None when the server is not a broker. The broker refuses a ``match`` that is no valid name
+    (REJECTED) or a topic the token may not read (UNAUTHORIZED)."""
+    params = None if match is None else {"match": match}
     try:
-        return {info["topic"]: info async for info in conn.subscribe("$topics")}
+        return {info["topic"]: info async for info in conn.subscribe("$topics", params)}
     except StreamError as error:
         if error.code == ErrorCode.UNKNOWN_PUBLISHER:
             return None
@@ -256,22 +259,23 @@ def _closest(name: str, topics: dict[str, dict[str, Any]]) -> str:
 
 
 async def _plan(
-    conn: Client, args: argparse.Namespace, topics: dict[str, dict[str, Any]]
+    conn: Client, args: argparse.Namespace, matching: dict[str, dict[str, Any]]
 ) -> tuple[Any, dict[str, int] | None]:
     """The ``from`` to subscribe with and, for ``--until-end``, the end offset of each topic
-    that has something to read; also tells the user about a topic that does not exist."""
+    that has something to read, from the ``matching`` topics' listing; also tells the user
+    about a topic that does not exist."""
     name, start = args.name, args.start
-    matching = {t: info for t, info in topics.items() if (topic_matches(name, t) if is_wildcard(name) else t == name)}
     if not matching and not args.quiet:
+        closest = "" if is_wildcard(name) else _closest(name, await broker_topics(conn) or {})
         if args.until_end:
             nothing = f"no topic matches {name!r}" if is_wildcard(name) else f"topic {name!r} does not exist"
-            say("sub", f"{nothing}: nothing to read{_closest(name, topics)}")
+            say("sub", f"{nothing}: nothing to read{closest}")
         elif is_wildcard(name):
             say("sub", f"no topic matches {name!r} yet: waiting for one to be created")
         else:
             # Not "waiting": a broker configured with subscribe_missing = "fail" refuses instead
             # (UNKNOWN_PUBLISHER, said on the next line), and only the broker knows which.
-            say("sub", f"topic {name!r} does not exist yet{_closest(name, topics)}")
+            say("sub", f"topic {name!r} does not exist yet{closest}")
     if isinstance(start, Before):
         if is_wildcard(name):
             raise CommandError(f"--from -{start.count} needs one topic, not the pattern {name!r}")
@@ -304,7 +308,9 @@ async def run(args: argparse.Namespace) -> int:
     received = 0
     async with connect(url_from(args), token=token_from(args)) as conn:
         ends: dict[str, int] | None = None
-        topics = None if args.name.startswith("$") else await broker_topics(conn)
+        # Only the topics the name or pattern covers; a name the broker refuses (not valid, or
+        # not readable with this token) fails here, with its code, as the subscription would.
+        topics = None if args.name.startswith("$") else await broker_topics(conn, match=args.name)
         start = args.start
         if topics is not None:
             start, ends = await _plan(conn, args, topics)

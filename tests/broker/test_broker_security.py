@@ -88,6 +88,17 @@ async def test_grants_hold_for_topics_and_patterns(config):
             # $topics shows each client only what it may subscribe to
             assert [t["topic"] async for t in reader.subscribe("$topics")] == ["sensors.kitchen"]
             assert [t["topic"] async for t in ingest.subscribe("$topics")] == []
+            # a topic asked for by name that may not be read is refused, existing or not (so a
+            # listing says no more than the grants); a pattern only filters
+            for name in ("billing.invoices", "sensors.kitchen.deep", "no.such.topic"):
+                listing = reader.subscribe("$topics", {"match": [name]})
+                await expect_refused(listing.__anext__(), ErrorCode.UNAUTHORIZED)
+            assert [t["topic"] async for t in reader.subscribe("$topics", {"match": "sensors.kitchen"})] == [
+                "sensors.kitchen"
+            ]
+            assert [t["topic"] async for t in reader.subscribe("$topics", {"match": "sensors.>"})] == [
+                "sensors.kitchen"
+            ]
             # every refusal above is counted for the operators
             metrics = BrokerMetrics()
             metrics.add_refresher(metrics_refresher(parts["broker"], parts["server"]))

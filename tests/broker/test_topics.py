@@ -72,6 +72,35 @@ async def test_bad_names_and_params_are_rejected():
             assert caught.value.code == ErrorCode.REJECTED, (name, params)
 
 
+async def test_a_param_a_stream_does_not_take_is_rejected_not_ignored():
+    """BROKER.md "Names": a misspelt ``from`` must not quietly mean "latest", on any stream."""
+    async with broker_running(Broker()) as url, rsnet.connect(url) as conn:
+        await publish(conn, "t", [1])
+        for name, params, takes in [
+            ("t", {"frm": "earliest"}, "from, cursor, items"),
+            ("t.*", {"from": "earliest", "cursr": "g"}, "from, cursor, items"),
+            ("$topics", {"mach": "t"}, "match"),
+            ("$commit", {"topic": "t", "cursor": "g", "offset": 0, "ofset": 1}, "topic, cursor, offset"),
+            ("$acks", {"producer": "p", "topic": "t", "sequence": 0}, "producer, topic"),
+            ("$admin", {"action": "create", "topic": "u", "setting": {}}, "action, topic, settings, reset"),
+        ]:
+            with pytest.raises(rsnet.StreamError) as caught:
+                await take(conn, name, 1, **params)
+            assert caught.value.code == ErrorCode.REJECTED, (name, params)
+            assert caught.value.message.startswith("unknown param '") and caught.value.message.endswith(
+                f"(it takes {takes})"
+            ), caught.value.message
+        with pytest.raises(rsnet.StreamError) as caught:
+            await conn.offer("t", from_iterable([2]), {"producer": "p", "seqence": 5})
+        assert caught.value.code == ErrorCode.REJECTED and "'seqence'" in caught.value.message
+        many = {f"k{i}": i for i in range(1000)}
+        with pytest.raises(rsnet.StreamError) as caught:
+            await take(conn, "t", 1, **many)
+        assert len(caught.value.message) < 200, "at most five names, each shortened"
+        assert [r["value"] for r in await take(conn, "t", 1, **{"from": "earliest"})] == [1]
+        assert "u" not in [t["topic"] async for t in conn.subscribe("$topics")]
+
+
 async def test_an_invalid_start_position_is_rejected_on_every_path_and_the_connection_lives():
     """``from`` is "earliest", "latest", an offset >= 0 or {"timestamp": ms >= 0}: anything else
     (booleans are not ints, SPEC 3) is REJECTED before any topic is read, whether the name is

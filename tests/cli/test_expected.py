@@ -10,6 +10,8 @@ import subprocess
 
 import pytest
 
+from rsnet.broker.auth import generate_token, hash_token
+
 from .support import RSNET, Daemon, env, one_line, rsnet
 
 
@@ -61,6 +63,43 @@ def test_a_topic_that_does_not_exist_is_announced_with_the_closest_names(broker)
     assert one_line(done.stderr) == (
         "rsnet sub: topic 'sensors.kitchn' does not exist: nothing to read (did you mean 'sensors.kitchen'?)"
     )
+
+
+def test_until_end_fails_for_a_topic_the_token_may_not_read_or_an_invalid_name(tmp_path):
+    # Not "does not exist: nothing to read" and exit 0: a script would take that for success.
+    writer, reader = generate_token(), generate_token()
+    config = tmp_path / "rsnet.toml"
+    config.write_text(
+        f"""
+[[auth.tokens]]
+name = "writer"
+hash = "{hash_token(writer)}"
+publish = [">"]
+subscribe = [">"]
+
+[[auth.tokens]]
+name = "reader"
+hash = "{hash_token(reader)}"
+subscribe = ["sensors.*"]
+"""
+    )
+    with Daemon("broker", "--config", str(config), "--tcp", "127.0.0.1:0") as broker:
+        publish_env = env(RSNET_TOKEN=writer)
+        for topic in ("other.a", "sensors.a"):
+            assert rsnet("pub", broker.url, topic, stdin="1\n", env=publish_env).returncode == 0
+        read_env = env(RSNET_TOKEN=reader)
+        for until_end in ((), ("--until-end",)):
+            denied = rsnet("sub", broker.url, "other.a", "--from", "earliest", *until_end, env=read_env)
+            assert denied.returncode == 1
+            assert one_line(denied.stderr) == "rsnet sub: UNAUTHORIZED: not allowed to subscribe 'other.a'"
+            invalid = rsnet("sub", broker.url, "bad name", *until_end, env=read_env)
+            assert invalid.returncode == 1 and one_line(invalid.stderr).startswith("rsnet sub: REJECTED: "), (
+                invalid.stderr
+            )
+        allowed = rsnet(
+            "sub", broker.url, "sensors.a", "--from", "earliest", "--until-end", "-f", "value", env=read_env
+        )
+        assert (allowed.returncode, allowed.stdout) == (0, "1\n")
 
 
 def test_a_broker_that_refuses_missing_topics_is_not_said_to_wait(tmp_path):
