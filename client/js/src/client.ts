@@ -23,7 +23,7 @@ import { Connection, type Event } from "./connection.js";
 import { ConnectionLost, ErrorCode, HandshakeError, ProtocolError, RsnetError, StreamError, type Code } from "./errors.js";
 import { DEFAULT_KEEPALIVE_INTERVAL, DEFAULT_MAX_FRAME_SIZE, DEFAULT_MAX_STREAMS, MAX_INT, type Int } from "./frames.js";
 import { demandPolicy, type Demand, type DemandOptions } from "./demand.js";
-import { openTransport, type Transport } from "./transport.js";
+import { TransportError, openTransport, parseUrl, type Transport } from "./transport.js";
 
 // ---------------------------------------------------------------- Reactive Streams interfaces
 
@@ -790,10 +790,12 @@ function unref(timer: unknown): void {
 
 /**
  * Connect and complete the handshake. Rejects with `HandshakeError` when the server refuses
- * (`code`: UNAUTHORIZED, UNSUPPORTED_VERSION, ...), cuts the connection or does not answer
- * within `handshakeTimeout`, and with a transport error when it cannot be reached.
+ * (`code`: UNAUTHORIZED, UNSUPPORTED_VERSION, ...), cuts the connection, does not answer
+ * within `handshakeTimeout` (TIMEOUT) or cannot be reached (`code` null), and with a
+ * `TypeError` for a URL no transport can use (`follow` retries the first kinds, not this).
  */
 export async function connect(url: string, options: ConnectOptions = {}): Promise<Client> {
+  parseUrl(url);
   const timeout = options.handshakeTimeout ?? 10000;
   const maxFrameSize = options.maxFrameSize ?? DEFAULT_MAX_FRAME_SIZE;
   const conn = new Connection("client", {
@@ -843,7 +845,8 @@ export async function connect(url: string, options: ConnectOptions = {}): Promis
       } else transport.destroy();
     }
     if (error instanceof RsnetError) throw error;
-    throw new HandshakeError(`cannot connect to ${url}: ${(error as Error).message}`);
+    // A transport's own error already says "cannot connect to URL".
+    throw new HandshakeError(error instanceof TransportError ? error.message : `cannot connect to ${url}: ${(error as Error).message}`);
   } finally {
     clearTimeout(timer);
   }

@@ -33,19 +33,32 @@ export class TransportError extends Error {
 
 const isNode = typeof process !== "undefined" && typeof process.versions?.node === "string";
 
-/** Open a transport to `url`: tcp://host:port, ws://host:port/path, wss://... */
-export async function openTransport(url: string, maxMessageSize: number): Promise<Transport> {
-  const parsed = new URL(url);
+/**
+ * The address `url` names, checked: tcp://host:port (Node only), ws://host:port/path or wss://...
+ * Throws `TypeError` for one no transport can use (a mistake to fix, not a failure to retry).
+ */
+export function parseUrl(url: string): URL {
+  let parsed: URL;
+  try {
+    parsed = new URL(url);
+  } catch {
+    throw new TypeError(`expected tcp://host:port, ws://host:port/path or wss://..., got ${JSON.stringify(url)}`);
+  }
   const scheme = parsed.protocol.replace(/:$/, "");
   if (scheme === "tcp") {
-    if (!isNode) throw new TransportError("tcp:// needs Node (browsers have WebSocket only)");
-    if (!parsed.hostname || !parsed.port) throw new TransportError(`expected tcp://host:port, got ${url}`);
-    return openTcp(parsed.hostname.replace(/^\[|\]$/g, ""), Number(parsed.port));
+    if (!isNode) throw new TypeError("tcp:// needs Node (browsers have WebSocket only): use ws:// or wss://");
+    if (!parsed.hostname || !parsed.port) throw new TypeError(`expected tcp://host:port, got ${JSON.stringify(url)}`);
+  } else if (scheme !== "ws" && scheme !== "wss") {
+    throw new TypeError(`expected tcp://, ws:// or wss://, got ${JSON.stringify(url)}`);
   }
-  if (scheme === "ws" || scheme === "wss") {
-    return isNode ? openNodeWebSocket(url, maxMessageSize) : openBrowserWebSocket(url);
-  }
-  throw new TransportError(`expected tcp://, ws:// or wss://, got ${url}`);
+  return parsed;
+}
+
+/** Open a transport to `url` (see `parseUrl`). */
+export async function openTransport(url: string, maxMessageSize: number): Promise<Transport> {
+  const parsed = parseUrl(url);
+  if (parsed.protocol === "tcp:") return openTcp(parsed.hostname.replace(/^\[|\]$/g, ""), Number(parsed.port));
+  return isNode ? openNodeWebSocket(url, maxMessageSize) : openBrowserWebSocket(url);
 }
 
 abstract class Base implements Transport {

@@ -2,8 +2,18 @@
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 
-import { ConnectionLost, ErrorCode, HandshakeError, StreamError, connect } from "../dist/index.js";
+import { ConnectionLost, ErrorCode, HandshakeError, StreamError, connect, follow } from "../dist/index.js";
+import { createServer } from "node:net";
 import { Recorder, startRsnet } from "./support.js";
+
+/** A port on 127.0.0.1 nothing listens on (bound, then closed). */
+async function freePort() {
+  const probe = createServer();
+  await new Promise((resolve) => probe.listen(0, "127.0.0.1", resolve));
+  const { port } = probe.address();
+  await new Promise((resolve) => probe.close(resolve));
+  return port;
+}
 
 let server;
 before(async () => {
@@ -156,6 +166,23 @@ test("close() with a stream open ends it with ConnectionLost", async () => {
   })();
   await conn.close(60000);
   assert.ok((await outcome) instanceof ConnectionLost);
+});
+
+test("a URL no transport can use is a TypeError at once; an address nobody answers is a HandshakeError that says so once", async () => {
+  for (const url of ["not a url", "http://127.0.0.1:1", "tcp://127.0.0.1", "udp://127.0.0.1:7600"]) {
+    await assert.rejects(connect(url), (e) => e instanceof TypeError && e.message.includes(JSON.stringify(url)), url);
+    const started = Date.now();
+    await assert.rejects(follow(url, "t").next(), TypeError, "follow does not retry a URL it can never use");
+    assert.ok(Date.now() - started < 1000);
+  }
+  const closed = await freePort();
+  for (const url of [`tcp://127.0.0.1:${closed}`, `ws://127.0.0.1:${closed}/`]) {
+    await assert.rejects(connect(url), (e) => {
+      assert.ok(e instanceof HandshakeError && e.code === null, String(e));
+      assert.equal(e.message.split("cannot connect").length, 2, e.message);
+      return true;
+    });
+  }
 });
 
 test("a token is required when the server has one", async () => {

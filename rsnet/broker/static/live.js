@@ -76,7 +76,8 @@ async function open(url, token) {
   try {
     conn = await connect(url, token ? { token } : {});
   } catch (error) {
-    $("status").textContent = `cannot connect to ${url}: ${error.message}`;
+    // A failure to reach the broker already says "cannot connect to URL"; a refusal says why.
+    $("status").textContent = error.message.startsWith("cannot connect") ? error.message : `cannot connect to ${url}: ${error.message}`;
     return;
   }
   $("status").textContent = `connected to ${url}`;

@@ -2873,18 +2873,26 @@ var TransportError = class extends Error {
   name = "TransportError";
 };
 var isNode = typeof process !== "undefined" && typeof process.versions?.node === "string";
-async function openTransport(url, maxMessageSize) {
-  const parsed = new URL(url);
+function parseUrl(url) {
+  let parsed;
+  try {
+    parsed = new URL(url);
+  } catch {
+    throw new TypeError(`expected tcp://host:port, ws://host:port/path or wss://..., got ${JSON.stringify(url)}`);
+  }
   const scheme = parsed.protocol.replace(/:$/, "");
   if (scheme === "tcp") {
-    if (!isNode) throw new TransportError("tcp:// needs Node (browsers have WebSocket only)");
-    if (!parsed.hostname || !parsed.port) throw new TransportError(`expected tcp://host:port, got ${url}`);
-    return openTcp(parsed.hostname.replace(/^\[|\]$/g, ""), Number(parsed.port));
+    if (!isNode) throw new TypeError("tcp:// needs Node (browsers have WebSocket only): use ws:// or wss://");
+    if (!parsed.hostname || !parsed.port) throw new TypeError(`expected tcp://host:port, got ${JSON.stringify(url)}`);
+  } else if (scheme !== "ws" && scheme !== "wss") {
+    throw new TypeError(`expected tcp://, ws:// or wss://, got ${JSON.stringify(url)}`);
   }
-  if (scheme === "ws" || scheme === "wss") {
-    return isNode ? openNodeWebSocket(url, maxMessageSize) : openBrowserWebSocket(url);
-  }
-  throw new TransportError(`expected tcp://, ws:// or wss://, got ${url}`);
+  return parsed;
+}
+async function openTransport(url, maxMessageSize) {
+  const parsed = parseUrl(url);
+  if (parsed.protocol === "tcp:") return openTcp(parsed.hostname.replace(/^\[|\]$/g, ""), Number(parsed.port));
+  return isNode ? openNodeWebSocket(url, maxMessageSize) : openBrowserWebSocket(url);
 }
 var Base = class {
   onData = () => {
@@ -3651,6 +3659,7 @@ function unref(timer) {
   timer.unref?.();
 }
 async function connect(url, options = {}) {
+  parseUrl(url);
   const timeout = options.handshakeTimeout ?? 1e4;
   const maxFrameSize = options.maxFrameSize ?? DEFAULT_MAX_FRAME_SIZE;
   const conn = new Connection("client", {
@@ -3700,7 +3709,7 @@ async function connect(url, options = {}) {
       } else transport.destroy();
     }
     if (error instanceof RsnetError) throw error;
-    throw new HandshakeError(`cannot connect to ${url}: ${error.message}`);
+    throw new HandshakeError(error instanceof TransportError ? error.message : `cannot connect to ${url}: ${error.message}`);
   } finally {
     clearTimeout(timer);
   }
