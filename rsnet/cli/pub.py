@@ -168,6 +168,7 @@ class Ledger:
         self.next_sequence = first_sequence
         self.acked = first_sequence - 1  # the highest sequence acknowledged
         self.first_line: int | None = None
+        self.last_read_line = 0  # the line of the last record read (sent or about to be)
         self.last_acked_line: int | None = None
         self.unacked: collections.deque[tuple[int, int]] = collections.deque()  # (sequence, line)
         self.changed = trio.Event()
@@ -183,6 +184,7 @@ class Ledger:
     def record_sent(self, line: int) -> None:
         if self.first_line is None:
             self.first_line = line
+        self.last_read_line = line
         self.unacked.append((self.next_sequence, line))
         self.next_sequence += 1
 
@@ -193,8 +195,9 @@ class Ledger:
         self.changed.set()
         self.changed = trio.Event()
 
-    def account(self, topic: str, producer: str) -> str:
-        """Which lines were stored, and how to resend the rest, for the closing line."""
+    def account(self, topic: str, producer: str, rest_unread: bool = False) -> str:
+        """Which lines were stored, and how to resend the rest, for the closing line;
+        ``rest_unread``: stdin did not end, so the lines after the last one sent are to send too."""
         if self.stored <= 0:
             text = f"nothing was stored in {topic}"
         else:
@@ -210,6 +213,12 @@ class Ledger:
                 f"; from line {line} on not confirmed: resend from line {line} with "
                 f"--producer {producer} --sequence {self.acked + 1} (no duplicates)"
             )
+        elif rest_unread:
+            line = self.last_read_line + 1
+            text += (
+                f"; lines from {line} on were not sent: send them with "
+                f"--producer {producer} --sequence {self.acked + 1} (no duplicates)"
+            )
         return text
 
 
@@ -221,15 +230,17 @@ async def run(args: argparse.Namespace) -> int:
     progress.extra = lambda: f"{len(ledger.unacked):,} awaiting acknowledgement"
     invalid: list[InvalidLine] = []
     stop_reading = StopReading()
-    interrupted = False
+    interrupted = stdin_ended = False
 
     async def records() -> AsyncIterator[Any]:
+        nonlocal stdin_ended
         try:
             async for number, line in read_lines(sys.stdin.fileno(), stop_reading):
                 record = parse_line(line, number, args)
                 ledger.record_sent(number)
                 progress.count = ledger.sent
                 yield record
+            stdin_ended = not stop_reading.stopped
         except InvalidLine as error:
             invalid.append(error)  # stop here: what was read before it is still published
 
@@ -271,7 +282,7 @@ async def run(args: argparse.Namespace) -> int:
         while isinstance(failure, BaseExceptionGroup):
             failure = failure.exceptions[0]
     progress.clear()
-    account = ledger.account(args.topic, producer)
+    account = ledger.account(args.topic, producer, rest_unread=failure is not None and not stdin_ended)
     if failure is not None:
         say("pub", f"not every record was acknowledged: {describe(failure)}; {account}")
         return EXIT_FAILED

@@ -289,8 +289,10 @@ class Connection:
             return
         if self._decoder.buffered:
             message = "connection closed in the middle of a frame"
-        elif self._streams or self._state is not State.OPEN:
-            message = "connection closed before the handshake or streams ended"
+        elif self._state is not State.OPEN:
+            message = "connection closed during the handshake"
+        elif self._streams:
+            message = f"connection closed with {len(self._streams)} stream(s) open"
         else:
             message = "connection closed"
         self._close()

@@ -126,6 +126,40 @@ def test_ctrl_c_during_pub_waits_for_what_was_sent_and_says_what_was_stored(brok
     process.stderr.close()
 
 
+def test_a_broker_lost_mid_pub_says_how_to_send_the_rest_and_that_works(tmp_path):
+    # stdin still open (tail -f ...): the lines after the last one sent must be sent again,
+    # with the sequence that keeps a resend free of duplicates.
+    data = tmp_path / "data"
+    with Daemon("broker", "--tcp", "127.0.0.1:0", "--data-dir", str(data)) as broker:
+        process = subprocess.Popen(
+            [RSNET, "pub", broker.url, "lost.pub", "--producer", "feeder"],
+            stdin=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env(),
+        )
+        process.stdin.write("1\n2\n")
+        process.stdin.flush()
+        wait_until(lambda: stored(broker.url, "lost.pub") == 2)
+    assert process.wait(timeout=10) == 1
+    said = one_line(process.stderr.read())
+    assert said.startswith("rsnet pub: not every record was acknowledged: ")
+    assert said.endswith(
+        "2 records stored in lost.pub (lines 1-2); lines from 3 on were not sent: "
+        "send them with --producer feeder --sequence 2 (no duplicates)"
+    ), said
+    assert "handshake" not in said, "the handshake was done: the connection ended with a stream open"
+    process.stdin.close()
+    process.stderr.close()
+    with Daemon("broker", "--tcp", "127.0.0.1:0", "--data-dir", str(data)) as broker:
+        # As told (and once more from the start, as a careless resend would): nothing twice.
+        for lines, sequence in (("3\n4\n", "2"), ("1\n2\n3\n4\n", "0")):
+            sent = rsnet("pub", broker.url, "lost.pub", "--producer", "feeder", "--sequence", sequence, stdin=lines)
+            assert sent.returncode == 0, sent.stderr
+        read = rsnet("sub", broker.url, "lost.pub", "--from", "earliest", "--until-end", "-f", "value")
+        assert read.stdout == "1\n2\n3\n4\n"
+
+
 @pytest.mark.parametrize("command", ["serve", "broker"])
 def test_a_port_in_use_is_one_line(command, demo):
     taken = demo.url.removeprefix("tcp://")

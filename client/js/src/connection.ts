@@ -228,7 +228,8 @@ export class Connection {
     if (this._state === "CLOSED") return;
     let message = "connection closed";
     if (this.pending !== null) message = "connection closed in the middle of a frame";
-    else if (this.streams.size > 0 || this._state !== "OPEN") message = "connection closed before the handshake or streams ended";
+    else if (this._state !== "OPEN") message = "connection closed during the handshake";
+    else if (this.streams.size > 0) message = `connection closed with ${this.streams.size} stream(s) open`;
     this.close();
     this.events.push({ event: "CLOSED", code: null, message, data: null, by_peer: true });
   }
