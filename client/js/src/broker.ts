@@ -6,8 +6,21 @@
  *     for await (const record of follow(url, "sensors.kitchen", { from: "earliest" })) { ... }
  */
 import { connect, type Client, type ConnectOptions } from "./client.js";
-import { ConnectionLost, ErrorCode, HandshakeError, StreamError } from "./errors.js";
+import { ConnectionLost, ErrorCode, HandshakeError, StreamError, registerCodeNames } from "./errors.js";
 import { TransportError } from "./transport.js";
+
+/** The broker's application error codes (protocol/BROKER.md); `StreamError.codeName` knows them. */
+export const BrokerCode = {
+  OFFSET_TRIMMED: 4100,
+  OFFSET_OUT_OF_RANGE: 4101,
+  SLOW_SUBSCRIBER: 4102,
+  TOO_MANY_TOPICS: 4103,
+  OFFSET_DAMAGED: 4110,
+  STORAGE_FULL: 4111,
+  STORAGE_ERROR: 4112,
+} as const;
+
+registerCodeNames(BrokerCode);
 
 /** A topic record: `{topic, offset, timestamp, value}` (and `skipped` after a drop). */
 export interface BrokerRecord<T = unknown> {

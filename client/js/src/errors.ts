@@ -31,7 +31,18 @@ export type Code = number | bigint;
 
 const NAMES = new Map<number, string>(Object.entries(ErrorCode).map(([name, code]) => [code, name]));
 
-/** The code's name in SPEC 11.2, or `application error N` / `unknown code N`. */
+/**
+ * Name application codes (4096 and up) for `codeName` and `StreamError.codeName`, as a library
+ * on top of the protocol does for its own (the broker helpers register `BrokerCode`).
+ */
+export function registerCodeNames(table: Readonly<Record<string, number>>): void {
+  for (const [name, code] of Object.entries(table)) {
+    if (!(Number.isSafeInteger(code) && code >= 4096)) throw new RangeError(`application codes are 4096 or more: ${name} = ${code}`);
+    NAMES.set(code, name);
+  }
+}
+
+/** The code's name in SPEC 11.2 (or registered), or `application error N` / `unknown code N`. */
 export function codeName(code: Code): string {
   const name = typeof code === "number" ? NAMES.get(code) : undefined;
   if (name !== undefined) return name;

@@ -7,7 +7,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
 
-import { ErrorCode, Float64, HandshakeError, StreamError, commit, connect, follow, publish, topics } from "../dist/index.js";
+import { BrokerCode, ErrorCode, Float64, HandshakeError, StreamError, codeName, commit, connect, follow, publish, topics } from "../dist/index.js";
 import { RSNET, freePort, startRsnet } from "./support.js";
 
 const dataDir = mkdtempSync(join(tmpdir(), "rsnet-js-broker-"));
@@ -102,7 +102,14 @@ test("commit stores a cursor; a subscription with it resumes there", async () =>
 test("broker errors are typed with their codes", async () => {
   const conn = await connect(broker.tcp);
   await publish(conn, "js.errors", [1]);
-  await assert.rejects(take(conn.subscribe("js.errors", { from: 7 }), 1), (e) => e instanceof StreamError && e.code === 4101 && e.data.next === 1);
+  await assert.rejects(take(conn.subscribe("js.errors", { from: 7 }), 1), (e) => {
+    assert.ok(e instanceof StreamError && e.code === BrokerCode.OFFSET_OUT_OF_RANGE && e.data.next === 1, String(e));
+    assert.equal(e.codeName, "OFFSET_OUT_OF_RANGE", "named as BROKER.md names it, not 'application error 4101'");
+    assert.ok(e.message.startsWith("OFFSET_OUT_OF_RANGE: "), e.message);
+    return true;
+  });
+  assert.equal(codeName(4112), "STORAGE_ERROR");
+  assert.equal(codeName(4199), "application error 4199");
   await assert.rejects(take(conn.subscribe("bad..name"), 1), (e) => e instanceof StreamError && e.code === ErrorCode.REJECTED);
   await conn.close();
 });

@@ -40,6 +40,12 @@ var ErrorCode = {
   APPLICATION_ERROR: 4096
 };
 var NAMES = new Map(Object.entries(ErrorCode).map(([name, code]) => [code, name]));
+function registerCodeNames(table) {
+  for (const [name, code] of Object.entries(table)) {
+    if (!(Number.isSafeInteger(code) && code >= 4096)) throw new RangeError(`application codes are 4096 or more: ${name} = ${code}`);
+    NAMES.set(code, name);
+  }
+}
 function codeName(code) {
   const name = typeof code === "number" ? NAMES.get(code) : void 0;
   if (name !== void 0) return name;
@@ -3717,6 +3723,16 @@ async function connect(url, options = {}) {
 }
 
 // src/broker.ts
+var BrokerCode = {
+  OFFSET_TRIMMED: 4100,
+  OFFSET_OUT_OF_RANGE: 4101,
+  SLOW_SUBSCRIBER: 4102,
+  TOO_MANY_TOPICS: 4103,
+  OFFSET_DAMAGED: 4110,
+  STORAGE_FULL: 4111,
+  STORAGE_ERROR: 4112
+};
+registerCodeNames(BrokerCode);
 function randomId() {
   const bytes = new Uint8Array(16);
   globalThis.crypto.getRandomValues(bytes);
@@ -3808,6 +3824,7 @@ async function* follow(url, topic, options = {}) {
 }
 export {
   AdaptiveDemand,
+  BrokerCode,
   Client,
   Connection,
   ConnectionLost,
@@ -3851,6 +3868,7 @@ export {
   encode,
   follow,
   publish,
+  registerCodeNames,
   topics,
   writeFrame
 };
