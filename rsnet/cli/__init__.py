@@ -92,7 +92,14 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    commands = parser()
+    args, extra = commands.parse_known_args(argv)
+    if extra:
+        # argparse takes a command's positionals in one run: those after an option
+        # (``topics create --max-lag 100 TOPIC``) come back here, and are the command's too.
+        if not hasattr(args, "target") or any(word.startswith("-") for word in extra):
+            commands.error(f"unrecognized arguments: {' '.join(extra)}")
+        args.target = [*args.target, *extra]
     if args.command != "broker":  # the broker configures logging from its config
         logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     if args.command == "demo":

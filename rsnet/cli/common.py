@@ -133,7 +133,8 @@ def split_url(args: argparse.Namespace, positionals: list[str], names: tuple[str
             fail_usage(f"the URL is given twice ({values[0]} and --url {args.url})", usage)
         args.url = values.pop(0)
     if len(values) != len(names):
-        fail_usage(f"expected {' '.join(n.upper() for n in names)}, got {' '.join(values) or 'nothing'}", usage)
+        wanted = " ".join(n.upper() for n in names) or "nothing more"
+        fail_usage(f"expected {wanted}, got {' '.join(values) or 'nothing'}", usage)
     for name, value in zip(names, values, strict=True):
         setattr(args, name, value)
 

@@ -42,6 +42,7 @@ from ..protocol import ErrorCode
 from .common import (
     CommandError,
     add_connection_options,
+    fail_usage,
     parse_duration,
     positive_int,
     say,
@@ -187,7 +188,7 @@ def formatter(spec: str) -> Callable[[Any], bytes]:
         return raw
     fields = re.findall(r"{(\w+)}", spec)
     if not fields:
-        raise CommandError(f"--format {spec!r}: expected json, value, raw or a template with {{fields}}")
+        fail_usage(f"--format {spec!r}: expected json, value, raw or a template with {{fields}}", USAGE)
 
     def template(item: Any) -> bytes:
         record = item if isinstance(item, dict) else {"value": item}

@@ -161,6 +161,11 @@ def asked_settings(args: argparse.Namespace) -> dict[str, Any]:
 async def run(args: argparse.Namespace) -> int:
     if args.target and args.target[0] in ACTIONS:
         return await administer(args)
+    misplaced = next((word for word in args.target if word in ACTIONS), None)
+    if misplaced is not None:
+        fail_usage(f"the action comes first: rsnet topics {misplaced} [URL] TOPIC", USAGE)
+    if args.target and "://" not in args.target[0]:
+        fail_usage(f"unknown action {args.target[0]!r}: create, alter, delete or purge (or a URL, to list)", USAGE)
     split_url(args, args.target, (), USAGE)
     if asked_settings(args) or args.reset:
         fail_usage("settings are for create and alter: rsnet topics create|alter TOPIC --policy ...", USAGE)

@@ -32,6 +32,11 @@ def test_until_end_exits_at_the_end_of_a_topic_and_of_a_pattern(broker):
     assert (nothing.returncode, nothing.stdout) == (0, "")
 
 
+def test_a_format_that_is_no_template_is_wrong_usage_exit_2():
+    bad = rsnet("sub", "tcp://127.0.0.1:1", "t", "--format", "{value")  # refused before connecting
+    assert bad.returncode == 2 and "--format '{value': expected json, value, raw or a template" in bad.stderr
+
+
 def test_from_a_duration_and_an_iso_time(broker):
     publish(broker.url, "recent", "1\n")
     assert rsnet("sub", broker.url, "recent", "--from", "10m", "-e", "-f", "value").stdout == "1\n"

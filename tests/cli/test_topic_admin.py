@@ -94,6 +94,22 @@ subscribe = [">"]
         assert listed(broker.url, env=env(RSNET_TOKEN=admin))["ops.jobs"]["policy"] == "drop"
 
 
+def test_options_may_come_before_the_topic_and_a_misplaced_action_is_named(tmp_path):
+    with Daemon("broker", "--tcp", "127.0.0.1:0") as broker:
+        created = rsnet("topics", "create", "--max-lag", "100", "-s", broker.url, "bp.t", "--policy", "drop")
+        assert (created.returncode, created.stdout.splitlines()[0]) == (0, "bp.t: created"), created.stderr
+        assert listed(broker.url)["bp.t"]["settings"]["slow_subscriber"] == {"policy": "drop", "max_lag": 100}
+        published = rsnet("pub", "--producer", "p", broker.url, "bp.t", stdin="1\n")
+        assert published.returncode == 0, published.stderr
+        backwards = rsnet("topics", broker.url, "purge", "bp.t", "--yes")
+        assert backwards.returncode == 2
+        assert "the action comes first: rsnet topics purge [URL] TOPIC" in backwards.stderr
+        unknown = rsnet("topics", "frobnicate", "x")
+        assert unknown.returncode == 2 and "unknown action 'frobnicate': create, alter" in unknown.stderr
+        stray = rsnet("topics", "create", broker.url, "x", "--max-lag", "5", "--nope")
+        assert stray.returncode == 2 and "unrecognized arguments: --nope" in stray.stderr
+
+
 def listed(url: str, **kwargs) -> dict[str, dict]:
     shown = rsnet("topics", url, "--json", **kwargs)
     assert shown.returncode == 0, shown.stderr
