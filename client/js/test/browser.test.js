@@ -2,6 +2,7 @@
 // the broker's WebSocket by itself, records arrive, and lowering the page's demand lowers both
 // the delivered rate and, on a backpressure topic, the producer's.
 import assert from "node:assert/strict";
+import { createHash } from "node:crypto";
 import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -91,4 +92,40 @@ test("the live view shows records, and its demand control slows a backpressure t
   assert.ok(low.delivered < high.delivered / 3, `delivered ${low.delivered}/s at demand 100/s vs ${high.delivered}/s`);
   assert.ok(low.produced < high.produced / 3, `the producer sent ${low.produced}/s at demand 100/s vs ${high.produced}/s`);
   console.log(`live view: delivered ${high.delivered}/s -> ${low.delivered}/s, produced ${high.produced}/s -> ${low.produced}/s`);
+});
+
+test("the live view says what it cannot use: a ?demand= that is no number, a topic not there yet, a token it needs", { skip, timeout: 60000 }, async () => {
+  const token = "viewer-token-0123456789abcdef";
+  const config = join(dir, "auth.toml");
+  const hash = createHash("sha256").update(token).digest("hex");
+  writeFileSync(config, `[[auth.tokens]]\nname = "viewer"\nhash = "sha256:${hash}"\nsubscribe = [">"]\n`);
+  const secured = await startRsnet(["broker", "--config", config, "--tcp", "127.0.0.1:0", "--ws", "127.0.0.1:0"]);
+  const page = await browser.newPage();
+  const status = () => page.evaluate(() => document.getElementById("status").textContent);
+  try {
+    await page.goto(`${broker.live}?demand=abc`);
+    await page.waitForFunction(() => document.getElementById("status").textContent.startsWith("connected"));
+    assert.match(await status(), /\?demand=abc is no number of records\/s: 2000 it is/);
+    assert.equal(await page.evaluate(() => window.liveView.demand), 2000);
+    assert.equal(await page.evaluate(() => document.getElementById("demand-value").textContent), "2000");
+
+    await page.goto(`${broker.live}?topic=live.later&demand=99999`);
+    await page.waitForFunction(() => document.getElementById("status").textContent.includes("does not exist yet"));
+    assert.equal(await status(), "topic live.later does not exist yet: waiting for its first record");
+    assert.equal(await page.evaluate(() => window.liveView.demand), 5000, "clamped to the control's range");
+    const producer = await connect(broker.tcp);
+    await producer.offer("live.later", [1, 2, 3]);
+    await producer.close();
+    await page.waitForFunction(() => window.liveView.delivered === 3);
+
+    await page.goto(`${broker.live}?broker=${secured.ws}`); // this page's broker has no tokens
+    await page.waitForFunction(() => document.getElementById("status").textContent.includes("requires a token"));
+    assert.equal(await page.evaluate(() => document.getElementById("token-field").hidden), false);
+    await page.fill("#token", token);
+    await page.click("#connect button, #connect input[type=submit]");
+    await page.waitForFunction(() => document.getElementById("status").textContent.startsWith("connected"));
+  } finally {
+    await page.close();
+    await secured.stop();
+  }
 });

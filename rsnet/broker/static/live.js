@@ -3,14 +3,28 @@
 // control allows per 100 ms, so on a `backpressure` topic the producer slows to its pace.
 // The broker serves it (rsnet/broker/live.py) and says in /live/config.json where its WebSocket
 // endpoint is; ?broker=ws://HOST:PORT/ overrides that (&topic=NAME&demand=N start subscribed).
-import { connect, topics } from "./rsnet-client.js";
+import { ErrorCode, connect, topics } from "./rsnet-client.js";
 
 const $ = (id) => document.getElementById(id);
 const query = new URLSearchParams(location.search);
 const TICK_MS = 100;
+const UNAUTHORIZED = ErrorCode.UNAUTHORIZED;
+const DEMAND = { min: 10, max: 5000, initial: 2000 }; // the control's range (live.html)
+
+/** Records/s from `text`, within the control's range; null if it is no number. */
+function demandFrom(text) {
+  const value = Math.round(Number(text));
+  return Number.isFinite(value) ? Math.min(DEMAND.max, Math.max(DEMAND.min, value)) : null;
+}
+const askedDemand = query.get("demand");
+// Said with the connection's status: a ?demand= the page cannot use is not silently NaN.
+const demandNote =
+  askedDemand !== null && demandFrom(askedDemand) === null
+    ? ` (?demand=${askedDemand} is no number of records/s: ${DEMAND.initial} it is)`
+    : "";
 
 const state = {
-  demand: Number(query.get("demand") ?? 2000),
+  demand: (askedDemand !== null && demandFrom(askedDemand)) || DEMAND.initial,
   delivered: 0,
   outstanding: 0, // requested and not yet delivered
   arrivals: [], // timestamps of the last second's deliveries, for the rate
@@ -24,6 +38,7 @@ const state = {
 /** What the page's test reads. */
 window.liveView = {
   get delivered() { return state.delivered; },
+  get demand() { return state.demand; },
   get error() { return state.error && String(state.error); },
   rate,
   setDemand,
@@ -40,9 +55,9 @@ function rate() {
 }
 
 function setDemand(value) {
-  state.demand = Number(value);
-  $("demand").value = String(value);
-  $("demand-value").textContent = String(value);
+  state.demand = demandFrom(value) ?? state.demand;
+  $("demand").value = String(state.demand);
+  $("demand-value").textContent = String(state.demand);
 }
 
 // ---- the connection: where to, from the broker's configuration unless the URL says otherwise
@@ -78,9 +93,14 @@ async function open(url, token) {
   } catch (error) {
     // A failure to reach the broker already says "cannot connect to URL"; a refusal says why.
     $("status").textContent = error.message.startsWith("cannot connect") ? error.message : `cannot connect to ${url}: ${error.message}`;
+    if (error.code === UNAUTHORIZED) {
+      // ?broker= may name a broker with tokens where this page's own has none: ask for one.
+      $("token-field").hidden = false;
+      $("status").textContent = `${url} requires a token${token ? ": that one was refused" : ""}`;
+    }
     return;
   }
-  $("status").textContent = `connected to ${url}`;
+  $("status").textContent = `connected to ${url}${demandNote}`;
   previousTopics = new Map();
   await refreshTopics().catch(showError);
   if (query.get("topic") && !state.topic) subscribeTo(query.get("topic"));
@@ -123,6 +143,10 @@ function subscribeTo(topic) {
   Object.assign(state, { topic, delivered: 0, outstanding: 0, arrivals: [], history: [], recent: [], error: null });
   $("stream").hidden = false;
   $("topic-name").textContent = topic;
+  if (!previousTopics.has(topic)) {
+    // As `rsnet sub` says it: the broker waits for its first record (or refuses, said below).
+    $("status").textContent = `topic ${topic} does not exist yet: waiting for its first record`;
+  }
   conn.publisher(topic, { from: "latest" }).subscribe({
     onSubscribe(subscription) {
       state.subscription = subscription;
