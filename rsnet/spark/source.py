@@ -293,10 +293,17 @@ class RangeReader(DataSourceReader):
             beyond = {topic: (end[topic], ends[topic][1]) for topic in end if end[topic] > ends[topic][1]}
             if beyond:
                 raise ValueError(f"rsnet: endingOffsets beyond the end of the topic (asked, next): {beyond}")
+        backwards = {topic: (start[topic], end[topic]) for topic in end if start[topic] > end[topic]}
+        if backwards:
+            detail = ", ".join(f"{topic} {first} > {last}" for topic, (first, last) in backwards.items())
+            raise ValueError(f"rsnet: startingOffsets after endingOffsets for: {detail}")
         return plan(start, end, opts.min_partitions)
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        assert isinstance(partition, Range)
+        if not isinstance(partition, Range):
+            # Nothing to read (no topic, or no record in the range): for an empty plan Spark
+            # runs one task with a placeholder partition, which reads nothing.
+            return iter(())
         return read_ranges(self.opts, RecordBatches(self.schema), partition)
 
 
@@ -386,7 +393,8 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return plan(start["topics"], end["topics"], self.opts.min_partitions)
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        assert isinstance(partition, Range)
+        if not isinstance(partition, Range):  # as for a batch read: nothing to read
+            return iter(())
         return read_ranges(self.opts, RecordBatches(self.schema), partition)
 
     def commit(self, end: dict[str, Any]) -> None:

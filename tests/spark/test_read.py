@@ -103,6 +103,26 @@ def test_batch_read_of_an_offset_range_split_by_min_partitions(spark, broker_url
     assert [(row["offset"], json.loads(row["value"])) for row in rows] == [(n, n) for n in range(100, 900)]
 
 
+def test_a_batch_read_with_nothing_to_read_is_empty_not_an_error(spark, broker_url):
+    # A scheduled job that runs when nothing new arrived must get no rows, not a failure.
+    publish(broker_url, "empty.some", list(range(100)))
+    for topic, options in [
+        ("empty.some", {"startingOffsets": "latest"}),
+        ("empty.some", {"startingOffsets": '{"empty.some": 100}'}),  # an incremental read from the end
+        ("empty.absent", {}),  # a missing topic reads as empty
+        ("nomatch.*", {}),  # a pattern that matches nothing
+    ]:
+        assert batch(spark, broker_url, topic, **options).collect() == [], (topic, options)
+    with pytest.raises(PySparkException, match=r"startingOffsets after endingOffsets for: empty.some 60 > 50"):
+        batch(
+            spark,
+            broker_url,
+            "empty.some",
+            startingOffsets='{"empty.some": 60}',
+            endingOffsets='{"empty.some": 50}',
+        ).collect()
+
+
 def test_batch_read_of_a_pattern_with_a_user_schema(spark, broker_url):
     publish(broker_url, "sensors.kitchen", [{"room": "kitchen", "temp": 21.5, "on": True, "count": 3}])
     publish(broker_url, "sensors.hall", [{"room": "hall", "temp": "warm", "count": 2**40}, "not a map"])
