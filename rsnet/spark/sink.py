@@ -1,8 +1,10 @@
 """The ``rsnet`` sink: each row becomes one record, stored exactly once under replay.
 
 A row's record value is its ``value`` column if it has one, else the whole row as a map
-(without the ``topic`` column); a ``topic`` column names the row's topic (where it is null,
-option ``topic`` does). A task publishes as an idempotent producer and returns only when the broker
+(without the ``topic`` column). Option ``topic``, when given, is every row's topic, as in
+Spark's Kafka sink (so a job that reads a topic and writes its rows elsewhere never writes back
+into the topic its ``topic`` column names); without it a string ``topic`` column routes each
+row. A task publishes as an idempotent producer and returns only when the broker
 has acknowledged every record (``$acks``), so Spark commits a task only after its records are
 stored.
 
@@ -46,19 +48,17 @@ def write_task(opts: _options.Options, batches: Iterator[pa.RecordBatch], produc
     """Publish the rows of ``batches`` as ``producer`` with sequences from ``base``; return
     once every record is acknowledged."""
     counts: dict[str, int] = collections.defaultdict(int)
-    default_topic = opts.topics[0] if opts.topics else None
     with connected(opts) as client:
         first = next(batches, None)
-        if first is not None and "topic" not in first.schema.names:
-            assert default_topic is not None  # checked when the writer was made
-            # One topic: one offer streams every row.
+        if first is not None and opts.topics:
+            # One topic, the option's, whatever a topic column says: one offer streams every row.
             rows = _values(itertools.chain([first], batches))
-            counts[default_topic] = blocking.publish(
-                client, default_topic, rows, producer=producer, first_sequence=base, wait=False
+            counts[opts.topics[0]] = blocking.publish(
+                client, opts.topics[0], rows, producer=producer, first_sequence=base, wait=False
             )
         elif first is not None:
             for batch in itertools.chain([first], batches):
-                for topic, values in _by_topic(batch, default_topic).items():
+                for topic, values in _by_topic(batch).items():
                     counts[topic] += blocking.publish(
                         client, topic, values, producer=producer, first_sequence=base + counts[topic], wait=False
                     )
@@ -95,13 +95,13 @@ def _record_values(batch: pa.RecordBatch) -> list[Any]:
     return rows
 
 
-def _by_topic(batch: pa.RecordBatch, default_topic: str | None) -> dict[str, list[Any]]:
-    """The batch's record values per topic: the row's ``topic``, or option topic where it is null."""
+def _by_topic(batch: pa.RecordBatch) -> dict[str, list[Any]]:
+    """The batch's record values per topic, as its ``topic`` column says (option topic is not set)."""
     topics = batch.column(batch.schema.names.index("topic")).to_pylist()
     if None in topics:
-        if default_topic is None:
-            raise ValueError(f"rsnet: row {topics.index(None)} of a batch has a null topic and option topic is not set")
-        topics = [default_topic if topic is None else topic for topic in topics]
+        raise ValueError(
+            f"rsnet: row {topics.index(None)} of a batch has a null topic (set option topic to write every row there)"
+        )
     groups: dict[str, list[Any]] = collections.defaultdict(list)
     for topic, value in zip(topics, _record_values(batch), strict=True):
         groups[topic].append(value)

@@ -16,9 +16,10 @@ from __future__ import annotations
 import contextlib
 import gc
 import logging
+import time
 import uuid
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 from pyspark.sql.datasource import (
     DataSource,
@@ -34,11 +35,11 @@ from pyspark.sql.streaming.datasource import (
     ReadMaxRows,
     SupportsTriggerAvailableNow,
 )
-from pyspark.sql.types import StructType
+from pyspark.sql.types import ArrayType, BinaryType, DataType, MapType, StringType, StructType
 
 from ..broker import blocking
 from ..broker.codes import BrokerCode
-from ..errors import ConnectionLost, StreamError
+from ..errors import ConnectionLost, HandshakeError, StreamError
 from ..protocol import ErrorCode
 from . import options as _options
 from .arrow import DEFAULT_SCHEMA, ROWS_PER_BATCH, RecordBatches
@@ -47,6 +48,15 @@ log = logging.getLogger("rsnet.spark")
 
 CONNECT_TIMEOUT = 10.0
 """Seconds to reach the broker and complete the handshake."""
+
+RECONNECT_WITHIN = 60.0
+"""Seconds a running query keeps reconnecting to a broker it lost (a restart, a deploy: the
+broker said GOING_AWAY, or the connection broke, or nobody answers) before it fails."""
+
+RETRY_DELAYS = (0.1, 0.2, 0.5, 1.0, 2.0)
+"""Seconds between reconnection attempts, the last repeated."""
+
+_T = TypeVar("_T")
 
 
 COLLECT_AFTER = 100_000
@@ -125,6 +135,26 @@ def _check_writable(opts: _options.Options, schema: StructType, overwrite: bool)
             raise ValueError(f"rsnet: column topic must be a string, not {schema['topic'].dataType.simpleString()}")
     elif not opts.topics:
         raise ValueError("rsnet: a writer needs option topic or a string column named topic")
+    for field in schema.fields:
+        _check_map_keys(field.name, field.dataType)
+
+
+def _check_map_keys(path: str, data_type: DataType) -> None:
+    """SPEC 3: a map's keys are strings or bytes. A map column keyed otherwise is refused before
+    a row is written, naming the column (the broker would refuse the frame, and end the write
+    partway, after storing the rows before it)."""
+    if isinstance(data_type, MapType):
+        if not isinstance(data_type.keyType, StringType | BinaryType):
+            raise ValueError(
+                f"rsnet: column {path} is a {data_type.simpleString()}: map keys must be strings or binary "
+                f"(cast them, e.g. F.transform_keys(col, lambda k, v: k.cast('string')))"
+            )
+        _check_map_keys(f"{path}[value]", data_type.valueType)
+    elif isinstance(data_type, ArrayType):
+        _check_map_keys(f"{path}[]", data_type.elementType)
+    elif isinstance(data_type, StructType):
+        for field in data_type.fields:
+            _check_map_keys(f"{path}.{field.name}", field.dataType)
 
 
 # -- connections and the errors users meet -------------------------------------------------------
@@ -167,6 +197,81 @@ def _explained(opts: _options.Options, error: StreamError) -> Exception:
     return RuntimeError(f"rsnet: the broker at {opts.url} answered {error}")
 
 
+class Reconnecting:
+    """A connection to the broker that outlives the broker's restarts.
+
+    :meth:`call` runs an operation with the client; when the connection is lost, or the
+    broker is going away (SIGTERM: it refuses new streams, then closes), it reconnects, backing
+    off (:data:`RETRY_DELAYS`), and runs the operation again, for up to
+    :data:`RECONNECT_WITHIN` seconds in a row; then it raises ConnectionError. So operations
+    must be safe to run again: reading offsets, committing a cursor, reading a range from
+    where the last attempt got to. ``patient``: a failure to reach the broker at the very
+    first attempt is retried too (a read task: the planner has just reached it); otherwise it
+    fails at once (a query, or a batch read, starting against a wrong address).
+    """
+
+    def __init__(self, opts: _options.Options, *, patient: bool) -> None:
+        self.opts = opts
+        self._client: Any = None
+        self._reached = patient  # once reached, a lost broker is waited for
+        self._failing_since: float | None = None
+        self._attempt = 0
+
+    def client(self) -> Any:
+        """The connection, opened if it is not (raises as :meth:`lost` says)."""
+        if self._client is None or self._client.closed:
+            try:
+                self._client = blocking.connect(self.opts.url, token=self.opts.token, timeout=CONNECT_TIMEOUT)
+            except ValueError as bad:
+                raise ValueError(f"rsnet: option url {self.opts.url!r} is not usable: {bad}") from None
+            self._reached = True
+        return self._client
+
+    def call(self, operation: Callable[[Any], _T]) -> _T:
+        """``operation(client)``, again on a new connection after a transient failure."""
+        while True:
+            try:
+                result = operation(self.client())
+            except (ConnectionLost, StreamError) as error:
+                self.lost(error)
+                continue
+            self.succeeded()
+            return result
+
+    def succeeded(self) -> None:
+        """An operation went through: the next failure starts a new RECONNECT_WITHIN."""
+        self._failing_since, self._attempt = None, 0
+
+    def lost(self, error: ConnectionLost | StreamError) -> None:
+        """``error`` ended the last attempt: wait before the next one if it is transient and
+        RECONNECT_WITHIN has not passed; otherwise raise what it means for the user."""
+        if isinstance(error, StreamError) and error.code != ErrorCode.GOING_AWAY:
+            raise _explained(self.opts, error) from None
+        if isinstance(error, HandshakeError) and error.code == ErrorCode.UNAUTHORIZED:
+            raise PermissionError(
+                f"rsnet: the broker at {self.opts.url} refused the token (option token): {error}"
+            ) from None
+        self.close()
+        now = time.monotonic()
+        if self._failing_since is None:
+            self._failing_since = now
+        if not self._reached:
+            raise ConnectionError(f"rsnet: cannot reach the broker at {self.opts.url}: {error}") from None
+        if now - self._failing_since >= RECONNECT_WITHIN:
+            raise ConnectionError(
+                f"rsnet: lost the broker at {self.opts.url} and could not reconnect for {RECONNECT_WITHIN:g} s: {error}"
+            ) from None
+        delay = RETRY_DELAYS[min(self._attempt, len(RETRY_DELAYS) - 1)]
+        self._attempt += 1
+        log.warning("rsnet: %s; reconnecting to %s in %g s", error, self.opts.url, delay)
+        time.sleep(delay)
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+
 # -- offsets and partitions ----------------------------------------------------------------------
 
 
@@ -203,10 +308,12 @@ def read_ranges(opts: _options.Options, builder: RecordBatches, part: Range) -> 
     with failOnDataLoss=false, is logged and skipped)."""
     position, end = part.start, part.end
     pending: list[list[Any]] = []  # [offset, timestamp, value, producer, sequence] each
-    with fewer_collections(), connected(opts) as client:
+    link = Reconnecting(opts, patient=True)
+    with fewer_collections(), contextlib.closing(link):
         while position < end:
             try:
-                for chunk in blocking.read_range(client, part.topic, position, end, items="stored"):
+                # After a lost connection, from where the last attempt got to: no record twice.
+                for chunk in blocking.read_range(link.client(), part.topic, position, end, items="stored"):
                     if not chunk:
                         continue
                     first = chunk[0][0]
@@ -214,14 +321,21 @@ def read_ranges(opts: _options.Options, builder: RecordBatches, part: Range) -> 
                         missing = _first_gap(chunk, position)
                         _lost(opts, part.topic, missing, "the broker skipped records")
                     position = chunk[-1][0] + 1
+                    link.succeeded()
                     pending.extend(chunk)
                     while len(pending) >= ROWS_PER_BATCH:
                         yield builder.build(part.topic, pending[:ROWS_PER_BATCH])
                         del pending[:ROWS_PER_BATCH]
                 break
+            except ConnectionLost as lost:
+                link.lost(lost)
+                continue
             except StreamError as error:
-                if not isinstance(error.data, dict):
-                    raise
+                if error.code not in (BrokerCode.OFFSET_TRIMMED, BrokerCode.OFFSET_DAMAGED) or not isinstance(
+                    error.data, dict
+                ):
+                    link.lost(error)  # GOING_AWAY: again on a new connection; others raise
+                    continue
                 if error.code == BrokerCode.OFFSET_TRIMMED:
                     available = int(error.data["first_available"])
                     _lost(opts, part.topic, (position, min(available, end)), "removed by retention")
@@ -229,8 +343,6 @@ def read_ranges(opts: _options.Options, builder: RecordBatches, part: Range) -> 
                     available = int(error.data["next_intact"])
                     damaged = (int(error.data["first"]), min(available, end))
                     _lost(opts, part.topic, damaged, "damaged on the broker's disk")
-                else:
-                    raise
                 position = max(position, available)
     if pending:
         yield builder.build(part.topic, pending)
@@ -315,29 +427,16 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def __init__(self, opts: _options.Options, schema: StructType) -> None:
         self.opts, self.schema = opts, schema
-        self._client: Any = None
+        # The planner process is long-lived: one connection, reopened when the broker restarts.
+        self._link = Reconnecting(opts, patient=False)
         self._target: dict[str, tuple[int, int]] | None = None  # availableNow's fixed end
         self._committed: dict[str, int] = {}  # the cursor's offsets as last committed
-
-    def _connection(self) -> Any:
-        """The planner process is long-lived: it keeps one connection, reopened when it died."""
-        if self._client is None or self._client.closed:
-            self._client = open_client(self.opts)
-        return self._client
 
     def _ends(self) -> dict[str, tuple[int, int]]:
         if self._target is not None:
             return self._target
-        for attempt in (1, 2):  # a connection that died since the last call is reopened once
-            try:
-                return blocking.resolve_topics(self._connection(), self.opts.topics)
-            except ConnectionLost:
-                self._client = None
-                if attempt == 2:
-                    raise
-            except StreamError as error:
-                raise _explained(self.opts, error) from None
-        raise AssertionError("unreachable")
+        topics = self.opts.topics
+        return self._link.call(lambda client: blocking.resolve_topics(client, topics))
 
     def initialOffset(self) -> dict[str, Any]:
         start = _initial(self.opts, self._ends(), "latest")
@@ -406,21 +505,19 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if self._committed.get(topic) == offset:
                 continue
             try:
-                blocking.commit(self._connection(), topic, cursor, offset)
+                blocking.commit(self._link.client(), topic, cursor, offset)
             except (StreamError, ConnectionLost, ConnectionError) as error:
                 # The cursor only informs operators: a topic that moved back (reported by
                 # latestOffset), a topic gone, or a lost connection (the next planning call
                 # reconnects, and commits again) must not stop the query here.
                 log.warning("rsnet: cannot commit cursor %r of %r at %d: %s", cursor, topic, offset, error)
-                if not isinstance(error, StreamError):
-                    self._client = None
+                if not isinstance(error, StreamError) or error.code == ErrorCode.GOING_AWAY:
+                    self._link.close()
                     return
             self._committed[topic] = offset
 
     def stop(self) -> None:
-        if self._client is not None:
-            self._client.close()
-            self._client = None
+        self._link.close()
 
 
 def share(available: dict[str, int], limit: int) -> dict[str, int]:

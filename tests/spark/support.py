@@ -49,6 +49,16 @@ subscribe = ["allowed.>"]
 def broker_process(directory: pathlib.Path, *, port: int = 0, durable: bool = False) -> Iterator[str]:
     """Run ``rsnet broker`` (auth on with :data:`TOKEN`; topics in memory, or durable under
     ``directory``) until the block ends; yields its tcp:// URL."""
+    with broker_daemon(directory, port=port, durable=durable) as (url, _):
+        yield url
+
+
+@contextmanager
+def broker_daemon(
+    directory: pathlib.Path, *, port: int = 0, durable: bool = False, grace: float = 0.5
+) -> Iterator[tuple[str, subprocess.Popen[str]]]:
+    """:func:`broker_process`, yielding its process too (to stop it as a deploy would), with
+    ``grace`` seconds for its streams when it is told to stop (SIGTERM)."""
     from rsnet.broker.auth import hash_token
 
     config = directory / "rsnet.toml"
@@ -61,7 +71,7 @@ def broker_process(directory: pathlib.Path, *, port: int = 0, durable: bool = Fa
         )
     )
     process = subprocess.Popen(
-        [sys.executable, "-m", "rsnet.cli", "broker", "--config", str(config), "--grace", "0.5"],
+        [sys.executable, "-m", "rsnet.cli", "broker", "--config", str(config), "--grace", str(grace)],
         stderr=subprocess.PIPE,
         text=True,
     )
@@ -73,7 +83,7 @@ def broker_process(directory: pathlib.Path, *, port: int = 0, durable: bool = Fa
             assert line, f"the broker exited: {printed}"
             printed += line
         url = printed.split("serving ", 1)[1].split()[0]
-        yield url
+        yield url, process
     finally:
         process.terminate()
         process.wait(10)

@@ -81,3 +81,92 @@ def records_from(url, topic, cursor):
     with rsnet.sync.connect(url, token=TOKEN) as client:
         for record in blocking.subscribe(client, topic, {"cursor": cursor, "from": "earliest"}, 1):
             return [record]
+
+
+def _free_port() -> int:
+    """A port on 127.0.0.1 that a broker, and the broker replacing it, can listen on."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_the_planner_rides_out_a_deploy_going_away_then_nobody_then_a_new_broker(tmp_path):
+    """SIGTERM: the broker says GOING_AWAY, refuses new streams, and closes after its grace;
+    a new one listens on the port a moment later. A planning call made meanwhile waits for it
+    instead of failing the query (an outside check saw a query die within a second)."""
+    import signal
+    import threading
+
+    from rsnet.spark import options
+    from rsnet.spark.source import StreamReader
+
+    from .support import TOKEN, broker_daemon, publish
+
+    port = _free_port()
+    opts = options.parse({"url": f"tcp://127.0.0.1:{port}", "token": TOKEN, "topic": "deploy.t"})
+    reader = StreamReader(opts, None)
+    done, replaced = threading.Event(), threading.Event()
+
+    def replace(old) -> None:
+        old.wait(30)  # its port is free: the new broker takes it
+        with broker_daemon(tmp_path, port=port, durable=True) as (url, _):
+            publish(url, "deploy.t", [4, 5], producer="after")
+            replaced.set()
+            done.wait(60)
+
+    with broker_daemon(tmp_path, port=port, durable=True, grace=2) as (url, old):
+        start = reader.initialOffset()
+        publish(url, "deploy.t", [1, 2, 3])
+        end = reader.latestOffset(start, ReadAllAvailable())
+        assert end["topics"] == {"deploy.t": 3}
+        old.send_signal(signal.SIGTERM)
+        while "shutting down" not in old.stderr.readline():  # GO_AWAY is on its way to the planner
+            pass
+        replacement = threading.Thread(target=replace, args=(old,))
+        replacement.start()
+        try:
+            during = reader.latestOffset(end, ReadAllAvailable())  # GOING_AWAY, refused, then the new one
+            assert during["topics"]["deploy.t"] in (3, 5)
+            assert replaced.wait(30)
+            after = reader.latestOffset(during, ReadAllAvailable())
+            assert after["topics"] == {"deploy.t": 5}
+        finally:
+            reader.stop()
+            done.set()
+            replacement.join(60)
+
+
+def test_a_read_task_goes_on_from_where_it_was_across_a_broker_restart(tmp_path):
+    """A task reading a range when the broker restarts reconnects and reads the rest: every
+    offset of the range once (in local mode Spark does not retry a failed task)."""
+    import pyarrow as pa
+    from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
+
+    from rsnet.spark import options
+    from rsnet.spark.arrow import ROWS_PER_BATCH, RecordBatches
+    from rsnet.spark.source import Range, read_ranges
+
+    from .support import TOKEN, broker_daemon, publish
+
+    port, count = _free_port(), 3 * ROWS_PER_BATCH
+    opts = options.parse({"url": f"tcp://127.0.0.1:{port}", "token": TOKEN, "topic": "restart.read"})
+    with broker_daemon(tmp_path, port=port, durable=True) as (url, old):
+        publish(url, "restart.read", list(range(count)))
+        schema = StructType(  # the default schema (DEFAULT_SCHEMA), without a Spark session to parse it
+            [
+                StructField("topic", StringType()),
+                StructField("offset", LongType()),
+                StructField("timestamp", TimestampType()),
+                StructField("value", StringType()),
+            ]
+        )
+        batches = read_ranges(opts, RecordBatches(schema), Range("restart.read", 0, count))
+        first = next(batches)
+        old.terminate()  # a restart while the task has the rest of its range to read
+        old.wait(30)
+    with broker_daemon(tmp_path, port=port, durable=True):
+        read = pa.Table.from_batches([first, *batches])
+    assert read.column("offset").to_pylist() == list(range(count))
+    assert read.column("value").to_pylist() == [str(n) for n in range(count)]

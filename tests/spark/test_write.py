@@ -37,14 +37,10 @@ def test_a_topic_column_routes_each_row_and_temporal_values_become_plain(spark, 
         "SELECT * FROM VALUES "
         "('routed.a', 1, TIMESTAMP '2024-01-02 03:04:05.678 UTC', DATE '2024-01-02', 1.50BD), "
         "('routed.b', 2, TIMESTAMP '1970-01-01 00:00:01 UTC', DATE '1970-01-01', 2.25BD), "
-        "('routed.a', 3, TIMESTAMP '1970-01-01 00:00:00 UTC', DATE '1999-12-31', 0.00BD), "
-        "(NULL, 4, NULL, NULL, NULL) "
+        "('routed.a', 3, TIMESTAMP '1970-01-01 00:00:00 UTC', DATE '1999-12-31', 0.00BD) "
         "AS t(topic, n, at, day, price)"
     ).coalesce(1)
-    writer(df, broker_url, "routed.default").save()  # the column wins; where it is null, the option
-    assert [record["value"] for record in records(broker_url, "routed.default")] == [
-        {"n": 4, "at": None, "day": None, "price": None}
-    ]
+    writer(df, broker_url).save()  # no option topic: the column routes each row
     assert [record["value"] for record in records(broker_url, "routed.a")] == [
         {"n": 1, "at": 1704164645678, "day": "2024-01-02", "price": "1.50"},
         {"n": 3, "at": 0, "day": "1999-12-31", "price": "0.00"},
@@ -52,6 +48,21 @@ def test_a_topic_column_routes_each_row_and_temporal_values_become_plain(spark, 
     assert [record["value"] for record in records(broker_url, "routed.b")] == [
         {"n": 2, "at": 1000, "day": "1970-01-01", "price": "2.25"}
     ]
+
+
+def test_option_topic_wins_over_a_topic_column_as_in_kafkas_sink(spark, broker_url):
+    # The copy job an outside check ran: read a topic, write its rows to a backup. The rows
+    # carry the source's name in their topic column; option topic must decide, or the job
+    # writes back into its own source.
+    publish(broker_url, "copied.src", [{"id": 1}, {"id": 2}])
+    source = spark.read.format("rsnet").option("url", broker_url).option("token", TOKEN).option("topic", "copied.src")
+    rows = source.load().select("topic", F.from_json("value", "id long").alias("value"))
+    writer(rows, broker_url, "copied.backup").save()
+    assert sorted(record["value"]["id"] for record in records(broker_url, "copied.backup")) == [1, 2]
+    assert ends(broker_url, "copied.src") == (0, 2), "nothing written back into the source"
+    nulls = spark.createDataFrame([("routed.x", 1), (None, 2)], "topic string, n int").coalesce(1)
+    with pytest.raises(PySparkException, match=r"has a null topic \(set option topic to write every row there\)"):
+        writer(nulls, broker_url).save()
 
 
 def test_maps_arrays_and_structs_are_written_as_msgpack_maps_and_arrays(spark, broker_url):
@@ -78,6 +89,15 @@ def test_writer_errors_are_clear(spark, broker_url):
         writer(spark.createDataFrame([(1, 1)], "topic int, n int"), broker_url, "written.x").save()
     with pytest.raises(PySparkException, match="has a null value"):
         writer(spark.createDataFrame([(None,)], "value string"), broker_url, "written.null").save()
+    # SPEC 3: map keys are strings or binary. Refused before any row is stored, naming the column
+    # (an outside check saw the connection cut with PROTOCOL_ERROR after three rows were stored).
+    for ddl, rows, column in [
+        ("n int, m map<int, string>", [(1, {1: "a"})], "column m is a map<int,string>"),
+        ("value array<struct<m: map<bigint, int>>>", [([{"m": {2: 3}}],)], r"column value\[\]\.m is a map<bigint,int>"),
+    ]:
+        with pytest.raises(Exception, match=column):
+            writer(spark.createDataFrame(rows, ddl), broker_url, "written.keys").save()
+    assert ends(broker_url, "written.keys") == (0, 0)
 
 
 def test_streaming_pipeline_replayed_after_a_failed_write_stores_every_record_once(spark, broker_url, tmp_path):
