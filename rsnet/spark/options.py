@@ -14,6 +14,38 @@ from typing import Any
 
 OFFSET_WORDS = ("earliest", "latest")
 
+NAMES = {
+    name.lower(): name
+    for name in (
+        "url",
+        "topic",
+        "token",
+        "startingOffsets",
+        "endingOffsets",
+        "maxRecordsPerBatch",
+        "minPartitions",
+        "failOnDataLoss",
+        "cursor",
+    )
+}
+"""Every option, by the lowercase name Spark hands over."""
+
+APPLIES = {
+    "batch read": {"url", "topic", "token", "startingoffsets", "endingoffsets", "minpartitions", "failondataloss"},
+    "stream read": {
+        "url",
+        "topic",
+        "token",
+        "startingoffsets",
+        "maxrecordsperbatch",
+        "minpartitions",
+        "failondataloss",
+        "cursor",
+    },
+    "write": {"url", "topic", "token"},
+}
+"""The options each use takes: one given where it means nothing is refused, not ignored."""
+
 
 @dataclasses.dataclass(frozen=True)
 class Options:
@@ -26,22 +58,21 @@ class Options:
     min_partitions: int | None
     fail_on_data_loss: bool
     cursor: str | None
+    given: frozenset[str] = frozenset()  # the options given, by lowercase name
+
+    def check_applies(self, use: str) -> None:
+        """Refuse an option ``use`` (a key of :data:`APPLIES`) does not take: an endingOffsets
+        on a stream, a maxRecordsPerBatch on a batch read, a reading option on a writer."""
+        stray = sorted(NAMES[name] for name in self.given - APPLIES[use] if name in NAMES)
+        if stray:
+            takes = ", ".join(sorted(NAMES[name] for name in APPLIES[use]))
+            raise ValueError(f"rsnet: option(s) {', '.join(stray)} mean nothing for a {use} (it takes {takes})")
 
 
 def parse(options: Mapping[str, str], *, need_topic: bool = True) -> Options:
     """The options Spark passed to ``format("rsnet")``; ValueError for a missing or bad one."""
     opts = {key.lower(): value for key, value in options.items()}
-    known = {
-        "url",
-        "topic",
-        "token",
-        "startingoffsets",
-        "endingoffsets",
-        "maxrecordsperbatch",
-        "minpartitions",
-        "failondataloss",
-        "cursor",
-    }
+    known = set(NAMES)
     spark_own = {"path", "checkpointlocation"}  # Spark passes them along; unused here
     unknown = sorted(set(opts) - known - spark_own)
     if unknown:  # a typo, or a Kafka option that means something else here (maxOffsetsPerTrigger)
@@ -65,6 +96,7 @@ def parse(options: Mapping[str, str], *, need_topic: bool = True) -> Options:
         min_partitions=_positive("minPartitions", opts.get("minpartitions")),
         fail_on_data_loss=_bool("failOnDataLoss", opts.get("failondataloss"), default=True),
         cursor=cursor,
+        given=frozenset(opts) & known,
     )
 
 
@@ -86,8 +118,8 @@ def _topics(value: str | None) -> tuple[str, ...]:
 def _offsets(option: str, value: str | None, words: tuple[str, ...]) -> str | dict[str, int] | None:
     if value is None:
         return None
-    if value.strip() in words:
-        return value.strip()
+    if value.strip().lower() in words:  # as Spark's Kafka source, whatever the case
+        return value.strip().lower()
     try:
         parsed: Any = json.loads(value)
     except ValueError:

@@ -101,20 +101,24 @@ class RsnetDataSource(DataSource):
         return DEFAULT_SCHEMA
 
     def reader(self, schema: StructType) -> DataSourceReader:
+        self.parsed.check_applies("batch read")
         return RangeReader(_with_topic(self.parsed), schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        self.parsed.check_applies("stream read")
         return StreamReader(_with_topic(self.parsed), schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         from .sink import BatchWriter
 
+        self.parsed.check_applies("write")
         _check_writable(self.parsed, schema, overwrite)
         return BatchWriter(self.parsed, schema, producer=f"spark-{uuid.uuid4().hex[:12]}")
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         from .sink import StreamWriter
 
+        self.parsed.check_applies("write")
         _check_writable(self.parsed, schema, overwrite)
         return StreamWriter(self.parsed, schema)
 

@@ -163,6 +163,26 @@ def test_bad_option_values_are_named(spark, broker_url):
         batch(spark, broker_url, "orders.stream", startingOffsets='{"orders.stream": 999999}').collect()
     with pytest.raises(Exception, match=r"unknown option\(s\) maxoffsetspertrigger"):
         reader(spark, broker_url, "orders.stream", maxOffsetsPerTrigger=10)
+    # An option where it means nothing is refused, not ignored (a batch read has no batches to
+    # bound, a stream no end, a writer no offsets).
+    with pytest.raises(Exception, match=r"option\(s\) cursor, maxRecordsPerBatch mean nothing for a batch read"):
+        batch(spark, broker_url, "orders.stream", maxRecordsPerBatch=5, cursor="c").collect()
+    with pytest.raises(
+        Exception, match=r"option\(s\) startingOffsets mean nothing for a write \(it takes token, topic, url\)"
+    ):
+        spark.createDataFrame([("x",)], "value string").write.format("rsnet").mode("append").option(
+            "url", broker_url
+        ).option("token", TOKEN).option("topic", "orders.x").option("startingOffsets", "earliest").save()
+    query = (
+        reader(spark, broker_url, "orders.stream", endingOffsets="latest")
+        .writeStream.format("noop")
+        .trigger(availableNow=True)
+        .start()
+    )
+    with pytest.raises(Exception, match=r"option\(s\) endingOffsets mean nothing for a stream read"):
+        query.awaitTermination(60)
+    publish(broker_url, "orders.case", [1, 2])
+    assert batch(spark, broker_url, "orders.case", startingOffsets="Latest").collect() == []  # as Kafka's
 
 
 def test_unreachable_broker_unknown_topic_and_bad_token_say_so(spark, broker_url):
