@@ -114,7 +114,8 @@ class Inbound implements Subscription {
     if (amount <= 0n) {
       // Rule 3.9, signalled locally (SPEC 8.4): the wire never carries REQUEST(n <= 0); the
       // stream is cancelled at the server and the subscriber gets the error.
-      this.fail(new StreamError(ErrorCode.INVALID_REQUEST, `rule 3.9: request(${n}) must be positive`), true);
+      const what = typeof n === "bigint" || Number.isInteger(n) ? "positive" : "a positive integer";
+      this.fail(new StreamError(ErrorCode.INVALID_REQUEST, `rule 3.9: request(${n}) must be ${what}`), true);
       return;
     }
     const first = this.pending === 0n;

@@ -95,6 +95,19 @@ test("request(0) fails the subscriber locally (rule 3.9) and cancels at the serv
   assert.deepEqual(await events(), []);
 });
 
+test("request(1.5) fails as rule 3.9 says, and says an integer is wanted", async () => {
+  const { client, server, toClient, events } = pair();
+  const recorder = new Recorder();
+  client.publisher("p").subscribe(recorder);
+  recorder.subscription.request(1);
+  const [subscribe] = await events();
+  server.sendAccept(subscribe.stream_id);
+  toClient(server.dataToSend());
+  recorder.subscription.request(1.5);
+  assert.equal(recorder.error.code, ErrorCode.INVALID_REQUEST);
+  assert.equal(recorder.error.detail, "rule 3.9: request(1.5) must be a positive integer");
+});
+
 test("a server that sends beyond demand gets FLOW_CONTROL; the items within demand are delivered (rule 1.1)", async () => {
   const { client, server, toClient, events } = pair();
   const recorder = new Recorder();

@@ -3075,7 +3075,8 @@ var Inbound = class {
     if (this.done) return;
     const amount = typeof n === "bigint" ? n : Number.isInteger(n) ? BigInt(n) : 0n;
     if (amount <= 0n) {
-      this.fail(new StreamError(ErrorCode.INVALID_REQUEST, `rule 3.9: request(${n}) must be positive`), true);
+      const what = typeof n === "bigint" || Number.isInteger(n) ? "positive" : "a positive integer";
+      this.fail(new StreamError(ErrorCode.INVALID_REQUEST, `rule 3.9: request(${n}) must be ${what}`), true);
       return;
     }
     const first = this.pending === 0n;
