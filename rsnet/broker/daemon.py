@@ -277,7 +277,7 @@ async def run_broker(args: argparse.Namespace) -> int:
             storage = f"durable in {config.data_dir} (fsync {config.fsync})" if config.data_dir else "in memory"
             _announce(f"topics {storage}; auth {'on' if authorizer.enabled else 'off'}")
             async for _ in signals:
-                _announce("shutting down")
+                _announce(f"shutting down: open streams get up to {args.grace:g} s to end (--grace)")
                 await server.shutdown(grace=args.grace)
                 nursery.cancel_scope.cancel()
                 break

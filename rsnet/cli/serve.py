@@ -119,7 +119,7 @@ async def run(args: argparse.Namespace) -> int:
                 say("serve", f"serving ws://{Address.model_validate((args.ws[0], port))}/")
             say("serve", f"publishers: {', '.join(server.publisher_names)}")
             async for _ in signals:
-                say("serve", "shutting down")
+                say("serve", f"shutting down: open streams get up to {args.grace:g} s to end (--grace)")
                 await server.shutdown(grace=args.grace)
                 nursery.cancel_scope.cancel()
                 break
