@@ -236,5 +236,7 @@ def test_round_trip_measures_the_legs_of_every_system():
         section = done.stdout.split(f"## {transport}")[1]
         assert "| server processing |" in section and "| latency |" in section
         assert "| ceiling, two tasks |" in section
-    # rsnet, the ceiling and the ceiling in two tasks, on TCP and WebSocket
-    assert done.stderr.count("[run 1/1]") == 6
+    # rsnet, the ceiling and the ceiling in two tasks, on TCP and WebSocket, and the hot loop's two
+    assert done.stderr.count("[run 1/1]") == 8
+    hot = done.stdout.split("## The same work in a hot loop")[1]
+    assert "| both, hot |" in hot and "| both, in the round trip |" in hot
