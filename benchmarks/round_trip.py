@@ -327,8 +327,8 @@ def markdown(results: dict[str, dict[str, list[dict[str, float]]]], command: str
         "",
         f"rsnet's work costs {own['rsnet'] / warm['rsnet']:.1f}x in the round trip what it costs warm (caches"
         " and predictors cold after each wait, the scheduler's steps between); so to reach 1.3x the"
-        f" ceiling, its work would have to shrink by about {1 - allowed['tcp'] / own['rsnet']:.0%} in every"
-        f" layer at once (to the {allowed['tcp']:.0f} µs the TCP table allows), not in one.",
+        f" ceiling, its work would have to shrink by about {1 - allowed['tcp'] / own['rsnet']:.0%} (to the"
+        f" {allowed['tcp']:.0f} µs the TCP table allows), warm or cold alike.",
         "",
     ]
     return "\n".join(lines)
