@@ -79,7 +79,8 @@ test("requests made in one turn go out as one REQUEST; demand saturates at 2^63-
   assert.equal(recorder.error, null);
 });
 
-test("request(0) fails the subscriber locally (rule 3.9) and cancels at the server", async () => {
+/** A subscriber on publisher "p" with demand 1, its stream accepted by the server. */
+async function accepted() {
   const { client, server, toClient, events } = pair();
   const recorder = new Recorder();
   client.publisher("p").subscribe(recorder);
@@ -87,6 +88,11 @@ test("request(0) fails the subscriber locally (rule 3.9) and cancels at the serv
   const [subscribe] = await events();
   server.sendAccept(subscribe.stream_id);
   toClient(server.dataToSend());
+  return { recorder, events };
+}
+
+test("request(0) fails the subscriber locally (rule 3.9) and cancels at the server", async () => {
+  const { recorder, events } = await accepted();
   recorder.subscription.request(0);
   assert.ok(recorder.error instanceof StreamError);
   assert.equal(recorder.error.code, ErrorCode.INVALID_REQUEST);
@@ -96,13 +102,7 @@ test("request(0) fails the subscriber locally (rule 3.9) and cancels at the serv
 });
 
 test("request(1.5) fails as rule 3.9 says, and says an integer is wanted", async () => {
-  const { client, server, toClient, events } = pair();
-  const recorder = new Recorder();
-  client.publisher("p").subscribe(recorder);
-  recorder.subscription.request(1);
-  const [subscribe] = await events();
-  server.sendAccept(subscribe.stream_id);
-  toClient(server.dataToSend());
+  const { recorder } = await accepted();
   recorder.subscription.request(1.5);
   assert.equal(recorder.error.code, ErrorCode.INVALID_REQUEST);
   assert.equal(recorder.error.detail, "rule 3.9: request(1.5) must be a positive integer");
