@@ -4,7 +4,10 @@
 
 Each ``module:attr`` is an :class:`rsnet.Server` or a mapping of names to factories
 ``f(params, ctx) -> Publisher``; modules are imported from the current directory first (as
-``uvicorn`` and ``hypercorn`` do; ``--app-dir`` chooses another). Addresses are validated as
+``uvicorn`` and ``hypercorn`` do; ``--app-dir`` chooses another). A Server is served with its
+own settings (``token`` or ``authenticate``, limits, keepalive); ``--keepalive`` and
+``--max-connections`` given on the command line win over them, and ``--token`` is refused
+for a Server that has its own authentication rather than replacing it. Addresses are validated as
 the broker's configuration validates them (``HOST:PORT``, ``[::1]:7600``, port 0-65535).
 """
 
@@ -54,9 +57,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     serve.add_argument(
         "--keepalive",
         type=float,
-        default=DEFAULT_KEEPALIVE,
+        default=None,
         metavar="SECONDS",
-        help="PING after this long without sending; drop a peer silent for three (SPEC 10.1; 0: off)",
+        help=f"PING after this long without sending; drop a peer silent for three (SPEC 10.1; 0: off; default {DEFAULT_KEEPALIVE:g})",
     )
     serve.add_argument(
         "--max-connections",
@@ -72,7 +75,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     serve.add_argument("publishers", nargs="*", metavar="module:attr")
 
 
-def load_publishers(server: Server, spec: str) -> None:
+def load(spec: str) -> Server | dict[str, Any]:
+    """The rsnet.Server or the dict of factories ``module:attr`` names."""
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
         raise CommandError(f"expected module:attr, got {spec!r}")
@@ -80,31 +84,56 @@ def load_publishers(server: Server, spec: str) -> None:
         target = getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError) as error:
         raise CommandError(f"cannot load {spec!r}: {error}") from None
-    if isinstance(target, Server):
-        server.include(target)
-    elif isinstance(target, dict):
-        for name, factory in target.items():
-            server.add_publisher(name, factory)
-    else:
+    if not isinstance(target, Server | dict):
         raise CommandError(f"{spec!r} is neither an rsnet.Server nor a dict of factories")
+    return target
+
+
+def serving_options(args: argparse.Namespace, loaded: dict[str, Server | dict[str, Any]]) -> dict[str, Any]:
+    """The settings of the server to run: a loaded Server's own (never silently dropped: its
+    token is what protects it), then what the command line gives explicitly."""
+    defaults = Server().options
+    configured = {spec: t.options for spec, t in loaded.items() if isinstance(t, Server) and t.options != defaults}
+    if len(configured) > 1 and len({repr(sorted(o.items())) for o in configured.values()}) > 1:
+        raise CommandError(
+            f"{' and '.join(configured)} are Servers with different settings (token, limits, keepalive): "
+            "serve one, and add the other's publishers to it"
+        )
+    options = dict(next(iter(configured.values()), defaults))
+    if args.token is not None:
+        if options["token"] is not None or options["authenticate"] is not None:
+            spec = next(iter(configured))
+            raise CommandError(f"{spec} has its own token (or authenticate): --token would replace it; give one")
+        options["token"] = args.token
+    if args.keepalive is not None:
+        options["keepalive_interval"] = args.keepalive
+    return options
 
 
 async def run(args: argparse.Namespace) -> int:
     sys.path.insert(0, os.path.abspath(args.app_dir))
-    if args.keepalive < 0 or (args.max_connections is not None and args.max_connections < 1):
+    if (args.keepalive is not None and args.keepalive < 0) or (
+        args.max_connections is not None and args.max_connections < 1
+    ):
         raise CommandError("--keepalive must be >= 0 and --max-connections >= 1")
-    max_connections = connection_limit(args.max_connections or DEFAULT_MAX_CONNECTIONS)
+    loaded = {spec: load(spec) for spec in args.publishers}
+    options = serving_options(args, loaded)
+    max_connections = connection_limit(args.max_connections or options["max_connections"])
     if args.max_connections is not None and max_connections < args.max_connections:
         say(
             "serve",
             f"--max-connections lowered from {args.max_connections} to {max_connections}: connections get "
             "half of the process's file descriptor limit (raise `ulimit -n` to allow more)",
         )
-    server = Server(token=args.token, keepalive_interval=args.keepalive, max_connections=max_connections)
+    server = Server(**{**options, "max_connections": max_connections})
     if args.demo:
         add_demo_publishers(server)
-    for spec in args.publishers:
-        load_publishers(server, spec)
+    for target in loaded.values():
+        if isinstance(target, Server):
+            server.include(target)
+        else:
+            for name, factory in target.items():
+                server.add_publisher(name, factory)
     if not server.publisher_names:
         raise CommandError("nothing to serve (give module:attr or --demo)")
     tune_for_serving()  # this process only serves: see rsnet/net/gc_tuning.py

@@ -131,6 +131,18 @@ class Server:
         self._max_streams = max_streams
         self._keepalive_ms = round(keepalive_interval * 1000)
         self._handshake_timeout = handshake_timeout
+        self.options: dict[str, Any] = {
+            "token": token,
+            "authenticate": authenticate,
+            "host": host,
+            "max_frame_size": max_frame_size,
+            "max_streams": max_streams,
+            "keepalive_interval": keepalive_interval,
+            "handshake_timeout": handshake_timeout,
+            "max_connections": max_connections,
+        }
+        """The keyword arguments this server was made with: ``Server(**server.options)`` makes
+        one that authenticates and limits as it does (``rsnet serve module:server`` does)."""
         self._publishers: dict[str, _Entry] = {}
         self._sinks: dict[str, _Entry] = {}
         self.sessions: set[Session] = set()

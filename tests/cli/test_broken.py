@@ -9,7 +9,10 @@ import time
 
 import pytest
 
+import rsnet.sync as rsnet_sync
 from rsnet.broker import blocking
+from rsnet.errors import StreamError
+from rsnet.protocol import ErrorCode
 
 from .support import RSNET, Daemon, env, one_line, rsnet
 
@@ -196,6 +199,35 @@ def test_serve_imports_a_module_from_the_current_directory(tmp_path):
     with Daemon("serve", "mymodule:server", "--tcp", "127.0.0.1:0", cwd=str(tmp_path)) as server:
         result = rsnet("sub", server.url, "hello")
     assert (result.returncode, result.stdout) == (0, '"world"\n'), result.stderr
+
+
+def test_serve_keeps_the_servers_own_token_and_limits(tmp_path):
+    # An outside check: `rsnet serve app:server` served a Server(token=...) to anyone.
+    (tmp_path / "guarded.py").write_text(
+        "import itertools, rsnet\n"
+        "server = rsnet.Server(token='module-secret-token', max_streams=1)\n"
+        "@server.publisher('ticks')\n"
+        "def ticks(params, ctx):\n"
+        "    return rsnet.from_iterable(itertools.count())\n"
+        "loose = rsnet.Server(max_streams=5)\n"
+    )
+    with Daemon("serve", "guarded:server", "--tcp", "127.0.0.1:0", cwd=str(tmp_path)) as server:
+        refused = rsnet("sub", server.url, "ticks", "--count", "1")
+        assert refused.returncode == 1 and "UNAUTHORIZED" in refused.stderr, refused.stderr
+        with rsnet_sync.connect(server.url, token="module-secret-token") as client:
+            first = client.subscribe("ticks")
+            assert next(first) == 0
+            with pytest.raises(StreamError) as caught:  # max_streams=1: the Server's own limit
+                next(client.subscribe("ticks"))
+            assert caught.value.code == ErrorCode.TOO_MANY_STREAMS
+            first.close()
+    replaced = rsnet("serve", "guarded:server", "--token", "other-token-0123456789", cwd=str(tmp_path))
+    assert replaced.returncode == 1
+    assert one_line(replaced.stderr) == (
+        "rsnet serve: guarded:server has its own token (or authenticate): --token would replace it; give one"
+    )
+    both = rsnet("serve", "guarded:server", "guarded:loose", cwd=str(tmp_path))
+    assert both.returncode == 1 and "are Servers with different settings" in both.stderr
 
 
 def test_a_null_line_is_reported_with_its_number_and_what_was_stored(broker):
