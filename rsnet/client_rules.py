@@ -237,6 +237,13 @@ def close_connection(conn: Connection) -> ConnectionLost:
     return ConnectionLost("the client was closed")
 
 
+def going_away() -> StreamError:
+    """The error of a stream opened once GO_AWAY was sent or received: refused as the server
+    refuses one (``GOING_AWAY``, SPEC 10.2), a stream error, retryable on a new connection; the
+    connection and its open streams go on."""
+    return StreamError(ErrorCode.GOING_AWAY, "the connection is going away: open the stream on a new connection")
+
+
 def connection_lost(event: ConnectionClosed, peer: str) -> ConnectionLost:
     """The error every stream of a connection ends with when it closed (``event``)."""
     how = "" if event.code is None else f" with {StreamError(event.code).code_name}"

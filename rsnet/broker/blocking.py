@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import itertools
 import operator
-from collections.abc import Callable, Generator, Iterable, Iterator
-from typing import Any, Literal, cast
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, Literal
 
 from ..errors import StreamError
 from ..protocol import ErrorCode
@@ -87,8 +87,7 @@ def read_range(
         return
     params: dict[str, Any] = {"from": start, "items": items}
     offset: Callable[[Any], int] = operator.itemgetter("offset" if items == "maps" else 0)
-    # A generator (closing it cancels the stream), though typed as an iterator.
-    records = cast(Generator[Any], client.subscribe(topic, params, prefetch=min(window, count), limit=count))
+    records = client.subscribe(topic, params, prefetch=min(window, count), limit=count)  # close() cancels
     try:
         while chunk := list(itertools.islice(records, window)):  # C-level iteration, no per-item step
             if offset(chunk[-1]) >= end - 1:

@@ -15,7 +15,7 @@ connection from the wrong task).
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterable, AsyncIterator, Iterable
+from collections.abc import AsyncGenerator, AsyncIterable, Iterable
 from typing import Any
 
 import trio
@@ -100,34 +100,46 @@ async def follow(
     topic: str,
     *,
     start: Any = "latest",
+    cursor: str | None = None,
     prefetch: int | None = None,
+    budget: int | None = None,
     token: str | None = None,
     retry_delay: float = 0.5,
     max_retry_delay: float = 5.0,
-) -> AsyncIterator[dict[str, Any]]:
+) -> AsyncGenerator[dict[str, Any]]:
     """Yield a topic's records, reconnecting after connection failures.
 
-    After a reconnect it subscribes from the offset after the last record it yielded, so the
-    records continue with no gap and no duplicate. Stream errors (e.g. the offset was
-    trimmed by retention) and refused credentials are raised, not retried. ``prefetch`` as for
-    ``subscribe`` (None: adaptive demand within a byte budget).
+    ``start`` is the subscription's ``from`` (BROKER.md: ``"earliest"``, ``"latest"``, an offset,
+    ``{"timestamp": ms}``); with ``cursor``, the first subscription starts at that named cursor's
+    committed offset if it has one. After a reconnect it subscribes from the offset after the
+    last record it yielded, so the records continue with no gap and no duplicate. A broker
+    going away (GOING_AWAY: a restart) is waited for like a lost connection; other stream
+    errors (e.g. the offset was trimmed by retention) and refused credentials are raised, not
+    retried. ``prefetch`` and ``budget`` as for ``subscribe`` (neither: adaptive demand within
+    a byte budget). An async generator: ``contextlib.aclosing(follow(...))`` ends it promptly.
     """
     position: Any = start
     delay = retry_delay
     while True:
+        params: dict[str, Any] = {"from": position}
+        if cursor is not None:
+            params["cursor"] = cursor
         try:
             async with connect(url, token=token) as conn:
-                async with conn.subscribe(topic, {"from": position}, prefetch=prefetch) as records:
+                async with conn.subscribe(topic, params, prefetch=prefetch, budget=budget) as records:
                     delay = retry_delay
                     async for record in records:
                         position = record["offset"] + 1
+                        cursor = None  # resume from our own position, not the cursor's
                         yield record
             return
         except HandshakeError as refused:
             if refused.code in (ErrorCode.UNAUTHORIZED, ErrorCode.UNSUPPORTED_VERSION):
                 raise  # retrying cannot help
-            await trio.sleep(delay)
-            delay = min(delay * 2, max_retry_delay)
+        except StreamError as error:
+            if error.code != ErrorCode.GOING_AWAY:
+                raise
         except ConnectionLost:
-            await trio.sleep(delay)
-            delay = min(delay * 2, max_retry_delay)
+            pass
+        await trio.sleep(delay)
+        delay = min(delay * 2, max_retry_delay)

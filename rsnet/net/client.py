@@ -142,7 +142,9 @@ class Client(metaclass=NoPublicConstructor):
     def _open_inbound(self, subscriber: Subscriber[Any], name: str, params: Any) -> None:
         session = self._session
         waiting = self._dial is not None and not self._closing and self._gave_up is None
-        if waiting and (session.closed or session.conn.state is not State.OPEN):
+        # Reconnecting, a stream opened while the server drains (GO_AWAY) waits for the next
+        # connection too, as one opened while there is none: a rolling restart surfaces nothing.
+        if waiting and (session.closed or session.conn.state is not State.OPEN or session.conn.going_away):
             if len(self._parked) < MAX_PARKED:
                 self._parked.append((subscriber, name, params))
                 return

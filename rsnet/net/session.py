@@ -46,7 +46,15 @@ from typing import Any, Protocol, TypeVar
 
 import trio
 
-from ..client_rules import FLUSH_TIMEOUT, Due, Keepalive, connection_lost, handshake_outcome, handshake_timed_out
+from ..client_rules import (
+    FLUSH_TIMEOUT,
+    Due,
+    Keepalive,
+    connection_lost,
+    going_away,
+    handshake_outcome,
+    handshake_timed_out,
+)
 from ..errors import ConnectionLost, StreamError, error_frame_fields
 from ..protocol import (
     Accept,
@@ -708,11 +716,13 @@ class Session:
     def _open_inbound(self, subscriber: Subscriber[Any], name: str, params: Any, *, offer_id: int = 0) -> None:
         """Subscribe ``subscriber`` to a publisher on the peer: by name (SUBSCRIBE), or the
         publisher of an OFFER stream the peer opened (``offer_id``)."""
-        if offer_id == 0 and (self.conn.state is not State.OPEN or self.conn.going_away):
-            reason = self._closing_error or ConnectionLost(
-                "the connection is closed" if self.conn.state is not State.OPEN else "the connection is going away"
-            )
-            subscribe_failed(subscriber, reason)
+        if offer_id == 0 and self.conn.state is not State.OPEN:
+            subscribe_failed(subscriber, self._closing_error or ConnectionLost("the connection is closed"))
+            return
+        if offer_id == 0 and self.conn.going_away:
+            # After the peer's GO_AWAY, what it answers an opening (SPEC 10.2): the stream is
+            # refused, retryable elsewhere; the connection and its open streams go on.
+            subscribe_failed(subscriber, going_away() if self._peer_going_away else ConnectionLost("closing"))
             return
         inbound = _Inbound(self, subscriber)
         subscriber.on_subscribe(inbound)
@@ -746,8 +756,10 @@ class Session:
         :class:`StreamError` if the peer rejected or failed the stream, or the publisher
         failed, and :class:`ConnectionLost` if the connection ended first.
         """
-        if self.conn.state is not State.OPEN or self.conn.going_away:
+        if self.conn.state is not State.OPEN:
             raise self._closing_error or ConnectionLost("the connection is not open")
+        if self.conn.going_away:
+            raise going_away() if self._peer_going_away else ConnectionLost("closing")
         stream_id = self.conn.send_offer(name, params)
         ended = trio.Event()
         outcome: list[BaseException | None] = []

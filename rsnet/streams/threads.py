@@ -15,7 +15,7 @@ callbacks in the order they were submitted, so signals keep their order (rule 1.
 from __future__ import annotations
 
 import queue
-from collections.abc import Iterator
+from collections.abc import Generator
 from typing import Any
 
 import trio
@@ -138,7 +138,7 @@ class _QueueSubscriber(Subscriber[Any]):
 
 def blocking_iterate(
     publisher: Publisher[Any], trio_token: trio.lowlevel.TrioToken, *, prefetch: int = 256
-) -> Iterator[Any]:
+) -> Generator[Any]:
     """Iterate a publisher's items from a worker thread, blocking while none is ready.
 
     Demand is replenished in batches of ``prefetch - prefetch // 4``; an ``on_error`` is

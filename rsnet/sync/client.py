@@ -33,7 +33,7 @@ import contextlib
 import ssl
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from typing import Any
 
 from ..client_rules import (
@@ -48,6 +48,7 @@ from ..client_rules import (
     close_connection,
     connection_lost,
     demand_policy,
+    going_away,
     handshake_outcome,
     handshake_timed_out,
     stream_params,
@@ -138,7 +139,7 @@ class BlockingClient(metaclass=NoPublicConstructor):
         prefetch: int | None = None,
         limit: int | None = None,
         budget: int | None = None,
-    ) -> Iterator[Any]:
+    ) -> Generator[Any]:
         """The items of the server's publisher ``name``, as a generator.
 
         The stream opens on the first ``next()``. Demand is adaptive by default, within
@@ -217,8 +218,8 @@ class BlockingClient(metaclass=NoPublicConstructor):
     def _open(self, send_opening: Callable[[], int], demand: Demand | None = None) -> tuple[int, _Stream]:
         if self._lost is not None:
             raise self._lost
-        if self._conn.going_away:
-            raise ConnectionLost("the connection is going away")
+        if self._conn.going_away:  # after the peer's GO_AWAY, as it answers an opening (SPEC 10.2)
+            raise going_away() if self._peer_going_away else ConnectionLost("closing")
         with self._io():
             try:
                 stream_id = send_opening()
@@ -228,7 +229,7 @@ class BlockingClient(metaclass=NoPublicConstructor):
             self._flush()
         return stream_id, stream
 
-    def _items(self, name: str, params: Any, demand: Demand, limit: int | None) -> Iterator[Any]:
+    def _items(self, name: str, params: Any, demand: Demand, limit: int | None) -> Generator[Any]:
         if limit == 0:
             return
         conn = self._conn

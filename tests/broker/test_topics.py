@@ -286,3 +286,50 @@ def test_items_arrays_show_records_skipped_by_drop_as_a_gap_in_offsets():
     offsets = [r[0] for r in subscriber.items]
     assert offsets[0] > 50 and offsets == list(range(offsets[0], 100))  # a gap from 0, and no key saying so
     assert all(r == [r[0], 1, r[0]] for r in subscriber.items)
+
+
+async def test_follow_starts_at_a_cursor_then_resumes_from_its_own_position():
+    from contextlib import aclosing
+
+    from rsnet.broker.client import follow
+
+    async with broker_running(Broker()) as url, rsnet.connect(url) as conn:
+        await publish(conn, "followed", list(range(5)))
+        await commit(conn, "followed", "group", 2)
+        values = []
+        async with aclosing(follow(url, "followed", start="earliest", cursor="group", budget=1 << 16)) as records:
+            async for record in records:
+                values.append(record["value"])
+                if len(values) == 3:
+                    break
+        assert values == [2, 3, 4]
+
+
+async def test_follow_waits_out_a_server_going_away_and_raises_other_stream_errors():
+    """A restarting server refuses new streams with GOING_AWAY (SPEC 10.2): retryable, as a lost
+    connection is. Any other stream error ends the loop."""
+    from contextlib import aclosing
+
+    from rsnet.broker.client import follow
+
+    server, refusals = rsnet.Server(), [ErrorCode.GOING_AWAY, ErrorCode.GOING_AWAY, ErrorCode.REJECTED]
+
+    @server.publisher("feed")
+    def feed(params, ctx):
+        if refusals[0] != ErrorCode.REJECTED or params.get("from") == "earliest":
+            code = refusals.pop(0)
+            raise rsnet.StreamError(code, "going away" if code == ErrorCode.GOING_AWAY else "no")
+        return from_iterable([{"offset": 7, "value": "after the restart"}])
+
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(server.serve_tcp, "127.0.0.1", 0)
+        url = f"tcp://127.0.0.1:{port}"
+        async with aclosing(follow(url, "feed", start=7, retry_delay=0.01)) as records:
+            assert [record["value"] async for record in records] == ["after the restart"]
+        assert refusals == [ErrorCode.REJECTED]
+        with pytest.raises(rsnet.StreamError) as refused:
+            async with aclosing(follow(url, "feed", start="earliest", retry_delay=0.01)) as records:
+                async for _ in records:
+                    pass
+        assert refused.value.code == ErrorCode.REJECTED
+        nursery.cancel_scope.cancel()

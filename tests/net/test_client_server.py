@@ -304,9 +304,12 @@ async def test_graceful_shutdown_lets_open_streams_finish_and_refuses_new_ones()
             await until(lambda: sum(s.stream_count for s in server.sessions) == 1)
             nursery.start_soon(server.shutdown, 10)
             await trio.sleep(0.05)
-            with pytest.raises(rsnet.ConnectionLost, match="going away"):
+            # Refused as the server refuses an opening after GO_AWAY: a stream error with its
+            # retryable code, not a lost connection (the connection drains its open stream).
+            with pytest.raises(rsnet.StreamError) as refused:
                 async for _ in conn.subscribe("range", {"count": 1}):
                     pass
+            assert refused.value.code == ErrorCode.GOING_AWAY and not conn.closed
             release.set()
         assert results == [0, 1, 2]  # the open stream drained before the connection closed
         assert not server.sessions
@@ -413,6 +416,46 @@ async def test_reconnect_serves_new_subscriptions_after_the_server_comes_back():
             await nursery.start(serve)  # the server is back on the same port
             await until(lambda: waiting == [0, 1, 2])
             assert [x async for x in conn.subscribe("range", {"count": 1})] == [0]
+        nursery.cancel_scope.cancel()
+
+
+async def test_reconnect_parks_a_subscription_made_while_the_server_drains():
+    # A rolling restart: GO_AWAY, the old server drains, a new one listens. A subscription made
+    # during the drain waits for the next connection instead of failing with GOING_AWAY.
+    probe = trio.socket.socket()
+    await probe.bind(("127.0.0.1", 0))
+    port = probe.getsockname()[1]
+    probe.close()
+    old, release = rsnet.Server(), trio.Event()
+
+    @old.publisher("gated")
+    def gated(params, ctx):
+        async def items():
+            await release.wait()
+            yield "drained"
+
+        return rsnet.from_async_iterable(items, nursery=ctx.nursery)
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(old.serve_tcp, "127.0.0.1", port)
+        async with rsnet.connect(f"tcp://127.0.0.1:{port}", reconnect=True, max_reconnect_delay=0.05) as conn:
+            drained, later = [], []
+
+            async def consume(name, into):
+                into.extend([x async for x in conn.subscribe(name, {"count": 2} if name == "range" else None)])
+
+            nursery.start_soon(consume, "gated", drained)
+            await until(lambda: sum(s.stream_count for s in old.sessions) == 1)
+            nursery.start_soon(old.shutdown, 10)
+            await until(lambda: conn._session.conn.going_away)
+            nursery.start_soon(consume, "range", later)
+            await trio.sleep(0.1)
+            assert later == []  # parked: not refused, not sent on the draining connection
+            release.set()
+            await until(lambda: drained == ["drained"] and conn._session.closed)
+            new = demo_server()
+            await nursery.start(new.serve_tcp, "127.0.0.1", port)
+            await until(lambda: later == [0, 1])
         nursery.cancel_scope.cancel()
 
 

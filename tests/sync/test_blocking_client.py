@@ -151,7 +151,15 @@ def test_a_server_shutting_down_lets_the_stream_finish_and_the_client_closes_onc
         items = client.subscribe("range", {"count": 50_000}, prefetch=64)
         assert next(items) == 0
         thread.start_soon(shutdown)  # GO_AWAY now; the stream has far more to send
-        assert sum(1 for _ in items) == 49_999
+        taken = 1
+        while not client._conn.going_away:  # the client hears of it as it reads
+            next(items)
+            taken += 1
+        # A new stream is refused as the server would refuse it: GOING_AWAY, retryable elsewhere.
+        with pytest.raises(StreamError) as refused:
+            next(client.subscribe("range", {"count": 1}))
+        assert refused.value.code == ErrorCode.GOING_AWAY
+        assert taken + sum(1 for _ in items) == 50_000
         # Our close, not the 5 s grace, ended the server's wait.
         assert shut_down.wait(2)
         assert client.closed

@@ -408,7 +408,7 @@ export class Client {
   readonly closed: Promise<void> = new Promise((resolve) => (this.resolveClosed = resolve));
   private resolveGoAway!: (message: string) => void;
   /** Resolves with its message when the server sends GO_AWAY (it is shutting down: open
-   *  streams go on, new ones fail with `ConnectionLost` code GOING_AWAY). */
+   *  streams go on, new ones fail with `StreamError` code GOING_AWAY, to retry elsewhere). */
   readonly goAway: Promise<string> = new Promise((resolve) => (this.resolveGoAway = resolve));
 
   /** Use `connect()`. */
@@ -614,7 +614,12 @@ export class Client {
   /** Opens a stream through `send` (which allocates the id and writes the frame, atomically). */
   private open(send: () => number): number {
     if (this.lost) throw this.lost;
-    if (this.closing || this.conn.goingAway) throw new ConnectionLost("the connection is going away: open a new one", ErrorCode.GOING_AWAY);
+    if (this.conn.peerGoingAway && !this.closing) {
+      // As the server answers an opening after its GO_AWAY (SPEC 10.2): this stream is refused,
+      // retryable on a new connection; the connection and its open streams go on.
+      throw new StreamError(ErrorCode.GOING_AWAY, "the connection is going away: open the stream on a new connection");
+    }
+    if (this.closing || this.conn.goingAway) throw new ConnectionLost("the connection is closing", ErrorCode.GOING_AWAY);
     try {
       return send();
     } catch (error) {

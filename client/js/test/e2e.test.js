@@ -231,7 +231,7 @@ test("a server shutting down (GO_AWAY) lets open streams run; new ones fail at o
   assert.equal(typeof (await conn.goAway), "string");
   await assert.rejects(async () => {
     for await (const _ of conn.subscribe("range", { count: 1 }));
-  }, (e) => e instanceof ConnectionLost && e.code === ErrorCode.GOING_AWAY);
+  }, (e) => e instanceof StreamError && e.code === ErrorCode.GOING_AWAY);
   const { items, error } = await outcome;
   assert.ok(items.length >= 3, `the open stream went on during the drain (${items.length} more ticks)`);
   assert.ok(error instanceof ConnectionLost, "ended when the drain deadline expired");

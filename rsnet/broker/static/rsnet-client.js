@@ -3350,7 +3350,7 @@ var Client = class {
   closed = new Promise((resolve) => this.resolveClosed = resolve);
   resolveGoAway;
   /** Resolves with its message when the server sends GO_AWAY (it is shutting down: open
-   *  streams go on, new ones fail with `ConnectionLost` code GOING_AWAY). */
+   *  streams go on, new ones fail with `StreamError` code GOING_AWAY, to retry elsewhere). */
   goAway = new Promise((resolve) => this.resolveGoAway = resolve);
   /** The server's settings from its WELCOME. */
   get serverSettings() {
@@ -3504,7 +3504,10 @@ var Client = class {
   /** Opens a stream through `send` (which allocates the id and writes the frame, atomically). */
   open(send) {
     if (this.lost) throw this.lost;
-    if (this.closing || this.conn.goingAway) throw new ConnectionLost("the connection is going away: open a new one", ErrorCode.GOING_AWAY);
+    if (this.conn.peerGoingAway && !this.closing) {
+      throw new StreamError(ErrorCode.GOING_AWAY, "the connection is going away: open the stream on a new connection");
+    }
+    if (this.closing || this.conn.goingAway) throw new ConnectionLost("the connection is closing", ErrorCode.GOING_AWAY);
     try {
       return send();
     } catch (error) {
