@@ -155,8 +155,11 @@ class Server:
         self, name: str, factory: PublisherFactory, *, params: type[pydantic.BaseModel] | None = None
     ) -> None:
         """Host ``factory(params, context)`` under ``name``; ``params`` validates the
-        subscriber's parameters (without it, the factory gets them as sent: a dict or None)."""
-        self._publishers[name] = _Entry(factory, params)
+        subscriber's parameters (without it, the factory gets them as sent: a dict or None).
+        A parameter the model does not name is refused (REJECTED), as the broker refuses one,
+        unless the model's config says otherwise (``extra="ignore"`` or ``"allow"``): a
+        misspelt parameter must not quietly mean its default."""
+        self._publishers[name] = _Entry(factory, _forbidding_extras(params))
 
     def publisher(
         self, name: str, *, params: type[pydantic.BaseModel] | None = None
@@ -171,8 +174,9 @@ class Server:
 
     def add_sink(self, name: str, factory: SinkFactory, *, params: type[pydantic.BaseModel] | None = None) -> None:
         """Accept streams a client OFFERs under ``name``: ``factory(params, context)`` returns
-        the Subscriber that consumes the offered publisher (its demand is the backpressure)."""
-        self._sinks[name] = _Entry(factory, params)
+        the Subscriber that consumes the offered publisher (its demand is the backpressure).
+        ``params`` as for :meth:`add_publisher`."""
+        self._sinks[name] = _Entry(factory, _forbidding_extras(params))
 
     def include(self, other: Server) -> None:
         """Host everything ``other`` hosts as well (its publishers and sinks)."""
@@ -401,6 +405,18 @@ def connection_limit(max_connections: int, descriptors: int | None = None) -> in
         soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
         descriptors = soft if soft != resource.RLIM_INFINITY else 1 << 20
     return max(1, min(max_connections, descriptors // 2 - REFUSAL_SLOTS))
+
+
+def _forbidding_extras(model: type[pydantic.BaseModel] | None) -> type[pydantic.BaseModel] | None:
+    """``model``, refusing parameters it does not name unless its config chose ``extra``
+    itself (a subclass: the factory still gets an instance of ``model``)."""
+    if model is None or "extra" in model.model_config:
+        return model
+    config = pydantic.ConfigDict(**{**model.model_config, "extra": "forbid"})
+    strict: type[pydantic.BaseModel] = type(
+        model.__name__, (model,), {"model_config": config, "__module__": model.__module__, "__doc__": model.__doc__}
+    )
+    return strict
 
 
 def _clip(text: str) -> str:

@@ -82,6 +82,29 @@ async def test_parameters_are_validated_and_bad_ones_are_rejected_with_the_field
         assert "count" in caught.value.message
         assert caught.value.data[0]["field"] == "count"
         assert [x async for x in conn.subscribe("range", {"count": 1})] == [0]
+        # A parameter the model does not name is refused, as the broker refuses one: a misspelt
+        # "start" must not quietly mean 0.
+        with pytest.raises(rsnet.StreamError) as caught:
+            async for _ in conn.subscribe("range", {"strat": 5, "count": 1}):
+                pass
+        assert caught.value.code == ErrorCode.REJECTED
+        assert caught.value.data == [{"field": "strat", "error": "Extra inputs are not permitted"}]
+
+
+async def test_a_params_model_that_chooses_extra_keeps_its_choice():
+    class Lenient(pydantic.BaseModel):
+        model_config = pydantic.ConfigDict(extra="ignore")
+        count: int = 1
+
+    server = rsnet.Server()
+
+    @server.publisher("lenient", params=Lenient)
+    def lenient(params: Lenient, ctx):
+        assert isinstance(params, Lenient)
+        return rsnet.range_(0, params.count)
+
+    async with running(server) as urls, rsnet.connect(urls["tcp"]) as conn:
+        assert [x async for x in conn.subscribe("lenient", {"count": 2, "extra": True})] == [0, 1]
 
 
 async def test_a_failing_factory_is_an_application_error_for_that_stream_only():
