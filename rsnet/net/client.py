@@ -121,7 +121,9 @@ class Client(metaclass=NoPublicConstructor):
         return StreamIterator(self.publisher(name, params), demand, limit)
 
     async def offer(self, name: str, publisher: Publisher[Any], params: Mapping[str, Any] | None = None) -> None:
-        """Serve ``publisher`` to the server's sink ``name``; returns when it completed.
+        """Serve ``publisher`` to the server's sink ``name``; returns when it completed (its
+        COMPLETE sent: not that the server has processed every item; a broker says what it
+        stored on ``$acks``, which :func:`rsnet.broker.client.publish` waits for).
 
         Raises :class:`~rsnet.errors.StreamError` if the server rejects or fails the stream or
         the publisher fails, and :class:`~rsnet.errors.ConnectionLost` if the connection ends."""

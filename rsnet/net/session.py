@@ -752,7 +752,8 @@ class Session:
         """Serve ``publisher`` to the peer under ``name`` until the stream ends.
 
         The peer requests as it can take items, so the publisher is never asked for more.
-        Returns when the publisher completed and the peer was told; raises
+        Returns when the publisher completed and the peer was told (its COMPLETE written: not
+        that the peer has processed every item; a broker says what it stored on ``$acks``); raises
         :class:`StreamError` if the peer rejected or failed the stream, or the publisher
         failed, and :class:`ConnectionLost` if the connection ended first.
         """
