@@ -6,7 +6,8 @@ Spark's Kafka sink (so a job that reads a topic and writes its rows elsewhere ne
 into the topic its ``topic`` column names); without it a string ``topic`` column routes each
 row. A task publishes as an idempotent producer and returns only when the broker
 has acknowledged every record (``$acks``), so Spark commits a task only after its records are
-stored.
+stored. A task that loses the broker (a restart) reconnects and publishes what was not yet
+acknowledged again (:func:`write_task`).
 
 Idempotency keys: a streaming task publishes as producer ``spark-<query id>-p<partition>``
 with sequence ``batch id * 2**32 + index of the row in that topic``; the query id is stable
@@ -19,7 +20,8 @@ a retried task stores nothing twice.
 from __future__ import annotations
 
 import collections
-import itertools
+import contextlib
+import dataclasses
 from collections.abc import Iterator
 from typing import Any
 
@@ -29,9 +31,10 @@ from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowW
 from pyspark.sql.types import StructType
 
 from ..broker import blocking
+from ..errors import ConnectionLost, StreamError
 from . import options as _options
 from .arrow import needs_plain_values, plain
-from .source import connected
+from .source import Reconnecting
 
 ROWS_PER_BATCH_ID = 2**32
 """Sequences a streaming task may use per micro-batch and topic."""
@@ -44,35 +47,92 @@ class Written(WriterCommitMessage):
         self.counts = counts
 
 
+UNCONFIRMED_ROWS = 50_000
+"""Rows a task keeps after publishing them until the broker acknowledged them: what it sends
+again on a new connection if it loses the broker (a restart) before they were stored. Each
+batch's acknowledgements are awaited only once this many newer rows were published, so the
+wait for a topic's fsync overlaps the next rows (50,000 rows per fsync interval, 100 ms by
+default: above what one task writes)."""
+
+
+@dataclasses.dataclass
+class _Published:
+    """One Arrow batch's rows, published and not yet known stored: (topic, first sequence,
+    values) per topic the rows went to."""
+
+    groups: list[tuple[str, int, list[Any]]]
+
+    @property
+    def rows(self) -> int:
+        return sum(len(values) for _, _, values in self.groups)
+
+
 def write_task(opts: _options.Options, batches: Iterator[pa.RecordBatch], producer: str, base: int) -> Written:
     """Publish the rows of ``batches`` as ``producer`` with sequences from ``base``; return
-    once every record is acknowledged."""
+    once every record is acknowledged.
+
+    Rows go out batch by batch, and a batch is kept until its acknowledgements came: if the
+    connection is lost, or the broker goes away (a restart), the task reconnects
+    (:class:`~rsnet.spark.source.Reconnecting`, up to RECONNECT_WITHIN seconds) and publishes
+    every batch not known stored again, with the same sequences, so the broker stores each
+    row once."""
     counts: dict[str, int] = collections.defaultdict(int)
-    with connected(opts) as client:
-        first = next(batches, None)
-        if first is not None and opts.topics:
-            # One topic, the option's, whatever a topic column says: one offer streams every row.
-            rows = _values(itertools.chain([first], batches))
-            counts[opts.topics[0]] = blocking.publish(
-                client, opts.topics[0], rows, producer=producer, first_sequence=base, wait=False
-            )
-        elif first is not None:
-            for batch in itertools.chain([first], batches):
-                for topic, values in _by_topic(batch).items():
-                    counts[topic] += blocking.publish(
-                        client, topic, values, producer=producer, first_sequence=base + counts[topic], wait=False
-                    )
-        for topic, count in counts.items():
-            if count >= ROWS_PER_BATCH_ID:
-                raise ValueError(f"rsnet: a task wrote {count} rows to {topic!r}; at most 2**32 - 1 per micro-batch")
-            if count:
-                blocking.wait_acknowledged(client, topic, producer=producer, last_sequence=base + count - 1)
+    unconfirmed: collections.deque[_Published] = collections.deque()
+    link = Reconnecting(opts, patient=True)
+    resend = False  # the connection was lost: every unconfirmed batch goes out again first
+
+    def publish(client: Any, batch: _Published) -> None:
+        nonlocal resend
+        for earlier in list(unconfirmed) if resend else [batch]:
+            for topic, first, values in earlier.groups:
+                blocking.publish(client, topic, values, producer=producer, first_sequence=first, wait=False)
+        resend = False
+
+    def confirm(client: Any, batch: _Published) -> None:
+        if resend:
+            publish(client, batch)
+        for topic, first, values in batch.groups:
+            blocking.wait_acknowledged(client, topic, producer=producer, last_sequence=first + len(values) - 1)
+
+    def attempt(operation: Any, batch: _Published) -> None:
+        nonlocal resend
+        while True:
+            try:
+                operation(link.client(), batch)
+            except (ConnectionLost, StreamError) as error:
+                link.lost(error)  # raises unless it is worth another attempt
+                resend = True
+                continue
+            link.succeeded()
+            return
+
+    with contextlib.closing(link):
+        for arrow_batch in batches:
+            published = _Published([])
+            for topic, values in _groups(arrow_batch, opts):
+                if counts[topic] + len(values) >= ROWS_PER_BATCH_ID:
+                    raise ValueError(f"rsnet: a task wrote more than 2**32 - 1 rows to {topic!r} in one micro-batch")
+                published.groups.append((topic, base + counts[topic], values))
+                counts[topic] += len(values)
+            if not published.groups:
+                continue
+            unconfirmed.append(published)
+            attempt(publish, published)
+            while sum(batch.rows for batch in unconfirmed) - unconfirmed[0].rows >= UNCONFIRMED_ROWS:
+                attempt(confirm, unconfirmed[0])
+                unconfirmed.popleft()
+        while unconfirmed:
+            attempt(confirm, unconfirmed[0])
+            unconfirmed.popleft()
     return Written(dict(counts))
 
 
-def _values(batches: Iterator[pa.RecordBatch]) -> Iterator[Any]:
-    for batch in batches:
-        yield from _record_values(batch)
+def _groups(batch: pa.RecordBatch, opts: _options.Options) -> Iterator[tuple[str, list[Any]]]:
+    """The batch's record values per topic: all to option topic if given, else by the ``topic`` column."""
+    if opts.topics:
+        yield opts.topics[0], _record_values(batch)
+    else:
+        yield from _by_topic(batch).items()
 
 
 def _record_values(batch: pa.RecordBatch) -> list[Any]:
