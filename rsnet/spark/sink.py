@@ -22,7 +22,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pyarrow as pa  # type: ignore[import-untyped]  # pyarrow ships no type information
@@ -31,7 +31,6 @@ from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowW
 from pyspark.sql.types import StructType
 
 from ..broker import blocking
-from ..errors import ConnectionLost, StreamError
 from . import options as _options
 from .arrow import needs_plain_values, plain
 from .source import Reconnecting
@@ -94,17 +93,12 @@ def write_task(opts: _options.Options, batches: Iterator[pa.RecordBatch], produc
         for topic, first, values in batch.groups:
             blocking.wait_acknowledged(client, topic, producer=producer, last_sequence=first + len(values) - 1)
 
-    def attempt(operation: Any, batch: _Published) -> None:
+    def lost() -> None:
         nonlocal resend
-        while True:
-            try:
-                operation(link.client(), batch)
-            except (ConnectionLost, StreamError) as error:
-                link.lost(error)  # raises unless it is worth another attempt
-                resend = True
-                continue
-            link.succeeded()
-            return
+        resend = True
+
+    def attempt(operation: Callable[[Any, _Published], None], batch: _Published) -> None:
+        link.call(lambda client: operation(client, batch), after_loss=lost)
 
     with contextlib.closing(link):
         for arrow_batch in batches:

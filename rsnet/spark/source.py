@@ -231,13 +231,16 @@ class Reconnecting:
             self._reached = True
         return self._client
 
-    def call(self, operation: Callable[[Any], _T]) -> _T:
-        """``operation(client)``, again on a new connection after a transient failure."""
+    def call(self, operation: Callable[[Any], _T], *, after_loss: Callable[[], None] | None = None) -> _T:
+        """``operation(client)``, again on a new connection after a transient failure (and
+        ``after_loss()`` before each new attempt)."""
         while True:
             try:
                 result = operation(self.client())
             except (ConnectionLost, StreamError) as error:
                 self.lost(error)
+                if after_loss is not None:
+                    after_loss()
                 continue
             self.succeeded()
             return result
