@@ -90,8 +90,10 @@ class Client(metaclass=NoPublicConstructor):
 
     @property
     def closed(self) -> bool:
-        """The connection has ended and will not be re-established."""
-        return self._session.closed and self._dial is None
+        """The connection has ended and will not be re-established: true by the time its
+        streams see ConnectionLost (the session's own teardown may still be under way)."""
+        session = self._session
+        return (session.closed or session.conn.state is State.CLOSED) and self._dial is None
 
     def publisher(self, name: str, params: Mapping[str, Any] | None = None) -> RemotePublisher:
         """The server's publisher ``name``; each ``subscribe`` opens a stream with ``params``."""

@@ -288,6 +288,7 @@ async def test_server_death_ends_every_subscription_with_connection_lost():
                     async for _ in conn.subscribe("endless"):
                         pass
                 except rsnet.ConnectionLost as lost:
+                    assert conn.closed, "closed as soon as the streams hear of it"
                     errors.append(lost)
 
             async with trio.open_nursery() as consumers:
