@@ -126,4 +126,7 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+    """The public names and rsnet's subpackages imported so far, not this module's own imports
+    (``Any``, ``importlib``...)."""
+    subpackages = {name for name, value in globals().items() if getattr(value, "__name__", "") == f"rsnet.{name}"}
+    return sorted({*__all__, *subpackages})

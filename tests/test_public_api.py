@@ -65,3 +65,11 @@ def test_the_brokers_codes_have_names_once_the_broker_package_is_loaded():
     assert rsnet.StreamError(4999).code_name == "application error 4999"
     with pytest.raises(ValueError):
         rsnet.errors.register_code_names({8: "NOT_REJECTED"})
+
+
+def test_dir_shows_the_public_names_not_the_modules_own_imports():
+    import rsnet
+
+    shown = set(dir(rsnet))
+    assert set(rsnet.__all__) <= shown
+    assert not {"Any", "TYPE_CHECKING", "importlib", "annotations"} & shown

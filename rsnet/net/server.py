@@ -38,7 +38,7 @@ import pydantic
 import trio
 
 from ..client_rules import DEFAULT_KEEPALIVE, HANDSHAKE_TIMEOUT
-from ..errors import ConnectionLost, HandshakeError, StreamError
+from ..errors import ConnectionLost, HandshakeError, StreamError, error_frame_fields
 from ..protocol import (
     DEFAULT_MAX_FRAME_SIZE,
     DEFAULT_MAX_STREAMS,
@@ -210,7 +210,8 @@ class Server:
             raise
         except Exception as failure:
             failure_log.exception("%s %r failed to open for %s", kind, name, context.peer)
-            raise StreamError(ErrorCode.APPLICATION_ERROR, f"{type(failure).__name__}: {failure}") from failure
+            code, message, data = error_frame_fields(failure)  # as a failing publisher's on_error
+            raise StreamError(code, message, data) from failure
 
     # -- serving ----------------------------------------------------------------------------------
 

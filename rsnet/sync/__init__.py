@@ -6,7 +6,9 @@
         client.offer("uploads", rows)   # sent as fast as the server's demand allows
 
 It drives the same sans-I/O protocol (:mod:`rsnet.protocol`) as the trio client, over a plain
-blocking socket in the calling thread: no event loop, no background thread. Errors are those
+blocking socket in the calling thread: no event loop, no background thread, so the connection
+is read only while a call waits; a consumer holding one item for longer than three of the
+server's keepalive intervals is dropped (``ConnectionLost``, TIMEOUT, on its next call). Errors are those
 of :mod:`rsnet.errors`: :class:`~rsnet.errors.StreamError` and
 :class:`~rsnet.errors.ConnectionLost`.
 

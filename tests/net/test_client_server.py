@@ -115,9 +115,12 @@ async def test_a_failing_factory_is_an_application_error_for_that_stream_only():
         raise LookupError("factory bug")
 
     async with running(server) as urls, rsnet.connect(urls["tcp"]) as conn:
-        with pytest.raises(rsnet.StreamError, match="factory bug"):
+        with pytest.raises(rsnet.StreamError, match="factory bug") as caught:
             async for _ in conn.subscribe("broken"):
                 pass
+        # The same code, message and data as a publisher failing with it (error_frame_fields).
+        assert caught.value.code == ErrorCode.APPLICATION_ERROR
+        assert (caught.value.message, caught.value.data) == ("LookupError: factory bug", {"type": "LookupError"})
         assert [x async for x in conn.subscribe("range", {"count": 2})] == [0, 1]
 
 
