@@ -57,7 +57,10 @@ export function checkPrefetch(prefetch: number): number {
 
 /** `limit` (the most items a subscription may take) if usable; RangeError otherwise. */
 export function checkLimit(limit: number): number {
-  if (!Number.isInteger(limit) || limit < 0) throw new RangeError(`limit must be an integer >= 0, got ${String(limit)}`);
+  if (!Number.isInteger(limit) || limit < 0) {
+    const shown = typeof limit === "bigint" ? `the bigint ${String(limit)}n` : String(limit);
+    throw new RangeError(`limit must be a number, an integer >= 0, got ${shown}`);
+  }
   return limit;
 }
 

@@ -258,3 +258,10 @@ test("demandPolicy chooses by prefetch", () => {
   }
   for (const bad of [-1, 1.5, "1", NaN]) assert.throws(() => demandPolicy(clock.read, { limit: bad }), RangeError, `limit ${bad}`);
 });
+
+test("a limit that is no usable number is a RangeError that shows what was given", () => {
+  const policy = (limit) => demandPolicy(() => 0, { limit, maxItemBytes: DEFAULT_MAX_FRAME_SIZE });
+  assert.throws(() => policy(-1), /limit must be a number, an integer >= 0, got -1/);
+  assert.throws(() => policy(2.5), /got 2.5/);
+  assert.throws(() => policy(2n), /got the bigint 2n/, "not 'got 2', which reads as a valid limit");
+});

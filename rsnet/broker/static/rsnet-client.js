@@ -2719,7 +2719,10 @@ function checkPrefetch(prefetch) {
   return prefetch;
 }
 function checkLimit(limit) {
-  if (!Number.isInteger(limit) || limit < 0) throw new RangeError(`limit must be an integer >= 0, got ${String(limit)}`);
+  if (!Number.isInteger(limit) || limit < 0) {
+    const shown = typeof limit === "bigint" ? `the bigint ${String(limit)}n` : String(limit);
+    throw new RangeError(`limit must be a number, an integer >= 0, got ${shown}`);
+  }
   return limit;
 }
 function checkBudget(budget) {
