@@ -387,6 +387,17 @@ class Broker:
         """Every topic's name, open or closed, sorted."""
         return sorted(self.topics.keys() | self._closed.keys() | self._memory_logs.keys())
 
+    def end_subscriptions(self, error: StreamError) -> None:
+        """End every topic and pattern subscription with ``error``; producers go on.
+
+        For a shutdown: a subscription never completes, so waiting for the open streams to end
+        would hold a restart for its whole grace whenever anyone reads. Its subscriber resumes
+        from the offset after its last record on a new connection (``follow``, the Spark
+        source); a producer's offer and ``$acks`` still drain within the grace."""
+        readers = {reader for topic in self.topics.values() for reader in topic.readers}
+        for reader in [*readers, *self._watchers]:
+            reader.fail(error)
+
     def pattern_subscriptions(self) -> dict[TopicReader, str]:
         """Pattern subscriptions, and subscriptions to topics that do not exist yet, with their
         pattern (or name)."""

@@ -23,8 +23,10 @@ from typing import Any
 
 import trio
 
+from ..errors import StreamError
 from ..net.gc_tuning import tune_for_serving
 from ..net.server import Server, connection_limit
+from ..protocol import ErrorCode
 from .auth import Authorizer, Principal
 from .broker import Broker, TopicSettings
 from .config import BrokerConfig, ConfigError, declared_topics, load_config, topic_config
@@ -277,7 +279,14 @@ async def run_broker(args: argparse.Namespace) -> int:
             storage = f"durable in {config.data_dir} (fsync {config.fsync})" if config.data_dir else "in memory"
             _announce(f"topics {storage}; auth {'on' if authorizer.enabled else 'off'}")
             async for _ in signals:
-                _announce(f"shutting down: open streams get up to {args.grace:g} s to end (--grace)")
+                _announce(
+                    f"shutting down: subscriptions end now (GOING_AWAY), producers get up to {args.grace:g} s (--grace)"
+                )
+                broker.end_subscriptions(
+                    StreamError(
+                        ErrorCode.GOING_AWAY, "the broker is shutting down: subscribe again on a new connection"
+                    )
+                )
                 await server.shutdown(grace=args.grace)
                 nursery.cancel_scope.cancel()
                 break

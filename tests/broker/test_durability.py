@@ -231,3 +231,47 @@ async def test_cursors_and_records_survive_a_restart_and_the_cli_sees_them(tmp_p
         assert failed.returncode == 1 and b"not every record was acknowledged" in failed.stderr
     finally:
         await stop(broker, signal.SIGTERM)
+
+
+async def test_a_shutdown_ends_subscriptions_at_once_and_lets_producers_drain(tmp_path):
+    """SIGTERM: topic and pattern subscriptions end at once with GOING_AWAY (they never
+    complete, so waiting for them would hold every restart for the whole grace); a follower
+    resumes from its next offset on the next broker, with no gap and no duplicate."""
+    from contextlib import aclosing
+
+    from rsnet.protocol import ErrorCode
+
+    data = str(tmp_path / "data")
+    process, printed = await start_daemon(
+        "--tcp", "127.0.0.1:0", "--data-dir", data, "--grace", "60", announces=b"serving"
+    )
+    url = served_url(printed)
+    ended: dict[str, BaseException] = {}
+    async with rsnet.connect(url) as conn:
+        await publish(conn, "restart.t", [0, 1, 2])
+
+        async def subscribe(name: str) -> None:
+            try:
+                async for _ in conn.subscribe(name, {"from": "earliest"}):
+                    pass
+            except rsnet.StreamError as error:
+                ended[name] = error
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(subscribe, "restart.t")
+            nursery.start_soon(subscribe, "restart.>")
+            await trio.sleep(0.5)  # both are reading (and then waiting for more)
+            process.send_signal(signal.SIGTERM)
+            with trio.fail_after(30):  # well inside the 60 s grace
+                await process.wait()
+    assert {name: error.code for name, error in ended.items()} == {
+        "restart.t": ErrorCode.GOING_AWAY,
+        "restart.>": ErrorCode.GOING_AWAY,
+    }
+    process, printed = await start_daemon("--tcp", "127.0.0.1:0", "--data-dir", data, announces=b"serving")
+    try:
+        async with aclosing(follow(served_url(printed), "restart.t", start=1)) as records:
+            assert (await records.__anext__())["offset"] == 1
+    finally:
+        process.kill()
+        await process.wait()

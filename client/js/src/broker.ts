@@ -134,8 +134,8 @@ export interface FollowOptions extends ConnectOptions {
 /**
  * Yield a topic's records, reconnecting after connection failures: after a reconnect it
  * subscribes from the offset after the last record it yielded, so records continue with no
- * gap and no duplicate. Stream errors (e.g. OFFSET_TRIMMED) and refused credentials are
- * thrown, not retried. Leaving the loop closes the connection.
+ * gap and no duplicate. A broker going away (GOING_AWAY: a restart) is waited for as a lost
+ * connection is; other stream errors (e.g. OFFSET_TRIMMED) and refused credentials are thrown. Leaving the loop closes the connection.
  */
 export async function* follow<T = unknown>(url: string, topic: string, options: FollowOptions = {}): AsyncGenerator<BrokerRecord<T>> {
   let position: unknown = options.from ?? "latest";
@@ -158,7 +158,10 @@ export async function* follow<T = unknown>(url: string, topic: string, options: 
     } catch (error) {
       const fatal =
         error instanceof HandshakeError && (error.code === ErrorCode.UNAUTHORIZED || error.code === ErrorCode.UNSUPPORTED_VERSION);
-      if (fatal || !(error instanceof ConnectionLost || error instanceof TransportError)) throw error;
+      // A broker shutting down ends subscriptions with GOING_AWAY: wait for the next one, as
+      // for a lost connection.
+      const goingAway = error instanceof StreamError && error.code === ErrorCode.GOING_AWAY;
+      if (fatal || !(goingAway || error instanceof ConnectionLost || error instanceof TransportError)) throw error;
       options.onRetry?.(error);
       await new Promise((resolve) => setTimeout(resolve, delay));
       delay = Math.min(delay * 2, options.maxRetryDelay ?? 5000);

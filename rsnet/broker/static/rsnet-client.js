@@ -3820,7 +3820,8 @@ async function* follow(url, topic, options = {}) {
       return;
     } catch (error) {
       const fatal = error instanceof HandshakeError && (error.code === ErrorCode.UNAUTHORIZED || error.code === ErrorCode.UNSUPPORTED_VERSION);
-      if (fatal || !(error instanceof ConnectionLost || error instanceof TransportError)) throw error;
+      const goingAway = error instanceof StreamError && error.code === ErrorCode.GOING_AWAY;
+      if (fatal || !(goingAway || error instanceof ConnectionLost || error instanceof TransportError)) throw error;
       options.onRetry?.(error);
       await new Promise((resolve) => setTimeout(resolve, delay));
       delay = Math.min(delay * 2, options.maxRetryDelay ?? 5e3);
