@@ -379,14 +379,25 @@ async def _send_quietly(stream: trio.SocketStream, conn: h11.Connection, *respon
         pass
 
 
+_REQUEST_STARTS = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ")
+"""The bytes a request h11 takes may start with: a method's first letter."""
+
+
 async def _receive_request(stream: trio.SocketStream, conn: h11.Connection) -> h11.Request | None:
     """The next request, its body read and discarded; None when the client closed cleanly."""
     request: h11.Request | None = None
     body = 0
+    started = bool(conn.trailing_data[0])  # bytes of this request already received (pipelined)
     while True:
         event = conn.next_event()
         if event is h11.NEED_DATA:
-            conn.receive_data(await stream.receive_some(RECEIVE_SIZE))
+            data = await stream.receive_some(RECEIVE_SIZE)
+            if not started and data and data[0] not in _REQUEST_STARTS:
+                # Not HTTP (an rsnet client given this port): h11 would wait for a line end that
+                # binary never sends, and the client for an answer, until a timeout.
+                raise h11.RemoteProtocolError("not an HTTP request", error_status_hint=400)
+            started = started or bool(data)
+            conn.receive_data(data)
         elif isinstance(event, h11.Request):
             request = event
         elif isinstance(event, h11.Data):

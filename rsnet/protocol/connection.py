@@ -97,6 +97,9 @@ class State(enum.Enum):
     CLOSED = "closed"
 
 
+_AWAIT_WELCOME = State.AWAIT_WELCOME  # receive_data looks at it per chunk: no Enum lookup there
+
+
 class _Stream:
     """One open stream, from this side's point of view."""
 
@@ -234,6 +237,13 @@ class Connection:
         data is ignored. Frames before the violation are processed.
         """
         if self._state is State.CLOSED:
+            return
+        if self._state is _AWAIT_WELCOME and not self._decoder.position and bytes(data[:5]) == b"HTTP/":
+            # A web server's answer (an HTTP port given for an rsnet one): say so, not "a frame
+            # must be an array". Only the first bytes a client receives can be this.
+            self._fail(
+                ErrorCode.PROTOCOL_ERROR, "the server answered in HTTP, not the rsnet protocol: is it a web port?"
+            )
             return
         run_id: Any = _NO_RUN
         run_items: list[Any] = []

@@ -11,6 +11,7 @@ from types import SimpleNamespace
 import pytest
 import trio
 
+import rsnet
 from rsnet.broker.logging import configure_logging
 from rsnet.broker.metrics import MAX_REQUEST_BODY, MAX_REQUEST_HEAD, BrokerMetrics, serve_http
 
@@ -384,3 +385,15 @@ def test_configure_logging_replaces_its_own_handler_only(root_logger):
     assert first.getvalue() == ""
     assert second.getvalue().rstrip().endswith("WARNING rsnet.broker.test: hello topic='a.b'")
     assert other in root_logger.handlers
+
+
+async def test_an_rsnet_client_given_the_http_port_is_told_at_once(endpoint):
+    # The HTTP server answers binary at once (400: no request line will ever end) instead of
+    # waiting out its timeout, and the client says an HTTP server answered: not "handshake
+    # timed out" after 10 s, nor "a frame must be an array".
+    with trio.fail_after(5):  # the handshake timeout is 10 s: this must not be it
+        with pytest.raises(rsnet.HandshakeError, match="answered in HTTP, not the rsnet protocol"):
+            async with rsnet.connect(f"tcp://127.0.0.1:{endpoint.port}"):
+                pass
+    refused = await exchange(endpoint.port, b"\x93\x00\xa5rsnet", close=True)
+    assert refused.startswith(b"HTTP/1.1 400")

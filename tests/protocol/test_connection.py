@@ -520,3 +520,14 @@ def test_eof_ends_the_connection() -> None:
     assert client.stream_count == 0
     client.receive_eof()
     assert client.events_received() == []
+
+
+def test_a_client_answered_in_http_is_told_so() -> None:
+    """An HTTP port given for an rsnet one: the answer begins "HTTP/", which would otherwise
+    read as the integer 72 and "a frame must be an array"."""
+    client = Connection(Role.CLIENT)
+    client.data_to_send()
+    client.receive_data(b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n\r\n")
+    (closed,) = client.events_received()
+    assert isinstance(closed, ConnectionClosed) and closed.code == ErrorCode.PROTOCOL_ERROR
+    assert closed.message == "the server answered in HTTP, not the rsnet protocol: is it a web port?"

@@ -190,6 +190,11 @@ export class Connection {
   /** Process received bytes; never throws for what the peer sent (see the module comment). */
   receiveData(data: Uint8Array): void {
     if (this._state === "CLOSED" || data.length === 0) return;
+    if (this._state === "AWAIT_WELCOME" && this.pending === null && startsWithHttp(data)) {
+      // A web server's answer (an HTTP port given for an rsnet one): say so.
+      this.fail(ErrorCode.PROTOCOL_ERROR, "the server answered in HTTP, not the rsnet protocol: is it a web port?");
+      return;
+    }
     let buf = data;
     if (this.pending !== null) {
       buf = new Uint8Array(this.pending.length + data.length);
@@ -711,4 +716,10 @@ function checkMetadata(metadata: Record<string, unknown> | undefined): Record<st
     throw violation("metadata must be a plain object (string keys)");
   }
   return metadata;
+}
+
+/** Whether `data` begins as an HTTP response does ("HTTP/"). */
+function startsWithHttp(data: Uint8Array): boolean {
+  const http = [0x48, 0x54, 0x54, 0x50, 0x2f];
+  return data.length >= http.length && http.every((byte, i) => data[i] === byte);
 }

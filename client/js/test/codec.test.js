@@ -182,3 +182,12 @@ test("a BATCH of binary items split across reads, byte by byte, decodes the same
   const [closed] = small.eventsReceived().filter((e) => e.event === "CLOSED");
   assert.equal(closed?.code, 4); // FRAME_TOO_LARGE
 });
+
+test("a client answered in HTTP (a web port given for an rsnet one) is told so", () => {
+  const conn = new Connection("client");
+  conn.dataToSend();
+  conn.receiveData(new TextEncoder().encode("HTTP/1.1 400 Bad Request\r\n\r\n"));
+  const [closed] = conn.eventsReceived();
+  assert.equal(closed.event, "CLOSED");
+  assert.equal(closed.message, "the server answered in HTTP, not the rsnet protocol: is it a web port?");
+});

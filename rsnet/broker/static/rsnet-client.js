@@ -2237,6 +2237,10 @@ var Connection = class {
   /** Process received bytes; never throws for what the peer sent (see the module comment). */
   receiveData(data) {
     if (this._state === "CLOSED" || data.length === 0) return;
+    if (this._state === "AWAIT_WELCOME" && this.pending === null && startsWithHttp(data)) {
+      this.fail(ErrorCode.PROTOCOL_ERROR, "the server answered in HTTP, not the rsnet protocol: is it a web port?");
+      return;
+    }
     let buf = data;
     if (this.pending !== null) {
       buf = new Uint8Array(this.pending.length + data.length);
@@ -2703,6 +2707,10 @@ function checkMetadata(metadata) {
     throw violation2("metadata must be a plain object (string keys)");
   }
   return metadata;
+}
+function startsWithHttp(data) {
+  const http = [72, 84, 84, 80, 47];
+  return data.length >= http.length && http.every((byte, i) => data[i] === byte);
 }
 
 // src/demand.ts
