@@ -237,11 +237,14 @@ def close_connection(conn: Connection) -> ConnectionLost:
     return ConnectionLost("the client was closed")
 
 
-def going_away() -> StreamError:
-    """The error of a stream opened once GO_AWAY was sent or received: refused as the server
-    refuses one (``GOING_AWAY``, SPEC 10.2), a stream error, retryable on a new connection; the
-    connection and its open streams go on."""
-    return StreamError(ErrorCode.GOING_AWAY, "the connection is going away: open the stream on a new connection")
+def refused_after_go_away(by_peer: bool) -> StreamError | ConnectionLost:
+    """The error of a stream opened once GO_AWAY was sent or received. After the peer's (a
+    server draining for a restart): refused as the server refuses one (``GOING_AWAY``, SPEC
+    10.2), a stream error, retryable on a new connection; the connection and its open streams
+    go on. After our own (this side is closing): the connection is ending."""
+    if by_peer:
+        return StreamError(ErrorCode.GOING_AWAY, "the connection is going away: open the stream on a new connection")
+    return ConnectionLost("closing")
 
 
 def connection_lost(event: ConnectionClosed, peer: str) -> ConnectionLost:

@@ -94,12 +94,13 @@ def serving_options(args: argparse.Namespace, loaded: dict[str, Server | dict[st
     token is what protects it), then what the command line gives explicitly."""
     defaults = Server().options
     configured = {spec: t.options for spec, t in loaded.items() if isinstance(t, Server) and t.options != defaults}
-    if len(configured) > 1 and len({repr(sorted(o.items())) for o in configured.values()}) > 1:
+    first = next(iter(configured.values()), defaults)
+    if any(other != first for other in configured.values()):
         raise CommandError(
             f"{' and '.join(configured)} are Servers with different settings (token, limits, keepalive): "
             "serve one, and add the other's publishers to it"
         )
-    options = dict(next(iter(configured.values()), defaults))
+    options = dict(first)
     if args.token is not None:
         if options["token"] is not None or options["authenticate"] is not None:
             spec = next(iter(configured))

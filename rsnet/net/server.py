@@ -131,23 +131,26 @@ class Server:
         self._max_streams = max_streams
         self._keepalive_ms = round(keepalive_interval * 1000)
         self._handshake_timeout = handshake_timeout
-        self.options: dict[str, Any] = {
-            "token": token,
-            "authenticate": authenticate,
-            "host": host,
-            "max_frame_size": max_frame_size,
-            "max_streams": max_streams,
-            "keepalive_interval": keepalive_interval,
-            "handshake_timeout": handshake_timeout,
-            "max_connections": max_connections,
-        }
-        """The keyword arguments this server was made with: ``Server(**server.options)`` makes
-        one that authenticates and limits as it does (``rsnet serve module:server`` does)."""
         self._publishers: dict[str, _Entry] = {}
         self._sinks: dict[str, _Entry] = {}
         self.sessions: set[Session] = set()
         self._accepting: list[trio.CancelScope] = []
         self._stopping = False
+
+    @property
+    def options(self) -> dict[str, Any]:
+        """The keyword arguments this server was made with: ``Server(**server.options)`` makes
+        one that authenticates and limits as it does (``rsnet serve module:server`` does)."""
+        return {
+            "token": self._token,
+            "authenticate": self._authenticate,
+            "host": self._host,
+            "max_frame_size": self._max_frame_size,
+            "max_streams": self._max_streams,
+            "keepalive_interval": self._keepalive_ms / 1000,
+            "handshake_timeout": self._handshake_timeout,
+            "max_connections": self._max_connections,
+        }
 
     # -- registry ------------------------------------------------------------------------------
 

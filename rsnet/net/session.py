@@ -51,9 +51,9 @@ from ..client_rules import (
     Due,
     Keepalive,
     connection_lost,
-    going_away,
     handshake_outcome,
     handshake_timed_out,
+    refused_after_go_away,
 )
 from ..errors import ConnectionLost, StreamError, error_frame_fields
 from ..protocol import (
@@ -720,9 +720,7 @@ class Session:
             subscribe_failed(subscriber, self._closing_error or ConnectionLost("the connection is closed"))
             return
         if offer_id == 0 and self.conn.going_away:
-            # After the peer's GO_AWAY, what it answers an opening (SPEC 10.2): the stream is
-            # refused, retryable elsewhere; the connection and its open streams go on.
-            subscribe_failed(subscriber, going_away() if self._peer_going_away else ConnectionLost("closing"))
+            subscribe_failed(subscriber, refused_after_go_away(self._peer_going_away))
             return
         inbound = _Inbound(self, subscriber)
         subscriber.on_subscribe(inbound)
@@ -760,7 +758,7 @@ class Session:
         if self.conn.state is not State.OPEN:
             raise self._closing_error or ConnectionLost("the connection is not open")
         if self.conn.going_away:
-            raise going_away() if self._peer_going_away else ConnectionLost("closing")
+            raise refused_after_go_away(self._peer_going_away)
         stream_id = self.conn.send_offer(name, params)
         ended = trio.Event()
         outcome: list[BaseException | None] = []

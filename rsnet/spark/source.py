@@ -111,14 +111,12 @@ class RsnetDataSource(DataSource):
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         from .sink import BatchWriter
 
-        self.parsed.check_applies("write")
         _check_writable(self.parsed, schema, overwrite)
         return BatchWriter(self.parsed, schema, producer=f"spark-{uuid.uuid4().hex[:12]}")
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         from .sink import StreamWriter
 
-        self.parsed.check_applies("write")
         _check_writable(self.parsed, schema, overwrite)
         return StreamWriter(self.parsed, schema)
 
@@ -130,6 +128,7 @@ def _with_topic(opts: _options.Options) -> _options.Options:
 
 
 def _check_writable(opts: _options.Options, schema: StructType, overwrite: bool) -> None:
+    opts.check_applies("write")
     if overwrite:
         raise ValueError("rsnet: topics are append-only; write with mode 'append'")
     if len(opts.topics) > 1 or any("*" in name or ">" in name for name in opts.topics):
@@ -164,31 +163,6 @@ def _check_map_keys(path: str, data_type: DataType) -> None:
 # -- connections and the errors users meet -------------------------------------------------------
 
 
-def open_client(opts: _options.Options) -> Any:
-    """A blocking connection to the broker; a failure says which option to look at."""
-    try:
-        return blocking.connect(opts.url, token=opts.token, timeout=CONNECT_TIMEOUT)
-    except ValueError as bad:
-        raise ValueError(f"rsnet: option url {opts.url!r} is not usable: {bad}") from None
-    except ConnectionLost as lost:
-        if lost.code == ErrorCode.UNAUTHORIZED:
-            raise PermissionError(f"rsnet: the broker at {opts.url} refused the token (option token): {lost}") from None
-        raise ConnectionError(f"rsnet: cannot reach the broker at {opts.url}: {lost}") from None
-
-
-@contextlib.contextmanager
-def connected(opts: _options.Options) -> Iterator[Any]:
-    """:func:`open_client` for a block; rsnet errors in it become messages naming the cause."""
-    client = open_client(opts)
-    try:
-        with client:
-            yield client
-    except StreamError as error:
-        raise _explained(opts, error) from None
-    except ConnectionLost as lost:
-        raise ConnectionError(f"rsnet: lost the connection to the broker at {opts.url}: {lost}") from None
-
-
 def _explained(opts: _options.Options, error: StreamError) -> Exception:
     if error.code == ErrorCode.UNKNOWN_PUBLISHER:
         return LookupError(
@@ -210,8 +184,10 @@ class Reconnecting:
     :data:`RECONNECT_WITHIN` seconds in a row; then it raises ConnectionError. So operations
     must be safe to run again: reading offsets, committing a cursor, reading a range from
     where the last attempt got to. ``patient``: a failure to reach the broker at the very
-    first attempt is retried too (a read task: the planner has just reached it); otherwise it
-    fails at once (a query, or a batch read, starting against a wrong address).
+    first attempt is retried too (a task: the planner has just reached it); otherwise it
+    fails at once (a query, or a batch read, starting against a wrong address). Errors are
+    what users meet: ValueError (the url), PermissionError (the token), ConnectionError,
+    and :func:`_explained`'s for the broker's refusals.
     """
 
     def __init__(self, opts: _options.Options, *, patient: bool) -> None:
@@ -401,8 +377,8 @@ class RangeReader(DataSourceReader):
 
     def partitions(self) -> list[Range]:
         opts = self.opts
-        with connected(opts) as client:
-            ends = blocking.resolve_topics(client, opts.topics)
+        with contextlib.closing(Reconnecting(opts, patient=False)) as link:
+            ends = link.call(lambda client: blocking.resolve_topics(client, opts.topics))
         start = _initial(opts, ends, "earliest")
         if opts.ending == "latest":
             end = {topic: last for topic, (_, last) in ends.items()}

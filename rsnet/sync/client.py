@@ -48,9 +48,9 @@ from ..client_rules import (
     close_connection,
     connection_lost,
     demand_policy,
-    going_away,
     handshake_outcome,
     handshake_timed_out,
+    refused_after_go_away,
     stream_params,
 )
 from ..errors import ConnectionLost, StreamError, TransportClosed, error_frame_fields
@@ -218,8 +218,8 @@ class BlockingClient(metaclass=NoPublicConstructor):
     def _open(self, send_opening: Callable[[], int], demand: Demand | None = None) -> tuple[int, _Stream]:
         if self._lost is not None:
             raise self._lost
-        if self._conn.going_away:  # after the peer's GO_AWAY, as it answers an opening (SPEC 10.2)
-            raise going_away() if self._peer_going_away else ConnectionLost("closing")
+        if self._conn.going_away:
+            raise refused_after_go_away(self._peer_going_away)
         with self._io():
             try:
                 stream_id = send_opening()

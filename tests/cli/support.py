@@ -12,6 +12,21 @@ import time
 RSNET = str(pathlib.Path(sys.executable).parent / "rsnet")  # the console script pip installed
 
 
+def auth_config(path: pathlib.Path, **grants: dict[str, list[str]]) -> dict[str, str]:
+    """Write a broker config to ``path`` with one token per keyword (its name), each with its
+    grants (``publish``, ``subscribe``, ``admin`` patterns); return the tokens by name."""
+    from rsnet.broker.auth import generate_token, hash_token
+
+    tokens = {name: generate_token() for name in grants}
+    blocks = [
+        f'[[auth.tokens]]\nname = "{name}"\nhash = "{hash_token(tokens[name])}"\n'
+        + "".join(f"{action} = {patterns!r}\n".replace("'", '"') for action, patterns in given.items())
+        for name, given in grants.items()
+    ]
+    path.write_text("\n".join(blocks))
+    return tokens
+
+
 def env(**extra: str) -> dict[str, str]:
     """The environment of a child: ours without RSNET_* defaults, plus ``extra``."""
     base = {k: v for k, v in os.environ.items() if not k.startswith("RSNET_")}

@@ -10,9 +10,7 @@ import subprocess
 
 import pytest
 
-from rsnet.broker.auth import generate_token, hash_token
-
-from .support import RSNET, Daemon, env, one_line, rsnet
+from .support import RSNET, Daemon, auth_config, env, one_line, rsnet
 
 
 def publish(url: str, topic: str, lines: str) -> None:
@@ -72,22 +70,9 @@ def test_a_topic_that_does_not_exist_is_announced_with_the_closest_names(broker)
 
 def test_until_end_fails_for_a_topic_the_token_may_not_read_or_an_invalid_name(tmp_path):
     # Not "does not exist: nothing to read" and exit 0: a script would take that for success.
-    writer, reader = generate_token(), generate_token()
     config = tmp_path / "rsnet.toml"
-    config.write_text(
-        f"""
-[[auth.tokens]]
-name = "writer"
-hash = "{hash_token(writer)}"
-publish = [">"]
-subscribe = [">"]
-
-[[auth.tokens]]
-name = "reader"
-hash = "{hash_token(reader)}"
-subscribe = ["sensors.*"]
-"""
-    )
+    tokens = auth_config(config, writer={"publish": [">"], "subscribe": [">"]}, reader={"subscribe": ["sensors.*"]})
+    writer, reader = tokens["writer"], tokens["reader"]
     with Daemon("broker", "--config", str(config), "--tcp", "127.0.0.1:0") as broker:
         publish_env = env(RSNET_TOKEN=writer)
         for topic in ("other.a", "sensors.a"):

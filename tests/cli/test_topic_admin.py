@@ -8,11 +8,10 @@ import os
 import subprocess
 import time
 
-from rsnet.broker.auth import generate_token, hash_token
 from rsnet.cli import main
 from rsnet.cli.topics import retention, show_duration, show_size
 
-from .support import RSNET, Daemon, env, one_line, rsnet
+from .support import RSNET, Daemon, auth_config, env, one_line, rsnet
 
 
 def test_create_purge_and_delete_a_durable_topic(tmp_path):
@@ -56,24 +55,13 @@ def test_create_purge_and_delete_a_durable_topic(tmp_path):
 
 
 def test_only_an_admin_grant_covering_the_topic_allows_it(tmp_path):
-    admin, producer = generate_token(), generate_token()
     config = tmp_path / "rsnet.toml"
-    config.write_text(
-        f"""
-[[auth.tokens]]
-name = "ops"
-hash = "{hash_token(admin)}"
-publish = [">"]
-subscribe = [">"]
-admin = ["ops.>"]
-
-[[auth.tokens]]
-name = "ingest"
-hash = "{hash_token(producer)}"
-publish = [">"]
-subscribe = [">"]
-"""
+    tokens = auth_config(
+        config,
+        ops={"publish": [">"], "subscribe": [">"], "admin": ["ops.>"]},
+        ingest={"publish": [">"], "subscribe": [">"]},
     )
+    admin, producer = tokens["ops"], tokens["ingest"]
     with Daemon("broker", "--config", str(config), "--tcp", "127.0.0.1:0") as broker:
         denied = rsnet("topics", "create", broker.url, "ops.jobs", env=env(RSNET_TOKEN=producer))
         assert denied.returncode == 1
