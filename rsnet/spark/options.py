@@ -63,7 +63,7 @@ class Options:
     def check_applies(self, use: str) -> None:
         """Refuse an option ``use`` (a key of :data:`APPLIES`) does not take: an endingOffsets
         on a stream, a maxRecordsPerBatch on a batch read, a reading option on a writer."""
-        stray = sorted(NAMES[name] for name in self.given - APPLIES[use] if name in NAMES)
+        stray = sorted(NAMES[name] for name in self.given - APPLIES[use])
         if stray:
             takes = ", ".join(sorted(NAMES[name] for name in APPLIES[use]))
             raise ValueError(f"rsnet: option(s) {', '.join(stray)} mean nothing for a {use} (it takes {takes})")

@@ -801,7 +801,7 @@ function unref(timer: unknown): void {
  * `TypeError` for a URL no transport can use (`follow` retries the first kinds, not this).
  */
 export async function connect(url: string, options: ConnectOptions = {}): Promise<Client> {
-  parseUrl(url);
+  const target = parseUrl(url); // a URL no transport can use: a TypeError, before any I/O
   const timeout = options.handshakeTimeout ?? 10000;
   const maxFrameSize = options.maxFrameSize ?? DEFAULT_MAX_FRAME_SIZE;
   const conn = new Connection("client", {
@@ -818,7 +818,7 @@ export async function connect(url: string, options: ConnectOptions = {}): Promis
   });
   let transport: Transport | undefined;
   try {
-    transport = await Promise.race([openTransport(url, maxFrameSize), expired]);
+    transport = await Promise.race([openTransport(target, maxFrameSize), expired]);
     const opened = transport;
     const welcomed = new Promise<Event[]>((resolve, reject) => {
       opened.onData = (data) => {

@@ -54,11 +54,10 @@ export function parseUrl(url: string): URL {
   return parsed;
 }
 
-/** Open a transport to `url` (see `parseUrl`). */
-export async function openTransport(url: string, maxMessageSize: number): Promise<Transport> {
-  const parsed = parseUrl(url);
-  if (parsed.protocol === "tcp:") return openTcp(parsed.hostname.replace(/^\[|\]$/g, ""), Number(parsed.port));
-  return isNode ? openNodeWebSocket(url, maxMessageSize) : openBrowserWebSocket(url);
+/** Open a transport to `url`, as `parseUrl` checked it. */
+export async function openTransport(url: URL, maxMessageSize: number): Promise<Transport> {
+  if (url.protocol === "tcp:") return openTcp(url.hostname.replace(/^\[|\]$/g, ""), Number(url.port));
+  return isNode ? openNodeWebSocket(url.href, maxMessageSize) : openBrowserWebSocket(url.href);
 }
 
 abstract class Base implements Transport {

@@ -2908,9 +2908,8 @@ function parseUrl(url) {
   return parsed;
 }
 async function openTransport(url, maxMessageSize) {
-  const parsed = parseUrl(url);
-  if (parsed.protocol === "tcp:") return openTcp(parsed.hostname.replace(/^\[|\]$/g, ""), Number(parsed.port));
-  return isNode ? openNodeWebSocket(url, maxMessageSize) : openBrowserWebSocket(url);
+  if (url.protocol === "tcp:") return openTcp(url.hostname.replace(/^\[|\]$/g, ""), Number(url.port));
+  return isNode ? openNodeWebSocket(url.href, maxMessageSize) : openBrowserWebSocket(url.href);
 }
 var Base = class {
   onData = () => {
@@ -3681,7 +3680,7 @@ function unref(timer) {
   timer.unref?.();
 }
 async function connect(url, options = {}) {
-  parseUrl(url);
+  const target = parseUrl(url);
   const timeout = options.handshakeTimeout ?? 1e4;
   const maxFrameSize = options.maxFrameSize ?? DEFAULT_MAX_FRAME_SIZE;
   const conn = new Connection("client", {
@@ -3698,7 +3697,7 @@ async function connect(url, options = {}) {
   });
   let transport;
   try {
-    transport = await Promise.race([openTransport(url, maxFrameSize), expired]);
+    transport = await Promise.race([openTransport(target, maxFrameSize), expired]);
     const opened = transport;
     const welcomed = new Promise((resolve, reject) => {
       opened.onData = (data) => {
