@@ -221,7 +221,8 @@ class _Outbound(Subscriber[Any]):
     def refill(self) -> None:
         """Top the local request up to the window (called on remote demand and after writes)."""
         self._refill_queued = False
-        self._request_up_to(min(self._window(), self.remote))
+        if self.remote > self.local:  # else the window cannot matter: the peer's demand is all requested
+            self._request_up_to(min(self._window(), self.remote))
 
     def _request_up_to(self, limit: int) -> None:
         """Request from the local publisher what brings the items it owes to ``limit``."""
@@ -286,13 +287,15 @@ class _Outbound(Subscriber[Any]):
         self.on_next_many(items)
 
     def _taken(self, first: bool) -> None:
-        """Items were taken: the first since the last flush (``first``: queue a flush), or the
-        first since the last refill (queue a refill after the write)."""
+        """Items were taken: the first since the last flush (``first``: encode them before the
+        next write), or the first since the last refill (refill the window after that write)."""
+        session = self._session
         if first:
-            self._session._queue_flush(self)
+            session._unsent.append(self)
         if not self._refill_queued:
             self._refill_queued = True
-            self._session._queue_refill(self)
+            session._refill.append(self)
+        session._wake_writer()
 
     def flush(self) -> None:
         """Encode the pending items into the connection's output, as BATCH frames of at most
@@ -317,8 +320,9 @@ class _Outbound(Subscriber[Any]):
         same write, as many more as fit the byte window beside those ``encoded`` bytes. The
         first request counted each item as the largest frame (4 of them, by default), so a
         short stream of small items would otherwise take a second write through the writer."""
-        room = max(0, self._session.send_window_bytes - encoded) // self.item_bytes
-        self._request_up_to(min(self._window(), self.remote, room))
+        if self.remote > self.local:  # else nothing more may be requested (stop-and-wait)
+            room = max(0, self._session.send_window_bytes - encoded) // self.item_bytes
+            self._request_up_to(min(self._window(), self.remote, room))
 
     def _encode(self, conn: Connection, stream_id: int, items: list[Any]) -> None:
         for start in range(0, len(items), BATCH_ITEMS):
@@ -394,6 +398,10 @@ class _Outbound(Subscriber[Any]):
 # the caller's next checkpoint instead.
 
 
+_SIZED, _MANY, _EACH = "on_next_sized", "on_next_many", "on_next"
+"""How an inbound stream's subscriber takes a batch (:meth:`_Inbound.deliver`)."""
+
+
 class _Inbound(Subscription):
     """The local Subscription for a stream whose publisher is on the peer.
 
@@ -406,6 +414,7 @@ class _Inbound(Subscription):
         "_bad_request",
         "_delivering",
         "_session",
+        "_takes",
         "cancelled",
         "pending",
         "stream_id",
@@ -416,6 +425,11 @@ class _Inbound(Subscription):
         self._session = session
         self.stream_id = 0  # 0 until the opening frame is written
         self.subscriber: Subscriber[Any] | None = subscriber
+        # How the subscriber takes a batch, looked up once: a getattr that misses raises and
+        # catches an AttributeError inside, which cost every batch up to two of them.
+        self._takes = (
+            _SIZED if hasattr(subscriber, "on_next_sized") else _MANY if hasattr(subscriber, "on_next_many") else _EACH
+        )
         self.pending = 0
         self.cancelled = False
         self._delivering = False
@@ -465,25 +479,24 @@ class _Inbound(Subscription):
 
     def deliver(self, items: list[Any], nbytes: int = 0) -> None:
         """Hand ``items`` (``nbytes`` on the wire) to the subscriber."""
-        subscriber = self.subscriber
+        subscriber: Any = self.subscriber
         if subscriber is None:
             return
-        sized = getattr(subscriber, "on_next_sized", None)
-        many = getattr(subscriber, "on_next_many", None)
+        takes = self._takes
         self._delivering = True
         try:
-            if sized is not None:
+            if takes is _SIZED:
                 # rsnet's client iterator (rsnet.net.iterator): the batch with its wire bytes,
                 # which its demand policy sizes the window by.
-                if getattr(subscriber, "consumer_waiting", False):
+                if subscriber.consumer_waiting:
                     self._session._woke_consumer = True
-                if not deliver_safely(sized, items, nbytes):
+                if not deliver_safely(subscriber.on_next_sized, items, nbytes):
                     self.cancel()
                     return
-            elif many is not None:
+            elif takes is _MANY:
                 # A subscriber that takes a batch in one call (rsnet's iterator): the same
                 # signals as on_next per item, in order, without a call per item.
-                if not deliver_safely(many, items):
+                if not deliver_safely(subscriber.on_next_many, items):
                     self.cancel()
                     return
             else:
@@ -511,7 +524,7 @@ class _Inbound(Subscription):
             return
         self.cancelled = True
         self.subscriber = None
-        if getattr(subscriber, "consumer_waiting", False):
+        if self._takes is _SIZED and subscriber.consumer_waiting:  # type: ignore[attr-defined]
             self._session._woke_consumer = True
         if error is None:
             deliver_safely(subscriber.on_complete)
@@ -776,17 +789,6 @@ class Session:
 
     # -- bookkeeping called by the stream objects ---------------------------------------------------
 
-    def _queue_flush(self, outbound: _Outbound) -> None:
-        """``outbound`` took its first item since its last flush: encode it before the next write."""
-        self._unsent.append(outbound)
-        self._wake_writer()
-
-    def _queue_refill(self, outbound: _Outbound) -> None:
-        """``outbound`` took its first item since its last refill: refill its window after the
-        next write."""
-        self._refill.append(outbound)
-        self._wake_writer()
-
     def _flush_items(self) -> None:
         """Encode every stream's pending items into the connection's output."""
         while self._unsent:
@@ -843,7 +845,8 @@ class Session:
         self._write_scheduled = False
         self._holding = True
         try:
-            self._grant_demand()
+            if self._demand_dirty:
+                self._grant_demand()
             if self._unsent:
                 self._flush_items()
             chunks = self._output()
