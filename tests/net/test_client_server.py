@@ -231,6 +231,32 @@ async def test_a_slow_stream_does_not_delay_another_on_the_same_connection():
                 nursery.cancel_scope.cancel()
 
 
+async def test_a_consumer_cancelled_while_waiting_can_wait_again_and_one_waits_at_a_time():
+    """Cancelling a task that waits in ``__anext__`` leaves the stream usable (the next wait
+    gets the next item); a second task waiting on the same stream at once is refused."""
+    server = rsnet.Server()
+    send, receive = trio.open_memory_channel[int](0)
+
+    @server.publisher("gated")
+    def gated(params, ctx):
+        return rsnet.from_channel(receive.clone(), nursery=ctx.nursery)
+
+    async with running(server) as urls, rsnet.connect(urls["tcp"]) as conn:
+        async with conn.subscribe("gated", prefetch=1) as items:
+            with trio.move_on_after(0.05) as waited:
+                await items.__anext__()  # nothing is sent: cancelled while it waits
+            assert waited.cancelled_caught
+            await send.send(1)
+            with trio.fail_after(5):
+                assert await items.__anext__() == 1
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(items.__anext__)  # waits for 2
+                await trio.testing.wait_all_tasks_blocked()
+                with pytest.raises(trio.BusyResourceError):
+                    await items.__anext__()
+                await send.send(2)  # the first waiter takes it and the nursery ends
+
+
 async def test_offer_pushes_a_local_publisher_with_the_servers_demand_as_backpressure():
     received = []
     server = rsnet.Server()
