@@ -272,7 +272,7 @@ class Connection:
                 # The bytes since ``mark`` are this frame's, after those of any NEXT frames the
                 # hot path took for the run: they count for that run, and (unless this frame
                 # extends the same run) for this frame's run as well.
-                end = decoder.frame_end()
+                end = decoder.position
                 span, mark = end - mark, end
                 fast = len(run_items) != counted
                 if fast:
