@@ -420,13 +420,16 @@ def parse_frame(fields: Any) -> Frame | None:
     return parse(fields)
 
 
-def _parser(cls: type[Any]) -> Callable[[list[Any]], Any]:
+def _parser(cls: type[Any], *, construct: bool = True) -> Callable[[list[Any]], Any]:
     """The parser of one frame class, compiled as dataclasses compile ``__init__``: its field
     count checked, then each field by its check in ``cls.CHECKS``, the conditions of
     :func:`_check`'s checkers inline, the others (HELLO's versions and settings) called.
     parse_frame or the connection runs one for every frame but the NEXT frames of a run: a
     call per field, or a loop over the checks, cost as much again as the checks (parse_frame
-    of a SUBSCRIBE, besides making the frame object: 0.43 us with a call per field, 0.25)."""
+    of a SUBSCRIBE, besides making the frame object: 0.43 us with a call per field, 0.25).
+
+    Without ``construct`` it returns ``fields`` once they are valid, for the connection,
+    which takes NEXT's and BATCH's items from the array (those frames are not events)."""
     count = len(cls.CHECKS)
     namespace = dict(_NAMESPACE, cls=cls, too_short=_too_short(cls, count))
     lines = ["def parse(fields):", f"    if len(fields) <= {count}:", "        raise too_short(fields)"]
@@ -445,7 +448,7 @@ def _parser(cls: type[Any]) -> Callable[[list[Any]], Any]:
         else:
             namespace[f"check_{name}"] = check
             lines.append(f"    {name} = check_{name}(fields[{index}], {label!r})")
-    lines.append(f"    return cls({', '.join(names)})")
+    lines.append(f"    return cls({', '.join(names)})" if construct else "    return fields")
     exec("\n".join(lines), namespace)  # the source is this module's own
     parse: Callable[[list[Any]], Any] = namespace["parse"]
     return parse
@@ -464,6 +467,11 @@ PARSERS: dict[int, Callable[[list[Any]], Any]] = {number: _parser(cls) for numbe
 """The parser of each frame type number: the frame object from a decoded array whose first
 element is that number, or :class:`RemoteProtocolError`. parse_frame dispatches to these; the
 connection, once open, looks its parser up itself."""
+
+VALIDATE_NEXT = _parser(Next, construct=False)
+VALIDATE_BATCH = _parser(Batch, construct=False)
+"""NEXT's and BATCH's parsers without the frame object (the array back, valid): the connection
+takes the items from the array, and the frame object would have cost more than the checks."""
 
 
 def frame_fields(frame: Frame) -> list[Any]:
