@@ -150,6 +150,12 @@ class FrameDecoder:
                 for frame in unpacker:
                     self.position = start = base + tell()
                     yield frame
+                    if start == fed:
+                        # The bytes fed end with this frame. Asking the unpacker for another
+                        # would only raise StopIteration inside it, which costs as much as
+                        # decoding a small frame: a SUBSCRIBE chunk 0.83 us fed and iterated
+                        # to the end, 0.43 stopping at the last frame.
+                        break
                 if fed - start >= limit:
                     raise RemoteProtocolError(
                         ErrorCode.FRAME_TOO_LARGE,
