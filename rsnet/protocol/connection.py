@@ -440,11 +440,14 @@ class Connection:
 
         To reject it instead, use :meth:`send_error`.
         """
-        step = self._send_step(stream_id, _ACCEPT)
-        if step is None:
-            return
-        self._write_fields([_ACCEPT_TYPE, stream_id, _metadata(metadata)])
-        self._enter(stream_id, *step)
+        stream = self._streams.get(stream_id)
+        if stream is not None:
+            after = stream.sends.get(_ACCEPT)
+            if after is not None:
+                self._write_fields([_ACCEPT_TYPE, stream_id, _metadata(metadata)])
+                self._enter(stream_id, stream, after)
+                return
+        self._refuse_send(stream_id, _ACCEPT)
 
     # ------------------------------------------------------------------ subscriber side
 
@@ -454,10 +457,10 @@ class Connection:
         Raises ``INVALID_REQUEST`` for ``n <= 0``: rule 3.9 is the local subscription's to
         signal, so such a REQUEST never goes on the wire. A no-op on a closed stream (3.6).
         """
-        step = self._send_step(stream_id, _REQUEST)
-        if step is None:
+        stream = self._streams.get(stream_id)
+        if stream is None or _REQUEST not in stream.sends:
+            self._refuse_send(stream_id, _REQUEST)
             return
-        stream = step[0]
         if type(n) is not int or n <= 0:
             raise LocalProtocolError(ErrorCode.INVALID_REQUEST, f"rule 3.9: request({n!r}) must be positive")
         n = min(n, MAX_INT)
@@ -469,11 +472,14 @@ class Connection:
 
         Items, COMPLETE or ERROR already in flight are dropped when they arrive.
         """
-        step = self._send_step(stream_id, _CANCEL)
-        if step is None:
-            return
-        self._write_fields([_CANCEL_TYPE, stream_id])
-        self._enter(stream_id, *step)
+        stream = self._streams.get(stream_id)
+        if stream is not None:
+            after = stream.sends.get(_CANCEL)
+            if after is not None:
+                self._write_fields([_CANCEL_TYPE, stream_id])
+                self._enter(stream_id, stream, after)
+                return
+        self._refuse_send(stream_id, _CANCEL)
 
     # ------------------------------------------------------------------ publisher side
 
@@ -536,11 +542,14 @@ class Connection:
 
     def send_complete(self, stream_id: int) -> None:
         """Complete a stream we publish (rule 1.5). A no-op once the stream is closed."""
-        step = self._send_step(stream_id, _COMPLETE)
-        if step is None:
-            return
-        self._write_fields([_COMPLETE_TYPE, stream_id])
-        self._enter(stream_id, *step)
+        stream = self._streams.get(stream_id)
+        if stream is not None:
+            after = stream.sends.get(_COMPLETE)
+            if after is not None:
+                self._write_fields([_COMPLETE_TYPE, stream_id])
+                self._enter(stream_id, stream, after)
+                return
+        self._refuse_send(stream_id, _COMPLETE)
 
     # ------------------------------------------------------------------ either side
 
@@ -551,11 +560,14 @@ class Connection:
         OFFER, before ACCEPT, it rejects the stream; from the subscriber side it cancels and
         says why. ``code`` is an :class:`ErrorCode` or an application code (>= 4096).
         """
-        step = self._send_step(stream_id, _ERROR)
-        if step is None:
-            return
-        self._write_frame(Error(stream_id, _code(code), _bounded_message(message), self._bounded_data(data)))
-        self._enter(stream_id, *step)
+        stream = self._streams.get(stream_id)
+        if stream is not None:
+            after = stream.sends.get(_ERROR)
+            if after is not None:
+                self._write_frame(Error(stream_id, _code(code), _bounded_message(message), self._bounded_data(data)))
+                self._enter(stream_id, stream, after)
+                return
+        self._refuse_send(stream_id, _ERROR)
 
     # ------------------------------------------------------------------ internals: sending
 
@@ -641,10 +653,10 @@ class Connection:
 
     def _refuse_items(self, stream_id: int, items: list[Any] | tuple[Any, ...]) -> None:
         """Why items cannot be sent: raise the reason, or return if the stream is closed."""
-        step = self._send_step(stream_id, _ITEMS)
-        if step is None:
+        stream = self._streams.get(stream_id)
+        if stream is None or _ITEMS not in stream.sends:
+            self._refuse_send(stream_id, _ITEMS)
             return
-        stream = step[0]
         if None in items:
             raise LocalProtocolError(ErrorCode.PROTOCOL_ERROR, "rule 2.13: items must not be None")
         raise LocalProtocolError(
@@ -660,22 +672,18 @@ class Connection:
         """Whether ``stream_id`` was ever opened: ids are allocated in order, never reused."""
         return 0 < stream_id < (self._next_id if self._ours(stream_id) else self._peer_next_id)
 
-    def _send_step(self, stream_id: int, event: StreamEvent) -> tuple[_Stream, StreamState] | None:
-        """The stream and its state after this side sends ``event`` on it.
-
-        ``None`` if the stream was open once and has ended (the send is a no-op, rules 3.6,
-        3.7); raises :class:`LocalProtocolError` if it was never opened or the lifecycle table
-        does not let this side send ``event`` now.
-        """
+    def _refuse_send(self, stream_id: int, event: StreamEvent) -> None:
+        """Why this side may not send ``event`` on the stream now: raises
+        :class:`LocalProtocolError` if it was never opened or the lifecycle table does not let
+        this side send it; returns if it was open once and has ended (the send is a no-op,
+        rules 3.6, 3.7). The sends look the stream and the transition up themselves, as the
+        handlers of received frames do (see _refuse_received)."""
         stream = self._streams.get(stream_id)
         if stream is None:
             if type(stream_id) is int and self._was_opened(stream_id):
-                return None
+                return
             raise LocalProtocolError(ErrorCode.PROTOCOL_ERROR, f"stream {stream_id!r} was never opened")
-        after = stream.sends.get(event)
-        if after is None:
-            raise LocalProtocolError(ErrorCode.PROTOCOL_ERROR, _forbidden(stream_id, stream.side, stream.state, event))
-        return stream, after
+        raise LocalProtocolError(ErrorCode.PROTOCOL_ERROR, _forbidden(stream_id, stream.side, stream.state, event))
 
     def _allocate(self) -> int:
         self._require_open()
