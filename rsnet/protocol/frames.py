@@ -103,8 +103,15 @@ _CONDITIONS: dict[_Check, tuple[str, str]] = {}
 """The checkers made by :func:`_check`: their condition and what it asks for, compiled inline
 into the parsers (see :func:`_parser`)."""
 
-_NAMESPACE: dict[str, Any] = {"_fail": _fail, "MAX_INT": MAX_INT, "MIN_INT": MIN_INT, "MAGIC": MAGIC}
-"""What the compiled checkers and parsers refer to, besides a parser's frame class."""
+_NAMESPACE: dict[str, Any] = {
+    "__name__": __name__,
+    "_fail": _fail,
+    "MAX_INT": MAX_INT,
+    "MIN_INT": MIN_INT,
+    "MAGIC": MAGIC,
+}
+"""What the compiled checkers and parsers refer to, besides a parser's frame class (and their
+module, for tracebacks and introspection)."""
 
 
 def _check(condition: str, what: str) -> _Check:
@@ -382,7 +389,7 @@ def _init(cls: type[Any]) -> Callable[..., None]:
     fields are set to the same values: only the path to the slot is shorter.
     """
     names = _NAMES[cls]
-    namespace = {f"set_{name}": getattr(cls, name).__set__ for name in names}
+    namespace = {"__name__": __name__} | {f"set_{name}": getattr(cls, name).__set__ for name in names}
     exec(  # the source is the class's field names
         f"def __init__(self, {', '.join(names)}):\n" + "".join(f"    set_{name}(self, {name})\n" for name in names),
         namespace,
