@@ -91,6 +91,9 @@ from ..transport.base import Bytes
 from .failures import failure_log
 
 _T = TypeVar("_T")
+_OPEN, _CLOSED = State.OPEN, State.CLOSED
+"""The connection's states, looked at on every read and write: an Enum member through its class
+costs ~70 ns, a module constant ~6."""
 
 DEFAULT_SEND_WINDOW = 1024
 """Items a hosted publisher may have requested and not yet delivered, per stream."""
@@ -689,7 +692,7 @@ class Session:
 
     def close(self, code: int = ErrorCode.GOING_AWAY, message: str = "closing") -> None:
         """End the connection now: CONN_ERROR to the peer, every stream ends."""
-        if self.conn.state is not State.CLOSED:
+        if self.conn.state is not _CLOSED:
             self._flush_items()  # items already taken go before the CONN_ERROR
             self.conn.send_conn_error(code, message)
             self._closing_error = ConnectionLost(f"closed locally: {message}", code)
@@ -698,7 +701,7 @@ class Session:
     def go_away(self, message: str = "") -> None:
         """Graceful shutdown: no new streams either way; open ones run to their end, then
         the connection closes (the writer ends it once no stream is left)."""
-        if self.conn.state is State.OPEN and not self.conn.going_away:
+        if self.conn.state is _OPEN and not self.conn.going_away:
             self._flush_items()
             self.conn.send_go_away(message)
             self._wake_writer()
@@ -708,10 +711,10 @@ class Session:
         """End the connection by a close policy (the client's is
         :func:`rsnet.client_rules.close_connection`): it queues the closing frame after the
         items already taken and returns the error this side's open streams end with."""
-        if self.conn.state is State.OPEN:
+        if self.conn.state is _OPEN:
             self._flush_items()
             lost = policy(self.conn)
-            if self.conn.state is State.CLOSED:
+            if self.conn.state is _CLOSED:
                 self._closing_error = lost
             self._wake_writer()
 
@@ -729,7 +732,7 @@ class Session:
     def _open_inbound(self, subscriber: Subscriber[Any], name: str, params: Any, *, offer_id: int = 0) -> None:
         """Subscribe ``subscriber`` to a publisher on the peer: by name (SUBSCRIBE), or the
         publisher of an OFFER stream the peer opened (``offer_id``)."""
-        if offer_id == 0 and self.conn.state is not State.OPEN:
+        if offer_id == 0 and self.conn.state is not _OPEN:
             subscribe_failed(subscriber, self._closing_error or ConnectionLost("the connection is closed"))
             return
         if offer_id == 0 and self.conn.going_away:
@@ -768,7 +771,7 @@ class Session:
         :class:`StreamError` if the peer rejected or failed the stream, or the publisher
         failed, and :class:`ConnectionLost` if the connection ended first.
         """
-        if self.conn.state is not State.OPEN:
+        if self.conn.state is not _OPEN:
             raise self._closing_error or ConnectionLost("the connection is not open")
         if self.conn.going_away:
             raise refused_after_go_away(self._peer_going_away)
@@ -839,7 +842,7 @@ class Session:
         if not self._write_scheduled:
             return
         conn = self.conn
-        if self._sending or conn.state is not State.OPEN or self._peer_going_away:
+        if self._sending or conn.state is not _OPEN or self._peer_going_away:
             self._wakeup.set()
             return
         self._write_scheduled = False
@@ -886,7 +889,7 @@ class Session:
                 # in _wait_for_work ends (its only place that can: _send pauses the timer) and
                 # the timer is looked at again; looked at early, it says nothing is due yet.
                 now = self._now()
-                look = self._keepalive.due(now)[1] if self.conn.state is State.OPEN else math.inf
+                look = self._keepalive.due(now)[1] if self.conn.state is _OPEN else math.inf
                 with trio.CancelScope(deadline=look) as self._timer:
                     await self._write_loop()
                     return
@@ -920,7 +923,7 @@ class Session:
                 self._answers = 0
                 self._release_reader()
             refill, self._refill = self._refill, []
-            if conn.state is not State.CLOSED:
+            if conn.state is not _CLOSED:
                 # Once this side has written CONN_ERROR nothing more goes out: a window topped
                 # up now would have a publisher with unbounded demand emit into the void, and
                 # wake this loop for ever instead of letting it close the connection below.
@@ -928,7 +931,7 @@ class Session:
                     outbound.refill()
             if self._write_scheduled:
                 continue
-            if conn.state is State.CLOSED or (self._peer_going_away and not conn.stream_count):
+            if conn.state is _CLOSED or (self._peer_going_away and not conn.stream_count):
                 # Everything up to the CONN_ERROR is out, or the peer said GO_AWAY and our
                 # last stream ended: the connection is over (SPEC 10.2, 10.3). The side that
                 # sent GO_AWAY waits for this close, so an opening frame that crossed its
@@ -983,7 +986,7 @@ class Session:
 
     async def _reader(self) -> None:
         conn, transport = self.conn, self.transport
-        while conn.state is not State.CLOSED:
+        while conn.state is not _CLOSED:
             try:
                 data = await transport.receive()
             except TransportClosed as error:
@@ -1049,7 +1052,7 @@ class Session:
         sleep and its cancellation at the end cost the server a sixth of its CPU for a short
         connection (1,000 connections x one 100-item stream: 3.8 against 3.2 us an item)."""
         keepalive = self._keepalive
-        if keepalive.interval is not None and self.conn.state is State.OPEN:
+        if keepalive.interval is not None and self.conn.state is _OPEN:
             now = self._now()
             due = keepalive.due(now)[0]
             if due is Due.DEAD:

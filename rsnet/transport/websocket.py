@@ -48,6 +48,10 @@ from ..errors import ErrorCode
 from .base import Bytes, Transport, TransportClosed
 from .tcp import RECEIVE_SIZE, SocketReader, describe_peer, direct_socket, open_stream, send_all_pieces, write_nowait
 
+_OPEN, _CLOSED = State.OPEN, State.CLOSED
+"""websockets' states, looked at per message: an Enum member through its class costs ~70 ns, a
+module constant ~6."""
+
 SUBPROTOCOL = Subprotocol("rsnet")
 
 _Event = TypeVar("_Event", Request, Response)
@@ -192,7 +196,7 @@ class WebSocketTransport(Transport):
         pos = 0
         payload: list[Bytes] = []
         while pos < end:
-            if protocol.state is not State.OPEN:
+            if protocol.state is not _OPEN:
                 # Closing or failed: websockets answers the closing handshake or discards.
                 protocol.receive_data(bytes(view[pos:]))
                 break
@@ -286,7 +290,7 @@ class WebSocketTransport(Transport):
                 self._control.append(frame.serialize(mask=protocol.side is Side.CLIENT))
             self._violation = WebSocketProtocolError(f"{self._peer}: {reason}", code)
             self._eof = True
-        if protocol.state is State.CLOSED:
+        if protocol.state is _CLOSED:
             self._eof = True
 
     async def _flush_control(self) -> None:
@@ -304,7 +308,7 @@ class WebSocketTransport(Transport):
             or self._rest
             or self._direct is None
             or self._send_lock.locked()  # the receiving task is writing a control frame
-            or protocol.state is not State.OPEN
+            or protocol.state is not _OPEN
         ):
             self._held += chunks
             return False
@@ -317,7 +321,7 @@ class WebSocketTransport(Transport):
             chunks = [*self._held, *chunks]
             self._held = []
         protocol = self._protocol
-        if protocol.state is not State.OPEN:
+        if protocol.state is not _OPEN:
             raise TransportClosed(f"the WebSocket to {self._peer} is closing")
         # What websockets queued (a pong, say) goes before the data, as it was queued first.
         await self._write([*protocol.data_to_send(), *binary_frames(chunks, mask=self._mask)])
@@ -343,7 +347,7 @@ class WebSocketTransport(Transport):
             lock.release()
 
     async def send_eof(self) -> None:
-        if self._protocol.state is State.OPEN:
+        if self._protocol.state is _OPEN:
             self._closing = True
             self._protocol.send_close(1000)
             try:
@@ -352,7 +356,7 @@ class WebSocketTransport(Transport):
                 pass
 
     async def aclose(self) -> None:
-        if self._protocol.state is State.OPEN:
+        if self._protocol.state is _OPEN:
             self._closing = True
             self._protocol.send_close(1000)
             with trio.move_on_after(1) as scope:
@@ -416,7 +420,7 @@ async def accept_websocket(
             await stream.send_all(b"".join(pending))
     except (trio.BrokenResourceError, trio.ClosedResourceError, ssl.SSLError, OSError, TransportClosed):
         return None
-    if protocol.state is not State.OPEN:
+    if protocol.state is not _OPEN:
         return None
     return WebSocketTransport(stream, protocol, describe_peer(stream), conn_error=conn_error)
 
@@ -462,7 +466,7 @@ async def connect_websocket(
     except TransportClosed:
         await trio.aclose_forcefully(stream)
         raise
-    if protocol.state is not State.OPEN:
+    if protocol.state is not _OPEN:
         await trio.aclose_forcefully(stream)
         raise TransportClosed(f"WebSocket handshake with {url} failed: {protocol.handshake_exc}")
     return WebSocketTransport(stream, protocol, f"{uri.host}:{uri.port}", conn_error=conn_error)
