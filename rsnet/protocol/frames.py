@@ -389,6 +389,11 @@ def _init(cls: type[Any]) -> Callable[..., None]:
     fields are set to the same values: only the path to the slot is shorter.
     """
     names = _NAMES[cls]
+    if any(
+        f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
+        for f in dataclasses.fields(cls)
+    ):
+        raise TypeError(f"{cls.__name__}: a frame field with a default needs it in the generated __init__ too")
     namespace = {"__name__": __name__} | {f"set_{name}": getattr(cls, name).__set__ for name in names}
     exec(  # the source is the class's field names
         f"def __init__(self, {', '.join(names)}):\n" + "".join(f"    set_{name}(self, {name})\n" for name in names),
