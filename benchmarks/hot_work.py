@@ -87,7 +87,6 @@ async def _rsnet(iterations: int) -> dict[str, float]:
             answer = to_client.take()
             t2 = time.perf_counter()  # the client: the answer in, the item taken
             _handle(client, client_conn, answer)
-            stream._taken(stream._run - stream._countdown)
             stream._queue.popleft()
             stream._taken(1)
             t3 = time.perf_counter()

@@ -126,8 +126,9 @@ class StreamIterator(Subscriber[Any]):
         if self._publisher is not None:
             publisher, self._publisher = self._publisher, None
             publisher.subscribe(self)
-        # The tick: the items the fast path handed out since the last one.
-        requested = self._taken(self._run - self._countdown)
+        # The tick: the items the fast path handed out since the last one (none, after a wait).
+        handed_out = self._run - self._countdown
+        requested = self._taken(handed_out) if handed_out else False
         self._run = self._countdown = 1
         queue = self._queue
         waited = False
@@ -158,9 +159,7 @@ class StreamIterator(Subscriber[Any]):
         return item
 
     def _taken(self, count: int) -> bool:
-        """``count`` items were handed out: tell the policy, request what it asks for."""
-        if not count:
-            return False
+        """``count`` (> 0) items were handed out: tell the policy, request what it asks for."""
         self._left -= count
         wanted = self._demand.consumed(count)
         if wanted and not self._terminal:

@@ -852,7 +852,9 @@ class Session:
                 self._grant_demand()
             if self._unsent:
                 self._flush_items()
-            chunks = self._output()
+            # (Nothing to write, as after a reader's chunk that only brought items: not even
+            # an empty output buffer to swap.)
+            chunks = self._output() if conn.buffered else ()
         finally:
             self._holding = False
         if chunks:
