@@ -14,6 +14,7 @@ This module imports msgpack and the standard library only: no sockets, no trio, 
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Iterator
 from typing import Any
 
@@ -70,7 +71,7 @@ class FrameDecoder:
     choose hash collisions and make decoding quadratic.
     """
 
-    __slots__ = ("_base", "_fed", "_idle", "_limit", "_peak", "_unpacker", "position")
+    __slots__ = ("_base", "_fed", "_idle", "_keep", "_limit", "_unpacker", "position")
 
     def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
         self._limit = max_frame_size
@@ -89,9 +90,9 @@ class FrameDecoder:
         :meth:`frames` generator is suspended after a frame, that is where the frame ends.
         The unpacker's tell() cannot say where an unfinished frame began, because it parses
         unfinished frames partway, so this is recorded after every whole frame."""
-        # The most bytes the current unpacker has held at once (its unfinished frame and a
-        # chunk fed after it): above INITIAL_BUFFER its buffer grew, and it is not kept idle.
-        self._peak = 0
+        # Whether the current unpacker goes back to the idle ones: not once it held more than
+        # INITIAL_BUFFER bytes at once (its unfinished frame and a chunk fed after it).
+        self._keep = True
 
     @property
     def buffered(self) -> int:
@@ -114,39 +115,37 @@ class FrameDecoder:
         # cost above a bare Unpacker's from 1.0 to 0.65 us.
         if not data:
             return
-        limit = self._limit
-        fed = self._fed
-        start = self.position
-        idle = self._idle
         unpacker = self._unpacker
         if unpacker is None:
             try:
-                unpacker = idle.pop()
+                unpacker = self._idle.pop()
             except IndexError:  # none idle (or another thread took the last one meanwhile)
-                unpacker = _new_unpacker(limit)
+                unpacker = _new_unpacker(self._limit)
             self._unpacker = unpacker
-            self._base = fed - unpacker.tell()
-            self._peak = 0
-        tell = unpacker.tell
+            self._base = self._fed - unpacker.tell()
+            self._keep = True
+        limit = self._limit
+        start = self.position
+        fed = self._fed
         base = self._base
-        pos = 0
-        end = len(data)
+        tell = unpacker.tell
         try:
-            while pos < end:
+            while True:
                 # Feed no more than the unfinished frame may still grow by, so every frame
-                # that completes is within the limit and the unpacker's buffer never exceeds it.
+                # that completes is within the limit and the unpacker's buffer never exceeds
+                # it. Nearly always all of data fits at once: then no frame can reach the
+                # limit, and this is the only round.
                 room = limit - (fed - start)
-                if pos == 0 and end <= room:
-                    unpacker.feed(data)
-                    taken = end
+                rest: memoryview | None = None
+                if len(data) < room:
+                    piece = data
                 else:
-                    chunk = data[pos : pos + room]
-                    unpacker.feed(chunk)
-                    taken = len(chunk)
-                pos += taken
-                fed += taken
-                if fed - start > self._peak:
-                    self._peak = fed - start
+                    rest = memoryview(data)  # the rest is fed as views: no bytes copied
+                    piece, rest = rest[:room], rest[room:]
+                unpacker.feed(piece)
+                fed += len(piece)
+                if fed - start > INITIAL_BUFFER:
+                    self._keep = False  # its buffer grew, and msgpack never shrinks it
                 for frame in unpacker:
                     self.position = start = base + tell()
                     yield frame
@@ -156,13 +155,18 @@ class FrameDecoder:
                         # decoding a small frame: a SUBSCRIBE chunk 0.83 us fed and iterated
                         # to the end, 0.43 stopping at the last frame.
                         break
+                if rest is None:
+                    return
+                data = rest
                 if fed - start >= limit:
                     raise RemoteProtocolError(
                         ErrorCode.FRAME_TOO_LARGE,
                         f"frame exceeds max_frame_size ({limit} bytes)",
                     )
         except (ValueError, TypeError, msgpack.UnpackException) as exc:
-            self._unpacker = None  # the decoder is unusable now; the unpacker is not given back
+            # The decoder is unusable now; its unpacker is not given back.
+            self._unpacker = None
+            self._keep = False
             # msgpack reports a refused length header as "N exceeds max_..._len(M)".
             if "exceeds max_" in str(exc):
                 raise RemoteProtocolError(
@@ -171,10 +175,10 @@ class FrameDecoder:
             raise RemoteProtocolError(ErrorCode.PROTOCOL_ERROR, f"bytes are not a msgpack value: {_why(exc)}") from None
         finally:
             self._fed = fed
-            if fed == start and self._unpacker is not None:  # no unfinished frame: nothing to keep
-                # Appending is a single list operation, atomic under the GIL (see _IdleUnpackers).
-                if self._peak <= INITIAL_BUFFER and len(idle) < MAX_IDLE_UNPACKERS:
-                    idle.append(unpacker)
+            if fed == start:  # no unfinished frame: nothing to hold
+                # Appending is a single deque operation, atomic under the GIL (see _IdleUnpackers).
+                if self._keep:
+                    self._idle.append(unpacker)
                 self._unpacker = None
 
 
@@ -197,17 +201,18 @@ class _IdleUnpackers:
     whose buffer never grew past INITIAL_BUFFER come back (msgpack never shrinks it), and at
     most MAX_IDLE_UNPACKERS are kept per frame size limit: at most MAX_IDLE_UNPACKERS x
     (41 + 16) KiB per limit in use. Taking and giving back are single list operations, atomic
-    under the GIL, so decoders in several threads (the blocking client's) may share them.
+    under the GIL, so decoders in several threads (the blocking client's) may share them; a
+    full deque drops its oldest when one more comes back (no length check per chunk).
     """
 
     __slots__ = ("_by_limit",)
 
     def __init__(self) -> None:
-        self._by_limit: dict[int, list[msgpack.Unpacker]] = {}
+        self._by_limit: dict[int, collections.deque[msgpack.Unpacker]] = {}
 
-    def for_limit(self, limit: int) -> list[msgpack.Unpacker]:
+    def for_limit(self, limit: int) -> collections.deque[msgpack.Unpacker]:
         """The idle unpackers of one frame size limit: a decoder pops one and appends it back."""
-        return self._by_limit.setdefault(limit, [])
+        return self._by_limit.setdefault(limit, collections.deque(maxlen=MAX_IDLE_UNPACKERS))
 
 
 def _new_unpacker(limit: int) -> msgpack.Unpacker:
