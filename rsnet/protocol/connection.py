@@ -392,8 +392,9 @@ class Connection:
         """All bytes written since the last call (whole frames); the caller owns the buffer."""
         out = self._out
         self._out = bytearray()
-        self._cuts = []
-        self._cut_at = self._peer_max_frame_size
+        if self._cuts:  # else _cut_at is the peer's max_frame_size already (see _cut)
+            self._cuts = []
+            self._cut_at = self._peer_max_frame_size
         return out
 
     def data_to_send_messages(self) -> list[bytearray] | list[memoryview]:
@@ -467,10 +468,14 @@ class Connection:
         answers with an :class:`Accept` event, or an :class:`Error` event that rejects it.
         """
         stream_id = self._allocate()
-        initial_demand = min(_uint(initial_demand, "initial_demand"), MAX_INT)
-        self._write_fields([_SUBSCRIBE_TYPE, stream_id, _name(name), params, initial_demand, _metadata(metadata)])
-        self._open(stream_id, _Stream(_SUBSCRIBE_SENT, initial_demand))
-        return stream_id
+        if type(initial_demand) is not int or initial_demand < 0 or type(name) is not str:
+            _uint(initial_demand, "initial_demand")  # raises, or else:
+            _name(name)
+        demand = min(initial_demand, MAX_INT)
+        metadata = {} if metadata is None else _metadata(metadata)
+        return self._open(
+            [_SUBSCRIBE_TYPE, stream_id, name, params, demand, metadata], _Stream(_SUBSCRIBE_SENT, demand)
+        )
 
     def send_offer(self, name: str, params: Any = None, *, metadata: dict[str, Any] | None = None) -> int:
         """Offer a publisher to the peer under ``name``; returns the new stream id.
@@ -479,9 +484,8 @@ class Connection:
         :class:`Error` event that rejects it. Items may be sent once demand arrives.
         """
         stream_id = self._allocate()
-        self._write_fields([_OFFER_TYPE, stream_id, _name(name), params, _metadata(metadata)])
-        self._open(stream_id, _Stream(_OFFER_SENT, 0, _NEXT_HEAD + self._pack(stream_id)))
-        return stream_id
+        fields = [_OFFER_TYPE, stream_id, _name(name), params, {} if metadata is None else _metadata(metadata)]
+        return self._open(fields, _Stream(_OFFER_SENT, 0, _NEXT_HEAD + self._pack(stream_id)))
 
     def send_accept(self, stream_id: int, metadata: dict[str, Any] | None = None) -> None:
         """Accept a stream the peer opened with SUBSCRIBE or OFFER (the remote ``on_subscribe``).
@@ -492,7 +496,7 @@ class Connection:
         if stream is not None:
             after = stream.phase.sends.get(_ACCEPT)
             if after is not None:
-                self._write_fields([_ACCEPT_TYPE, stream_id, _metadata(metadata)])
+                self._write_fields([_ACCEPT_TYPE, stream_id, {} if metadata is None else _metadata(metadata)])
                 self._enter(stream_id, stream, after)
                 return
         self._refuse_send(stream_id, _ACCEPT)
@@ -624,12 +628,18 @@ class Connection:
 
     def _write_fields(self, fields: list[Any]) -> None:
         """Write a frame given as its wire array (the stream-level sends build it directly:
-        a frame object and frame_fields would double what writing one costs)."""
+        a frame object and frame_fields would double what writing one costs).
+
+        It appends as _append does, written out: nearly every frame but NEXT and BATCH comes
+        this way, and the call cost as much as the appending (7 of 22 bytecodes a frame)."""
         try:
-            body = self._pack(fields)
+            frame = self._pack(fields)
         except Exception as exc:
             raise _not_encodable(exc) from exc
-        self._append(body)
+        out = self._out
+        if len(out) + len(frame) > self._cut_at:
+            self._cut(len(frame))
+        out += frame
 
     def _bounded_data(self, data: Any) -> Any:
         """``data`` if it encodes to at most MAX_ERROR_DATA bytes, else a marker saying how big it was."""
@@ -644,9 +654,12 @@ class Connection:
         return f"{TRUNCATED} {size} bytes of data, over the limit of {MAX_ERROR_DATA}"
 
     def _append(self, frame: bytes) -> None:
-        if len(self._out) + len(frame) > self._cut_at:
+        """Write an encoded frame, starting a WebSocket message before it if it does not fit
+        in the current one (see _cut)."""
+        out = self._out
+        if len(out) + len(frame) > self._cut_at:
             self._cut(len(frame))
-        self._out += frame
+        out += frame
 
     def _cut(self, size: int) -> None:
         """Start a new WebSocket message before a frame of ``size`` bytes, or refuse it."""
@@ -736,22 +749,37 @@ class Connection:
         )
 
     def _allocate(self) -> int:
-        self._require_open()
-        if self._going_away:
-            raise LocalProtocolError(ErrorCode.GOING_AWAY, "no new streams after GO_AWAY")
-        if self._local_open >= self._peer_max_streams:
-            raise LocalProtocolError(
-                ErrorCode.TOO_MANY_STREAMS, f"the peer allows {self._peer_max_streams} concurrent streams"
-            )
-        if self._next_id > MAX_INT:
+        """The id of the stream this side opens next, or the reason it may not open one."""
+        stream_id = self._next_id
+        # Every reason at once; which one holds only on the way to the error.
+        if (
+            self._state is not _CONN_OPEN
+            or self._going_away
+            or self._local_open >= self._peer_max_streams
+            or stream_id > MAX_INT
+        ):
+            self._require_open()
+            if self._going_away:
+                raise LocalProtocolError(ErrorCode.GOING_AWAY, "no new streams after GO_AWAY")
+            if self._local_open >= self._peer_max_streams:
+                raise LocalProtocolError(
+                    ErrorCode.TOO_MANY_STREAMS, f"the peer allows {self._peer_max_streams} concurrent streams"
+                )
             raise LocalProtocolError(ErrorCode.PROTOCOL_ERROR, "stream ids exhausted: open a new connection")
-        return self._next_id
+        return stream_id
 
-    def _open(self, stream_id: int, stream: _Stream) -> None:
-        """Open a stream this side allocated (the peer's opens in _on_subscribe, _on_offer)."""
+    def _open(self, fields: list[Any], stream: _Stream) -> int:
+        """Write a SUBSCRIBE or OFFER and open its stream, with the id _allocate gave (the
+        peer's opens in _on_subscribe, _on_offer); returns the id. The sends check their
+        arguments at once, and call the checkers for what is wrong, in order: with _allocate
+        testing every reason it may not open at once, client-open's bytecodes in the
+        protocol 199 -> 174 per subscription (eight calls, now five)."""
+        self._write_fields(fields)
+        stream_id: int = fields[1]
         self._streams[stream_id] = stream
-        self._next_id += 2
+        self._next_id = stream_id + 2
         self._local_open += 1
+        return stream_id
 
     def _enter(self, stream_id: int, stream: _Stream, phase: _Phase) -> None:
         """Move the stream to ``phase`` (a transition the lifecycle table allowed): it leaves
@@ -1091,9 +1119,7 @@ def _name(name: str) -> str:
     return name
 
 
-def _metadata(metadata: dict[str, Any] | None) -> dict[str, Any]:
-    if metadata is None:
-        return {}
+def _metadata(metadata: dict[str, Any]) -> dict[str, Any]:
     if type(metadata) is not dict or not all(type(key) is str for key in metadata):
         raise LocalProtocolError(ErrorCode.PROTOCOL_ERROR, "metadata must be a dict with str keys")
     return metadata
