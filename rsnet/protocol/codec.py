@@ -124,7 +124,6 @@ class FrameDecoder:
             self._unpacker = unpacker
             self._base = self._fed - unpacker.tell()
             self._keep = True
-        limit = self._limit
         start = self.position
         fed = self._fed
         base = self._base
@@ -135,7 +134,7 @@ class FrameDecoder:
                 # that completes is within the limit and the unpacker's buffer never exceeds
                 # it. Nearly always all of data fits at once: then no frame can reach the
                 # limit, and this is the only round.
-                room = limit - (fed - start)
+                room = self._limit - (fed - start)
                 rest: memoryview | None = None
                 if len(data) < room:
                     piece = data
@@ -158,10 +157,10 @@ class FrameDecoder:
                 if rest is None:
                     return
                 data = rest
-                if fed - start >= limit:
+                if fed - start >= self._limit:
                     raise RemoteProtocolError(
                         ErrorCode.FRAME_TOO_LARGE,
-                        f"frame exceeds max_frame_size ({limit} bytes)",
+                        f"frame exceeds max_frame_size ({self._limit} bytes)",
                     )
         except (ValueError, TypeError, msgpack.UnpackException) as exc:
             # The decoder is unusable now; its unpacker is not given back.

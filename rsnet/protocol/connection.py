@@ -221,6 +221,9 @@ class Connection:
         self._go_away_sent = False
         self._go_away_received = False
         self._going_away = False  # either: looked at for every stream opened
+        # This side may open streams: the connection is open and no GO_AWAY went either way
+        # (what _allocate looks at first, in one attribute).
+        self._may_open = False
         self._max_streams = max_streams
         self.version: int | None = None
         """The negotiated protocol version, once the handshake has completed."""
@@ -429,6 +432,7 @@ class Connection:
             settings["metadata"] = _metadata(metadata)
         self._write_frame(Welcome(PROTOCOL_VERSION, settings))
         self._state = State.OPEN
+        self._may_open = True
 
     def send_conn_error(self, code: int, message: str = "", data: Any = None) -> None:
         """Close the connection with an error (or reject a HELLO); write nothing more after it.
@@ -450,6 +454,7 @@ class Connection:
         self._require_open()
         if not self._go_away_sent:
             self._go_away_sent = self._going_away = True
+            self._may_open = False
             self._write_frame(GoAway(_bounded_message(message)))
 
     # ------------------------------------------------------------------ opening streams
@@ -473,9 +478,8 @@ class Connection:
             _name(name)
         demand = min(initial_demand, MAX_INT)
         metadata = {} if metadata is None else _metadata(metadata)
-        return self._open(
-            [_SUBSCRIBE_TYPE, stream_id, name, params, demand, metadata], _Stream(_SUBSCRIBE_SENT, demand)
-        )
+        fields = [_SUBSCRIBE_TYPE, stream_id, name, params, demand, metadata]
+        return self._open(stream_id, fields, _Stream(_SUBSCRIBE_SENT, demand))
 
     def send_offer(self, name: str, params: Any = None, *, metadata: dict[str, Any] | None = None) -> int:
         """Offer a publisher to the peer under ``name``; returns the new stream id.
@@ -485,7 +489,7 @@ class Connection:
         """
         stream_id = self._allocate()
         fields = [_OFFER_TYPE, stream_id, _name(name), params, {} if metadata is None else _metadata(metadata)]
-        return self._open(fields, _Stream(_OFFER_SENT, 0, _NEXT_HEAD + self._pack(stream_id)))
+        return self._open(stream_id, fields, _Stream(_OFFER_SENT, 0, _NEXT_HEAD + self._pack(stream_id)))
 
     def send_accept(self, stream_id: int, metadata: dict[str, Any] | None = None) -> None:
         """Accept a stream the peer opened with SUBSCRIBE or OFFER (the remote ``on_subscribe``).
@@ -748,12 +752,7 @@ class Connection:
         """The id of the stream this side opens next, or the reason it may not open one."""
         stream_id = self._next_id
         # Every reason at once; which one holds only on the way to the error.
-        if (
-            self._state is not _CONN_OPEN
-            or self._going_away
-            or self._local_open >= self._peer_max_streams
-            or stream_id > MAX_INT
-        ):
+        if not self._may_open or self._local_open >= self._peer_max_streams or stream_id > MAX_INT:
             self._require_open()
             if self._going_away:
                 raise LocalProtocolError(ErrorCode.GOING_AWAY, "no new streams after GO_AWAY")
@@ -764,14 +763,13 @@ class Connection:
             raise LocalProtocolError(ErrorCode.PROTOCOL_ERROR, "stream ids exhausted: open a new connection")
         return stream_id
 
-    def _open(self, fields: list[Any], stream: _Stream) -> int:
+    def _open(self, stream_id: int, fields: list[Any], stream: _Stream) -> int:
         """Write a SUBSCRIBE or OFFER and open its stream, with the id _allocate gave (the
         peer's opens in _on_subscribe, _on_offer); returns the id. The sends check their
         arguments at once, and call the checkers for what is wrong, in order: with _allocate
         testing every reason it may not open at once, client-open's bytecodes in the
         protocol 199 -> 174 per subscription (eight calls, now five)."""
         self._write_fields(fields)
-        stream_id: int = fields[1]
         self._streams[stream_id] = stream
         self._next_id = stream_id + 2
         self._local_open += 1
@@ -796,6 +794,7 @@ class Connection:
 
     def _close(self) -> None:
         self._state = State.CLOSED
+        self._may_open = False
         self._streams.clear()
         self._sendable.clear()
         self._local_open = self._peer_open = 0
@@ -855,6 +854,7 @@ class Connection:
             welcome.version, welcome.settings, welcome.settings.get("keepalive_interval", DEFAULT_KEEPALIVE_INTERVAL)
         )
         self._state = State.OPEN
+        self._may_open = True
         self._events.append(welcome)
 
     def _handshake(self, version: int, settings: dict[str, Any], keepalive_interval: int) -> None:
@@ -883,6 +883,7 @@ class Connection:
         go_away = _parse_go_away(fields)
         if not self._go_away_received:
             self._go_away_received = self._going_away = True
+            self._may_open = False
             self._events.append(go_away)
 
     def _on_conn_error(self, error: ConnError) -> None:
@@ -980,16 +981,14 @@ def _on_items(
             conn._stream_error(stream_id, stream, ErrorCode.PROTOCOL_ERROR, "rule 2.13: an item is nil")
             return None
         demand = stream.demand
-        if len(items) > demand:
+        count = len(items)
+        if count > demand:
             conn._stream_error(
-                stream_id,
-                stream,
-                ErrorCode.FLOW_CONTROL,
-                f"rule 1.1: {len(items)} items with {demand} outstanding demand",
+                stream_id, stream, ErrorCode.FLOW_CONTROL, f"rule 1.1: {count} items with {demand} outstanding demand"
             )
             return None
         if demand != MAX_INT:
-            stream.demand = demand - len(items)
+            stream.demand = demand - count
         events = conn._events
         last = events[-1] if events else None
         if type(last) is Items and last.stream_id == stream_id:
