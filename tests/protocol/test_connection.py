@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
+import msgpack
 import pytest
 
 from rsnet.protocol import (
@@ -22,6 +23,7 @@ from rsnet.protocol import (
     Complete,
     Connection,
     ConnectionClosed,
+    ConnError,
     Error,
     ErrorCode,
     GoAway,
@@ -531,3 +533,52 @@ def test_a_client_answered_in_http_is_told_so() -> None:
     (closed,) = client.events_received()
     assert isinstance(closed, ConnectionClosed) and closed.code == ErrorCode.PROTOCOL_ERROR
     assert closed.message == "the server answered in HTTP, not the rsnet protocol: is it a web port?"
+
+
+def test_a_conn_error_ends_processing_of_the_bytes_it_came_in() -> None:
+    """Frames after the peer's CONN_ERROR, even in the same bytes, are not processed."""
+    client, _server, stream_id = subscribed(demand=5)
+    wire = encode_frame(Next(stream_id, "a")) + encode_frame(ConnError(ErrorCode.INTERNAL, "bye", None))
+    client.receive_data(wire + encode_frame(Next(stream_id, "b")) + encode_frame(Complete(stream_id)))
+    items, closed = client.events_received()
+    assert items == Items(stream_id, ["a"])
+    assert isinstance(closed, ConnectionClosed) and closed.by_peer and closed.code == ErrorCode.INTERNAL
+    assert client.state is State.CLOSED and client.stream_count == 0
+    assert client.data_to_send() == b""
+
+
+def test_a_malformed_hello_after_the_handshake_is_refused_as_malformed() -> None:
+    """Once open, HELLO and WELCOME are violations; a malformed one is named for what is wrong
+    with it first, as parse_frame would."""
+    for frame, message in (
+        ([1, "x", [1], {}], "HELLO.magic must be 'rsnet', got 'x'"),
+        ([2], "WELCOME needs 2 fields, got 0"),
+        ([1, "rsnet", [1], {}], "HELLO after the handshake"),
+    ):
+        _client, server = open_pair()
+        server.receive_data(msgpack.packb(frame))
+        (closed,) = server.events_received()
+        assert (closed.code, closed.message) == (ErrorCode.PROTOCOL_ERROR, message)
+
+
+def test_opening_a_stream_names_the_first_reason_it_may_not() -> None:
+    """The connection's state, then GO_AWAY, then the peer's max_streams, before the arguments."""
+    client = Connection(Role.CLIENT)
+    with pytest.raises(LocalProtocolError, match="the connection is AWAIT_WELCOME"):
+        client.send_subscribe(5, initial_demand=-1)  # type: ignore[arg-type]
+    client, _server = open_pair(max_streams=1)
+    with pytest.raises(LocalProtocolError, match="initial_demand must be a non-negative int"):
+        client.send_subscribe(5, initial_demand=True)  # type: ignore[arg-type]
+    with pytest.raises(LocalProtocolError, match="a stream name must be a str"):
+        client.send_subscribe(5)  # type: ignore[arg-type]
+    with pytest.raises(LocalProtocolError, match="metadata must be a dict with str keys"):
+        client.send_subscribe("ok", metadata={1: 2})  # type: ignore[dict-item]
+    client.send_subscribe("ok")
+    with refused(ErrorCode.TOO_MANY_STREAMS):
+        client.send_subscribe(5)  # type: ignore[arg-type]
+    client.send_go_away()
+    with refused(ErrorCode.GOING_AWAY):
+        client.send_subscribe(5)  # type: ignore[arg-type]
+    client.send_conn_error(ErrorCode.INTERNAL)
+    with pytest.raises(LocalProtocolError, match="the connection is CLOSED"):
+        client.send_subscribe("ok")
