@@ -318,6 +318,13 @@ class _Outbound(Subscriber[Any]):
         if first:
             self._refill_beside(encoded)
 
+    def _flush_last(self) -> None:
+        """:meth:`flush` before the stream's last frame (COMPLETE or ERROR), without measuring
+        the items' size for a window that will not be refilled."""
+        if self.pending:
+            items, self.pending = self.pending, []
+            self._encode(self._session.conn, self.stream_id, items)
+
     def _refill_beside(self, encoded: int) -> None:
         """The stream's first items are encoded, so their size is known: request now, in the
         same write, as many more as fit the byte window beside those ``encoded`` bytes. The
@@ -354,7 +361,7 @@ class _Outbound(Subscriber[Any]):
 
     def on_complete(self) -> None:
         if not self.done:
-            self.flush()  # the stream's items go before its COMPLETE
+            self._flush_last()  # the stream's items go before its COMPLETE
             self.done = True
             self._session._end_outbound(self)
             self._session.conn.send_complete(self.stream_id)
@@ -363,7 +370,7 @@ class _Outbound(Subscriber[Any]):
                 self.on_end(None)
 
     def _finish(self, code: int, message: str, data: Any, error: BaseException) -> None:
-        self.flush()  # the stream's items go before its ERROR
+        self._flush_last()  # the stream's items go before its ERROR
         self.done = True
         session = self._session
         session._end_outbound(self)
