@@ -528,14 +528,7 @@ class Connection:
 
         Items, COMPLETE or ERROR already in flight are dropped when they arrive.
         """
-        stream = self._streams.get(stream_id)
-        if stream is not None:
-            after = stream.phase.sends.get(_CANCEL)
-            if after is not None:
-                self._write_fields([_CANCEL_TYPE, stream_id])
-                self._enter(stream_id, stream, after)
-                return
-        self._refuse_send(stream_id, _CANCEL)
+        self._send_transition(stream_id, _CANCEL, _CANCEL_TYPE)
 
     # ------------------------------------------------------------------ publisher side
 
@@ -601,14 +594,19 @@ class Connection:
 
     def send_complete(self, stream_id: int) -> None:
         """Complete a stream we publish (rule 1.5). A no-op once the stream is closed."""
+        self._send_transition(stream_id, _COMPLETE, _COMPLETE_TYPE)
+
+    def _send_transition(self, stream_id: int, event: StreamEvent, frame_type: int) -> None:
+        """Write ``[frame_type, stream_id]``, the frame of ``event`` (CANCEL or COMPLETE), and
+        move the stream along the lifecycle table; a no-op once the stream is closed."""
         stream = self._streams.get(stream_id)
         if stream is not None:
-            after = stream.phase.sends.get(_COMPLETE)
+            after = stream.phase.sends.get(event)
             if after is not None:
-                self._write_fields([_COMPLETE_TYPE, stream_id])
+                self._write_fields([frame_type, stream_id])
                 self._enter(stream_id, stream, after)
                 return
-        self._refuse_send(stream_id, _COMPLETE)
+        self._refuse_send(stream_id, event)
 
     # ------------------------------------------------------------------ either side
 
@@ -765,7 +763,7 @@ class Connection:
 
     def _open(self, stream_id: int, fields: list[Any], stream: _Stream) -> int:
         """Write a SUBSCRIBE or OFFER and open its stream, with the id _allocate gave (the
-        peer's opens in _on_subscribe, _on_offer); returns the id. The sends check their
+        peer's opens in _on_open); returns the id. The sends check their
         arguments at once, and call the checkers for what is wrong, in order: with _allocate
         testing every reason it may not open at once, client-open's bytecodes in the
         protocol 199 -> 174 per subscription (eight calls, now five)."""
@@ -890,37 +888,28 @@ class Connection:
         self._close()
         self._events.append(ConnectionClosed(error.code, error.message, error.data, by_peer=True))
 
-    def _on_subscribe(self, fields: list[Any]) -> None:
-        """SUBSCRIBE: the peer opens a stream it subscribes to."""
-        frame = _parse_subscribe(fields)
+    def _on_open(self, fields: list[Any]) -> None:
+        """SUBSCRIBE or OFFER: the peer opens a stream, which it subscribes to or publishes."""
+        subscribes = fields[0] == _SUBSCRIBE_TYPE
+        frame = _parse_subscribe(fields) if subscribes else _parse_offer(fields)
         stream_id = frame.stream_id
         if stream_id != self._peer_next_id or self._going_away or self._peer_open >= self._max_streams:
             self._refuse_open(frame)
             return
         self._peer_next_id = stream_id + 2
-        self._streams[stream_id] = _Stream(
-            _SUBSCRIBE_RECEIVED, frame.initial_demand, _NEXT_HEAD + self._pack(stream_id)
+        self._streams[stream_id] = (
+            _Stream(_SUBSCRIBE_RECEIVED, frame.initial_demand, _NEXT_HEAD + self._pack(stream_id))
+            if subscribes
+            else _Stream(_OFFER_RECEIVED, 0)
         )
-        self._peer_open += 1
-        self._events.append(frame)
-
-    def _on_offer(self, fields: list[Any]) -> None:
-        """OFFER: the peer opens a stream it publishes."""
-        frame = _parse_offer(fields)
-        stream_id = frame.stream_id
-        if stream_id != self._peer_next_id or self._going_away or self._peer_open >= self._max_streams:
-            self._refuse_open(frame)
-            return
-        self._peer_next_id = stream_id + 2
-        self._streams[stream_id] = _Stream(_OFFER_RECEIVED, 0)
         self._peer_open += 1
         self._events.append(frame)
 
     def _refuse_open(self, frame: Subscribe | Offer) -> None:
         """Why the peer's SUBSCRIBE or OFFER does not open a stream: raises
         :class:`RemoteProtocolError` if it breaks the protocol, or answers it with ERROR (a
-        stream error the connection answers itself; the id is used up anyway). _on_subscribe
-        and _on_offer test all of it at once, and come here only when one of it holds."""
+        stream error the connection answers itself; the id is used up anyway). _on_open tests all
+        of it at once, and come here only when one of it holds."""
         stream_id = frame.stream_id
         if stream_id != self._peer_next_id:
             raise _violation(f"{frame.TYPE.name} opened stream {stream_id}, expected {self._peer_next_id}")
@@ -1041,8 +1030,8 @@ _RECEIVERS: dict[int, Callable[[Connection, list[Any]], _Run | None]] = {
         (Ping, Connection._on_ping),
         (Pong, Connection._on_pong),
         (GoAway, Connection._on_go_away),
-        (Subscribe, Connection._on_subscribe),
-        (Offer, Connection._on_offer),
+        (Subscribe, Connection._on_open),
+        (Offer, Connection._on_open),
         (Accept, _on_transition(_ACCEPT, PARSERS[Accept.TYPE.value])),
         (Request, Connection._on_request),
         (Cancel, _on_transition(_CANCEL, PARSERS[Cancel.TYPE.value])),
