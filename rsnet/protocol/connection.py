@@ -909,7 +909,7 @@ class Connection:
         """Why the peer's SUBSCRIBE or OFFER does not open a stream: raises
         :class:`RemoteProtocolError` if it breaks the protocol, or answers it with ERROR (a
         stream error the connection answers itself; the id is used up anyway). _on_open tests all
-        of it at once, and come here only when one of it holds."""
+        of it at once, and comes here only when one of it holds."""
         stream_id = frame.stream_id
         if stream_id != self._peer_next_id:
             raise _violation(f"{frame.TYPE.name} opened stream {stream_id}, expected {self._peer_next_id}")
