@@ -220,11 +220,6 @@ class Connection:
         self._peer_open = 0
         self._go_away_sent = False
         self._go_away_received = False
-        self._going_away = False  # either: looked at for every stream opened
-        # This side may open streams: the connection is open and no GO_AWAY went either way
-        # (what _allocate looks at first, in one attribute).
-        self._may_open = False
-        self._max_streams = max_streams
         self.version: int | None = None
         """The negotiated protocol version, once the handshake has completed."""
         self.peer_settings: dict[str, Any] = {}
@@ -256,7 +251,7 @@ class Connection:
     @property
     def going_away(self) -> bool:
         """GO_AWAY was sent or received: no new streams; close once ``stream_count`` is 0."""
-        return self._going_away
+        return self._go_away_sent or self._go_away_received
 
     def outstanding_demand(self, stream_id: int) -> int:
         """Items that may still flow on the stream: for a stream we publish, how many we may
@@ -432,7 +427,6 @@ class Connection:
             settings["metadata"] = _metadata(metadata)
         self._write_frame(Welcome(PROTOCOL_VERSION, settings))
         self._state = State.OPEN
-        self._may_open = True
 
     def send_conn_error(self, code: int, message: str = "", data: Any = None) -> None:
         """Close the connection with an error (or reject a HELLO); write nothing more after it.
@@ -453,8 +447,7 @@ class Connection:
         """Start a graceful shutdown: no new streams either way; open ones run to their end."""
         self._require_open()
         if not self._go_away_sent:
-            self._go_away_sent = self._going_away = True
-            self._may_open = False
+            self._go_away_sent = True
             self._write_frame(GoAway(_bounded_message(message)))
 
     # ------------------------------------------------------------------ opening streams
@@ -750,9 +743,15 @@ class Connection:
         """The id of the stream this side opens next, or the reason it may not open one."""
         stream_id = self._next_id
         # Every reason at once; which one holds only on the way to the error.
-        if not self._may_open or self._local_open >= self._peer_max_streams or stream_id > MAX_INT:
+        if (
+            self._state is not _CONN_OPEN
+            or self._go_away_sent
+            or self._go_away_received
+            or self._local_open >= self._peer_max_streams
+            or stream_id > MAX_INT
+        ):
             self._require_open()
-            if self._going_away:
+            if self.going_away:
                 raise LocalProtocolError(ErrorCode.GOING_AWAY, "no new streams after GO_AWAY")
             if self._local_open >= self._peer_max_streams:
                 raise LocalProtocolError(
@@ -792,7 +791,6 @@ class Connection:
 
     def _close(self) -> None:
         self._state = State.CLOSED
-        self._may_open = False
         self._streams.clear()
         self._sendable.clear()
         self._local_open = self._peer_open = 0
@@ -852,7 +850,6 @@ class Connection:
             welcome.version, welcome.settings, welcome.settings.get("keepalive_interval", DEFAULT_KEEPALIVE_INTERVAL)
         )
         self._state = State.OPEN
-        self._may_open = True
         self._events.append(welcome)
 
     def _handshake(self, version: int, settings: dict[str, Any], keepalive_interval: int) -> None:
@@ -880,8 +877,7 @@ class Connection:
     def _on_go_away(self, fields: list[Any]) -> None:
         go_away = _parse_go_away(fields)
         if not self._go_away_received:
-            self._go_away_received = self._going_away = True
-            self._may_open = False
+            self._go_away_received = True
             self._events.append(go_away)
 
     def _on_conn_error(self, error: ConnError) -> None:
@@ -893,7 +889,12 @@ class Connection:
         subscribes = fields[0] == _SUBSCRIBE_TYPE
         frame = _parse_subscribe(fields) if subscribes else _parse_offer(fields)
         stream_id = frame.stream_id
-        if stream_id != self._peer_next_id or self._going_away or self._peer_open >= self._max_streams:
+        if (
+            stream_id != self._peer_next_id
+            or self._go_away_sent
+            or self._go_away_received
+            or self._peer_open >= self._settings["max_streams"]
+        ):
             self._refuse_open(frame)
             return
         self._peer_next_id = stream_id + 2
