@@ -301,29 +301,21 @@ class _Outbound(Subscriber[Any]):
         session._wake_writer()
 
     def flush(self) -> None:
-        """Encode the pending items into the connection's output, as BATCH frames of at most
-        ``BATCH_ITEMS`` items (so large items never make one huge frame to re-split)."""
-        items = self.pending
-        if not items:
+        """Encode the pending items into the connection's output (:meth:`_encode_pending`),
+        and size the window by them."""
+        count = len(self.pending)
+        if not count:
             return
-        self.pending = []
-        conn, stream_id = self._session.conn, self.stream_id
+        conn = self._session.conn
         before = conn.buffered
-        self._encode(conn, stream_id, items)
+        self._encode_pending()
         # The window follows the items' size: up at once, down by at most half a flush.
         encoded = conn.buffered - before
-        measured = max(1, encoded // len(items))
+        measured = max(1, encoded // count)
         first = not self.item_bytes
         self.item_bytes = measured if first else max(measured, self.item_bytes // 2)
         if first:
             self._refill_beside(encoded)
-
-    def _flush_last(self) -> None:
-        """:meth:`flush` before the stream's last frame (COMPLETE or ERROR), without measuring
-        the items' size for a window that will not be refilled."""
-        if self.pending:
-            items, self.pending = self.pending, []
-            self._encode(self._session.conn, self.stream_id, items)
 
     def _refill_beside(self, encoded: int) -> None:
         """The stream's first items are encoded, so their size is known: request now, in the
@@ -334,7 +326,12 @@ class _Outbound(Subscriber[Any]):
             room = max(0, self._session.send_window_bytes - encoded) // self.item_bytes
             self._request_up_to(min(self._window(), self.remote, room))
 
-    def _encode(self, conn: Connection, stream_id: int, items: list[Any]) -> None:
+    def _encode_pending(self) -> None:
+        """Encode the pending items as BATCH frames of at most ``BATCH_ITEMS`` items (so large
+        items never make one huge frame to re-split). Before the stream's last frame (COMPLETE
+        or ERROR) it is called alone: no window is sized for items that end the stream."""
+        items, self.pending = self.pending, []
+        conn, stream_id = self._session.conn, self.stream_id
         for start in range(0, len(items), BATCH_ITEMS):
             chunk = items if len(items) <= BATCH_ITEMS else items[start : start + BATCH_ITEMS]
             try:
@@ -361,7 +358,7 @@ class _Outbound(Subscriber[Any]):
 
     def on_complete(self) -> None:
         if not self.done:
-            self._flush_last()  # the stream's items go before its COMPLETE
+            self._encode_pending()  # the stream's items go before its COMPLETE
             self.done = True
             self._session._end_outbound(self)
             self._session.conn.send_complete(self.stream_id)
@@ -370,7 +367,7 @@ class _Outbound(Subscriber[Any]):
                 self.on_end(None)
 
     def _finish(self, code: int, message: str, data: Any, error: BaseException) -> None:
-        self._flush_last()  # the stream's items go before its ERROR
+        self._encode_pending()  # the stream's items go before its ERROR
         self.done = True
         session = self._session
         session._end_outbound(self)
