@@ -455,6 +455,11 @@ def _parser(cls: type[Any], *, construct: bool = True) -> Callable[[list[Any]], 
     count = len(cls.CHECKS)
     namespace = dict(_NAMESPACE, cls=cls, too_short=_too_short(cls, count))
     names = _NAMES[cls]
+    taken = set(namespace) | {"fields", "type", "all", "key", "value"}  # what the source names besides fields
+    if taken.intersection(names):
+        raise TypeError(
+            f"{cls.__name__}: a field named {sorted(taken.intersection(names))} would shadow the parser's own"
+        )
     lines = [
         "def parse(fields):",
         "    try:",
