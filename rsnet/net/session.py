@@ -182,6 +182,7 @@ class _Outbound(Subscriber[Any]):
         "_session",
         "done",
         "encoded",
+        "failure",
         "item_bytes",
         "local",
         "on_end",
@@ -206,6 +207,7 @@ class _Outbound(Subscriber[Any]):
         self.local = 0  # requested from the local publisher, not yet delivered
         self._accept = accept
         self.done = False
+        self.failure: BaseException | None = None  # signalled from a cancelled task, not yet sent
         self.on_end = on_end
         self._refill_queued = False
         self.pending: list[Any] = []  # items taken, not yet encoded (at most one window)
@@ -352,9 +354,23 @@ class _Outbound(Subscriber[Any]):
 
     def on_error(self, error: BaseException) -> None:
         check_signal_argument(error, "on_error")
-        if not self.done:
-            code, message, data = error_frame_fields(error)
-            self._finish(code, message, data, error)
+        if self.done or self.failure is not None:
+            return
+        if trio.current_effective_deadline() == -math.inf:
+            # From a cancelled task: perhaps the whole session is being cancelled (a server
+            # cancelled in its nursery fails its producers with ProducerCancelledError), and
+            # then the peer must see the connection end, as when a process dies, not a stream
+            # error it would not retry. Only the writer sends it, once it is sure it is not
+            # cancelled itself; a direct write from a task woken before the cancel would not
+            # know (``_send_failures``).
+            self.failure = error
+            self._session._fail_later(self)
+            return
+        self.fail(error)
+
+    def fail(self, error: BaseException) -> None:
+        code, message, data = error_frame_fields(error)
+        self._finish(code, message, data, error)
 
     def on_complete(self) -> None:
         if not self.done:
@@ -607,6 +623,7 @@ class Session:
         self._demand_dirty: list[_Inbound] = []
         self._refill: list[_Outbound] = []
         self._unsent: list[_Outbound] = []
+        self._failing: list[_Outbound] = []  # failed from a cancelled task (_Outbound.on_error)
         self._wakeup = trio.Event()
         self._write_scheduled = False  # there is work for the writer (or for a direct write)
         # A caller up the stack writes what is queued when it is done (the reader handling
@@ -672,7 +689,7 @@ class Session:
             self._end_all(self._closing_error or ConnectionLost("connection closed"))
             # Streams the writer never got to (the connection broke first) would keep the
             # session in a reference cycle (session -> list -> stream -> session).
-            self._unsent, self._refill, self._demand_dirty = [], [], []
+            self._unsent, self._refill, self._demand_dirty, self._failing = [], [], [], []
             with trio.CancelScope(shield=True):
                 if self._linger and not self._eof and self.transport.half_closable:
                     await self._drain_until_eof()
@@ -815,6 +832,23 @@ class Session:
                 self.conn.send_error(inbound.stream_id, error.code, error.message, error.data)
             self._wake_writer()
 
+    def _fail_later(self, outbound: _Outbound) -> None:
+        """An outbound stream failed from a cancelled task: the writer sends its ERROR."""
+        self._failing.append(outbound)
+        self._write_scheduled = True
+        self._wakeup.set()  # even inside the reader's handling, whose direct write skips it
+
+    async def _send_failures(self) -> None:
+        """Send the ERRORs of streams failed from a cancelled task, unless this writer is
+        cancelled too (the session is: nothing more goes out, the peer sees the connection
+        end). A stream the peer cancelled meanwhile is done and sends nothing."""
+        await trio.lowlevel.checkpoint_if_cancelled()
+        failing, self._failing = self._failing, []
+        for outbound in failing:
+            error = outbound.failure
+            if error is not None and not outbound.done:
+                outbound.fail(error)
+
     def _end_outbound(self, outbound: _Outbound) -> None:
         self._outbound.pop(outbound.stream_id, None)
         self._offered.pop(outbound.stream_id, None)
@@ -908,6 +942,8 @@ class Session:
         conn = self.conn
         while True:
             await self._wait_for_work()
+            if self._failing:
+                await self._send_failures()  # (their wake-ups are the one being handled)
             self._wakeup = trio.Event()
             self._write_scheduled = False
             self._grant_demand()

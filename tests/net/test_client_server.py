@@ -333,6 +333,76 @@ async def test_server_death_ends_every_subscription_with_connection_lost():
                     pass
 
 
+async def test_a_server_cancelled_while_a_stream_fails_ends_the_connection_not_the_stream():
+    # The cancel lands while the server handles the client's bytes: the SUBSCRIBE's handler
+    # (the reader task, now cancelled) fails the stream and goes on to write its answers.
+    # Its stream error is the cancel's doing, as a producer's ProducerCancelledError is when
+    # the cancel reaches it first: the client must see the connection end, as when the
+    # process dies (it would retry that, not a stream error).
+    server = rsnet.Server()
+    server_scope = trio.CancelScope()
+
+    @server.publisher("cancels-the-server")
+    def cancels_the_server(params, ctx):
+        server_scope.cancel()
+        return rsnet.error(RuntimeError("failed by the server's own cancel"))
+
+    async with trio.open_nursery() as outer:
+
+        async def serve(task_status):
+            with server_scope:
+                await server.serve_tcp("127.0.0.1", 0, task_status=task_status)
+
+        port = await outer.start(serve)
+        async with rsnet.connect(f"tcp://127.0.0.1:{port}") as conn:
+            with pytest.raises(rsnet.ConnectionLost):
+                async for _ in conn.subscribe("cancels-the-server"):
+                    pass
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_a_producer_cancelled_by_its_application_fails_the_remote_stream(transport):
+    # Failed from a cancelled task, by the cancel of a nursery the application owns: the
+    # session is not cancelled, so the ERROR goes out (from the writer, see _Outbound.on_error).
+    server = demo_server()
+    started = trio.Event()
+
+    async def forever():
+        started.set()
+        await trio.sleep_forever()
+        yield  # pragma: no cover (an async generator)
+
+    async def own_producers(task_status):
+        async with trio.open_nursery() as producers:
+            task_status.started(producers)
+            await trio.sleep_forever()
+
+    async with trio.open_nursery() as outer:
+        producers = await outer.start(own_producers)
+
+        @server.publisher("owned")
+        def owned(params, ctx):
+            return rsnet.from_async_iterable(forever, nursery=producers)
+
+        async with running(server) as urls, rsnet.connect(urls[transport]) as conn:
+            errors = []
+
+            async def consume():
+                with pytest.raises(rsnet.StreamError) as caught:
+                    async for _ in conn.subscribe("owned"):
+                        pass
+                errors.append(caught.value)
+
+            with trio.fail_after(10):  # an error withheld for good would hang here
+                async with trio.open_nursery() as consumer:
+                    consumer.start_soon(consume)
+                    await started.wait()
+                    producers.cancel_scope.cancel()
+            assert [error.code for error in errors] == [ErrorCode.APPLICATION_ERROR]
+            assert "ProducerCancelledError" in errors[0].message
+            assert not conn.closed
+
+
 async def test_graceful_shutdown_lets_open_streams_finish_and_refuses_new_ones():
     server = demo_server()
     release = trio.Event()
