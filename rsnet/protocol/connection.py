@@ -490,7 +490,7 @@ class Connection:
         To reject it instead, use :meth:`send_error`.
         """
         stream = self._streams.get(stream_id)
-        if stream is not None:
+        if stream is not None and type(stream_id) is int:
             after = stream.phase.sends.get(_ACCEPT)
             if after is not None:
                 self._write_fields([_ACCEPT_TYPE, stream_id, {} if metadata is None else _metadata(metadata)])
@@ -507,7 +507,7 @@ class Connection:
         signal, so such a REQUEST never goes on the wire. A no-op on a closed stream (3.6).
         """
         stream = self._streams.get(stream_id)
-        if stream is None or _REQUEST not in stream.phase.sends:
+        if stream is None or _REQUEST not in stream.phase.sends or type(stream_id) is not int:
             self._refuse_send(stream_id, _REQUEST)
             return
         if type(n) is not int or n <= 0:
@@ -539,7 +539,7 @@ class Connection:
         except KeyError:
             return self._refuse_items(stream_id, [item])
         demand = stream.demand
-        if not demand or item is None:
+        if not demand or item is None or type(stream_id) is not int:
             return self._refuse_items(stream_id, [item])
         body: bytes
         if type(item) is Encoded:
@@ -570,7 +570,7 @@ class Connection:
         """
         stream = self._sendable.get(stream_id)
         count = len(items)
-        if stream is None or count > stream.demand or None in items:
+        if stream is None or count > stream.demand or None in items or type(stream_id) is not int:
             return self._refuse_items(stream_id, items)
         if not count:
             return
@@ -593,7 +593,7 @@ class Connection:
         """Write ``[frame_type, stream_id]``, the frame of ``event`` (CANCEL or COMPLETE), and
         move the stream along the lifecycle table; a no-op once the stream is closed."""
         stream = self._streams.get(stream_id)
-        if stream is not None:
+        if stream is not None and type(stream_id) is int:
             after = stream.phase.sends.get(event)
             if after is not None:
                 self._write_fields([frame_type, stream_id])
@@ -611,7 +611,7 @@ class Connection:
         says why. ``code`` is an :class:`ErrorCode` or an application code (>= 4096).
         """
         stream = self._streams.get(stream_id)
-        if stream is not None:
+        if stream is not None and type(stream_id) is int:
             after = stream.phase.sends.get(_ERROR)
             if after is not None:
                 self._write_frame(Error(stream_id, _code(code), _bounded_message(message), self._bounded_data(data)))
@@ -706,7 +706,7 @@ class Connection:
     def _refuse_items(self, stream_id: int, items: list[Any] | tuple[Any, ...]) -> None:
         """Why items cannot be sent: raise the reason, or return if the stream is closed."""
         stream = self._streams.get(stream_id)
-        if stream is None or _ITEMS not in stream.phase.sends:
+        if stream is None or _ITEMS not in stream.phase.sends or type(stream_id) is not int:
             self._refuse_send(stream_id, _ITEMS)
             return
         if None in items:
@@ -729,10 +729,17 @@ class Connection:
         :class:`LocalProtocolError` if it was never opened or the lifecycle table does not let
         this side send it; returns if it was open once and has ended (the send is a no-op,
         rules 3.6, 3.7). The sends look the stream and the transition up themselves, as the
-        handlers of received frames do (see _refuse_received)."""
+        handlers of received frames do (see _refuse_received).
+
+        A stream id that is not exactly an int is refused first: ``True`` and ``1.0`` equal 1,
+        so they find stream 1, and would go on the wire as a boolean or a float."""
+        if type(stream_id) is not int:
+            raise LocalProtocolError(
+                ErrorCode.PROTOCOL_ERROR, f"a stream id is an int, not {type(stream_id).__name__} ({stream_id!r})"
+            )
         stream = self._streams.get(stream_id)
         if stream is None:
-            if type(stream_id) is int and self._was_opened(stream_id):
+            if self._was_opened(stream_id):
                 return
             raise LocalProtocolError(ErrorCode.PROTOCOL_ERROR, f"stream {stream_id!r} was never opened")
         raise LocalProtocolError(

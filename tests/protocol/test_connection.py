@@ -346,6 +346,31 @@ def test_sends_on_never_opened_streams_raise() -> None:
             send()
 
 
+def test_a_stream_id_that_only_equals_an_int_is_refused_and_nothing_is_written() -> None:
+    # True and 1.0 equal stream 1 and hash alike, so a dict lookup finds the stream; sent,
+    # they would go on the wire as a boolean or a float, which peers refuse (SPEC 3).
+    client, server, stream_id = subscribed(demand=2)
+    assert stream_id == 1
+    for wrong in (True, 1.0):
+        for send, *rest in (
+            (client.send_request, 1),
+            (client.send_cancel,),
+            (client.send_error, ErrorCode.APPLICATION_ERROR),
+            (server.send_next, "item"),
+            (server.send_batch, ["item"]),
+            (server.send_complete,),
+            (server.send_error, ErrorCode.APPLICATION_ERROR),
+        ):
+            with refused(ErrorCode.PROTOCOL_ERROR):
+                send(wrong, *rest)
+    assert client.data_to_send() == b""
+    assert server.data_to_send() == b""
+    # The stream is as it was: the right id still works.
+    server.send_next(stream_id, "item")
+    (event,) = transfer(server, client)
+    assert (event.stream_id, event.items) == (stream_id, ["item"])
+
+
 def test_each_side_only_sends_its_own_signals() -> None:
     client, server, stream_id = subscribed(demand=1)
     for send in (
