@@ -13,9 +13,11 @@
   (memory or durable) is fixed when it is created.
 - ``delete``: remove the topic and everything stored of it (records, cursors, settings, its
   directory); its producers and readers end with ``UNKNOWN_PUBLISHER``.
-- ``purge``: delete, then create again, empty, with the same settings: offsets start at 0
-  again, and a reader that resumes at an older position gets ``OFFSET_OUT_OF_RANGE`` (never
-  records it did not ask for).
+- ``purge``: remove every record, keeping the topic, its settings, cursors and offsets: the
+  next record gets the offset the next would have had (as JetStream's stream purge keeps its
+  sequence numbers, and Kafka's delete-records its offsets), so an offset is never given to
+  other data. Producers and readers carry on; a reader (or a cursor, or a Spark checkpoint)
+  behind the new start is told ``OFFSET_TRIMMED``, as after retention.
 
 The answer is one item, then complete: ``{"action", "topic", "next_offset"}`` with
 ``"created": bool`` (create), ``"changed": [keys]`` (alter) or ``"removed": n`` (delete,
@@ -59,13 +61,15 @@ def administer(broker: Broker, action: Any, name: str, params: dict[str, Any]) -
     existing = broker.topic(name, create=False)  # opened if it is stored and closed
     if existing is None:
         raise StreamError(ErrorCode.UNKNOWN_PUBLISHER, f"no topic named {name!r}", {"topic": name})
-    removed = existing.log.next_offset - existing.log.first_offset
-    kept = broker.overrides.get(name)  # a purged topic keeps its settings
-    broker.delete_topic(existing)
-    next_offset = 0
     if action == "purge":
-        next_offset = _make(broker, name, kept).log.next_offset
-    return {"action": action, "topic": name, "removed": removed, "next_offset": next_offset}
+        try:
+            removed = existing.purge()
+        except StorageError as failure:
+            raise storage_refusal(name, failure, f"{name!r} could not be purged: {failure}") from None
+        return {"action": action, "topic": name, "removed": removed, "next_offset": existing.log.next_offset}
+    removed = existing.log.next_offset - existing.log.first_offset
+    broker.delete_topic(existing)
+    return {"action": action, "topic": name, "removed": removed, "next_offset": 0}
 
 
 def _asked(broker: Broker, name: str, params: dict[str, Any]) -> dict[str, Any]:

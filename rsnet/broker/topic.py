@@ -304,6 +304,17 @@ class Topic:
             for sink in list(self.sinks):
                 sink.refill()
 
+    def purge(self) -> int:
+        """Remove every record and return how many went, keeping the offsets
+        (:meth:`TopicLog.drop_all`): producers and readers carry on, and a reader that had not
+        read them all is told ``OFFSET_TRIMMED`` as it reads on (under the drop policy it skips
+        them), as after retention. Raises StorageError as the log does."""
+        removed = self.log.drop_all()
+        self.recent.clear()
+        for reader in list(self.readers):
+            reader.appended(self)  # one behind the new start learns of it now
+        return removed
+
     def fail(self, error: StreamError) -> None:
         """The topic stops: every producer and reader gets ``error``, no one is left waiting.
 
@@ -630,6 +641,7 @@ class TopicReader(DrainLoop, Subscription):
             if position < log.first_offset:  # retention removed records not yet read
                 if topic.policy is not SlowPolicy.DROP:
                     self._failure = offset_trimmed(topic.name, position, log.first_offset)
+                    self._missed = True  # the drain loop goes round once more and delivers it
                     break
                 self._skip(topic, log.first_offset - position)
                 position = log.first_offset

@@ -287,6 +287,9 @@ async def _plan(
     ends: dict[str, int] = {}
     for topic, info in matching.items():
         first, end = info["first_offset"], info["next_offset"]
+        if isinstance(start, int) and start < first:
+            ends[topic] = end  # removed (retention, a purge), even from an empty topic: the broker says so
+            continue
         if start in (None, "latest") or first >= end:
             continue
         if isinstance(start, int) and start >= end:

@@ -18,7 +18,8 @@ already has those settings and is refused if not: ``alter`` changes them, at onc
 ``--reset NAME`` makes one follow the configuration again. ``--retention`` takes
 ``records=N``, ``bytes=SIZE`` (``500MB``, ``1GiB``) and ``age=DURATION`` (``90s``, ``12h``,
 ``7d``), comma-separated or repeated; ``none`` means no limit of that kind. ``delete`` and
-``purge`` remove records for good, so they ask for ``--yes``; ``purge`` keeps the settings.
+``purge`` remove records for good, so they ask for ``--yes``; ``purge`` keeps the topic, its
+settings and its offsets.
 """
 
 from __future__ import annotations
@@ -225,8 +226,11 @@ async def administer(args: argparse.Namespace) -> int:
         print_settings(answer)
     else:
         removed = answer["removed"]
-        done = "deleted" if action == "delete" else "purged"
-        print(f"{args.topic}: {done} ({removed} record{'s' if removed != 1 else ''} removed)")
+        records = f"{removed} record{'s' if removed != 1 else ''} removed"
+        if action == "delete":
+            print(f"{args.topic}: deleted ({records})")
+        else:  # its offsets are kept: say where they go on
+            print(f"{args.topic}: purged ({records}; the next record is offset {answer['next_offset']})")
     return 0
 
 

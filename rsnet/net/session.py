@@ -356,7 +356,7 @@ class _Outbound(Subscriber[Any]):
         check_signal_argument(error, "on_error")
         if self.done or self.failure is not None:
             return
-        if trio.current_effective_deadline() == -math.inf:
+        if trio.lowlevel.in_trio_task() and trio.current_effective_deadline() == -math.inf:
             # From a cancelled task: perhaps the whole session is being cancelled (a server
             # cancelled in its nursery fails its producers with ProducerCancelledError), and
             # then the peer must see the connection end, as when a process dies, not a stream

@@ -317,6 +317,25 @@ def test_retention_by_age_drops_what_is_older_and_can_empty_the_log(make_log: Ma
     assert values(log) == ["new"]
 
 
+def test_drop_all_empties_the_log_at_the_same_next_offset_and_offsets_go_on(make_log: MakeLog) -> None:
+    # A purge: an offset is never given to other data, so a reader that resumes at an offset
+    # it had reached is told the records are gone, never handed new ones under old offsets.
+    log = make_log()
+    fill(log, 50)
+    log.append(["keyed"], timestamp_ms=50, producer="p", first_sequence=0)
+    assert log.drop_all() == 51
+    assert (log.first_offset, log.next_offset, log.durable_offset) == (51, 51, 51)
+    assert log.read(51, 10) == [] and log.offset_for_timestamp(0) == 51
+    with pytest.raises(OffsetTrimmed) as trimmed:
+        log.read(0, 1)
+    assert trimmed.value.first_available == 51
+    assert log.drop_all() == 0  # nothing left to drop
+    assert log.append(["after"], timestamp_ms=60) == [51]
+    assert values(log) == ["after"]
+    # The producer's sequence survives: a retry of what was stored before is still a duplicate.
+    assert log.append(["keyed"], timestamp_ms=61, producer="p", first_sequence=0) == [None]
+
+
 def test_retention_limits_must_be_positive() -> None:
     with pytest.raises(ValueError, match="max_records"):
         Retention(max_records=0)

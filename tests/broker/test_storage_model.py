@@ -1,4 +1,4 @@
-"""Both logs against a plain list, under random appends, retries, reads, retention and reopening.
+"""Both logs against a plain list, under random appends, retries, reads, retention, purges and reopening.
 
 The model is every record ever appended (index = offset) and each producer's highest sequence.
 MemoryLog must match it exactly; SegmentLog must match it record for record, retaining at
@@ -143,6 +143,14 @@ class Logs(RuleBasedStateMachine):
         assert self.memory.first_offset == expected
         before = self.segments.first_offset
         assert self.segments.enforce_retention(self.now) == self.segments.first_offset - before
+
+    @rule()
+    def drop_all(self) -> None:
+        # A purge: empty at the same next offset (the model's records keep their offsets).
+        for log in self.logs():
+            before = log.first_offset
+            assert log.drop_all() == log.next_offset - before
+            assert log.first_offset == log.next_offset == len(self.records)
 
     @rule()
     def sync(self) -> None:

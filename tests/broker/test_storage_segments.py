@@ -213,6 +213,24 @@ def test_retention_by_age_of_everything_rolls_the_active_segment_first(tmp_path:
     log.close()
 
 
+@pytest.mark.parametrize("fsync", list(FsyncPolicy))
+def test_drop_all_deletes_every_segment_and_a_reopened_log_goes_on_at_the_same_offset(
+    tmp_path: pathlib.Path, fsync: FsyncPolicy
+) -> None:
+    log = open_log(tmp_path, fsync=fsync)
+    append_numbered(log, 60)  # several segments of 1 KiB
+    assert len(segment_files(tmp_path)) > 2
+    assert log.drop_all() == 60
+    assert segment_files(tmp_path) == ["00000000000000000060.log"]
+    assert log.drop_all() == 0 and segment_files(tmp_path) == ["00000000000000000060.log"]  # an empty active one stays
+    log.close()
+    log = open_log(tmp_path, fsync=fsync)
+    assert (log.first_offset, log.next_offset, log.last_sequence("p")) == (60, 60, 59)
+    append_numbered(log, 1)
+    assert [record.value["n"] for record in log.read(60, 10)] == [60]
+    log.close()
+
+
 # -- fsync policies ----------------------------------------------------------------------------------
 
 

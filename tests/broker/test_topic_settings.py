@@ -250,6 +250,41 @@ async def test_purge_keeps_the_settings_and_delete_removes_them(tmp_path):
         assert created["settings"]["storage"] == "durable"
 
 
+@pytest.mark.parametrize("storage", ["memory", "durable"])
+async def test_a_purge_keeps_the_offsets_so_no_reader_gets_other_data_under_an_old_one(tmp_path, storage):
+    # As JetStream's stream purge and Kafka's delete-records: the records go, the offsets stay.
+    async with configured(tmp_path) as (_broker, conn):
+        await admin(conn, "create", "jobs.q", settings={"storage": storage})
+        await publish(conn, "jobs.q", [0, 1, 2, 3])
+        async with (
+            conn.subscribe("jobs.q", {"from": "earliest"}, prefetch=1) as lagging,
+            conn.subscribe("jobs.q", {"from": 3}) as live,
+        ):
+            assert (await lagging.__anext__())["offset"] == 0
+            assert (await live.__anext__())["offset"] == 3  # at the end now, waiting
+            purged = await admin(conn, "purge", "jobs.q")
+            assert (purged["removed"], purged["next_offset"]) == (4, 4)
+            await publish(conn, "jobs.q", ["after"], producer="p")
+            record = await live.__anext__()  # the live reader carries on
+            assert (record["offset"], record["value"]) == (4, "after")
+            with pytest.raises(rsnet.StreamError) as behind:  # at most one more in flight, then told
+                async for record in lagging:
+                    assert record["offset"] == 1
+            assert behind.value.code == BrokerCode.OFFSET_TRIMMED
+        with pytest.raises(rsnet.StreamError) as resumed:  # a stored position behind the start
+            await take(conn, "jobs.q", 1, **{"from": 2})
+        assert resumed.value.code == BrokerCode.OFFSET_TRIMMED
+        entry = (await listing(conn))["jobs.q"]
+        assert (entry["first_offset"], entry["next_offset"]) == (4, 5)
+    if storage == "durable":
+        async with configured(tmp_path) as (_broker, conn):  # and across a restart
+            await publish(conn, "jobs.q", ["later"], producer="p", first_sequence=1)
+            assert [(r["offset"], r["value"]) for r in await take(conn, "jobs.q", 2, **{"from": "earliest"})] == [
+                (4, "after"),
+                (5, "later"),
+            ]
+
+
 async def test_a_delete_that_fails_partway_leaves_no_remains_that_stop_the_next_start(tmp_path, monkeypatch):
     """The topic's directory leaves the topics' place in one rename, then is removed: if the
     removal fails partway (an unlink error, or the broker killed), what is left is not a

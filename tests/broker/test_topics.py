@@ -64,6 +64,25 @@ async def test_a_trimmed_offset_is_a_coded_error_never_silent():
         assert caught.value.code == BrokerCode.OFFSET_OUT_OF_RANGE
 
 
+async def test_a_reader_that_retention_overtakes_is_told_when_it_reads_on():
+    # Under backpressure (the default) retention can still pass a reader (by age, or a count
+    # below the lag bound): its next request ends it with OFFSET_TRIMMED, not a silent wait.
+    broker = Broker(
+        settings_for=lambda name: TopicSettings(retention=Retention(max_records=5, max_bytes=None, max_age_ms=None))
+    )
+    async with broker_running(broker) as url, rsnet.connect(url) as conn:
+        await publish(conn, "short", list(range(3)))
+        async with conn.subscribe("short", {"from": "earliest"}, prefetch=1) as reader:
+            assert (await reader.__anext__())["offset"] == 0
+            await publish(conn, "short", list(range(3, 20)))
+            broker.topics["short"].log.enforce_retention(0)
+            with trio.fail_after(10), pytest.raises(rsnet.StreamError) as caught:
+                async for record in reader:
+                    assert record["offset"] < 3  # what was in flight before retention ran
+        assert caught.value.code == BrokerCode.OFFSET_TRIMMED
+        assert caught.value.data["first_available"] == 15
+
+
 async def test_bad_names_and_params_are_rejected():
     async with broker_running(Broker()) as url, rsnet.connect(url) as conn:
         for name, params in [("a..b", {}), ("a b", {}), ("t", {"from": "yesterday"}), ("t.*", {"cursor": "g"})]:

@@ -33,18 +33,25 @@ def test_create_purge_and_delete_a_durable_topic(tmp_path):
         unconfirmed = rsnet("topics", "purge", broker.url, "jobs.eu")
         assert unconfirmed.returncode == 2 and "add --yes" in unconfirmed.stderr
         purged = rsnet("topics", "purge", broker.url, "jobs.eu", "--yes")
-        assert (purged.returncode, purged.stdout) == (0, "jobs.eu: purged (3 records removed)\n"), purged.stderr
+        assert (purged.returncode, purged.stdout) == (
+            0,
+            "jobs.eu: purged (3 records removed; the next record is offset 3)\n",
+        ), purged.stderr
+        empty = rsnet("sub", broker.url, "jobs.eu", "--from", "earliest", "--until-end")
+        assert (empty.returncode, empty.stdout) == (0, "")
+        gone = rsnet("sub", broker.url, "jobs.eu", "--from", "0", "--until-end")
+        assert gone.returncode == 1 and "OFFSET_TRIMMED" in gone.stderr, gone.stderr
+
+        # The offsets go on, never given to other data; the live reader carries on.
+        assert rsnet("pub", broker.url, "jobs.eu", stdin="4\n").returncode == 0
+        assert json.loads(follower.stdout.readline())["offset"] == 3
+        deleted = rsnet("topics", "delete", broker.url, "jobs.eu", "--yes")
+        assert (deleted.returncode, deleted.stdout) == (0, "jobs.eu: deleted (1 record removed)\n")
         # The live reader is told, with the code, and ends with 1.
         assert follower.wait(timeout=10) == 1
         assert one_line(follower.stderr.read()) == "rsnet sub: UNKNOWN_PUBLISHER: topic 'jobs.eu' was deleted"
         follower.stdout.close()
         follower.stderr.close()
-        empty = rsnet("sub", broker.url, "jobs.eu", "--from", "earliest", "--until-end")
-        assert (empty.returncode, empty.stdout) == (0, "")
-
-        assert rsnet("pub", broker.url, "jobs.eu", stdin="4\n").returncode == 0
-        deleted = rsnet("topics", "delete", broker.url, "jobs.eu", "--yes")
-        assert (deleted.returncode, deleted.stdout) == (0, "jobs.eu: deleted (1 record removed)\n")
         assert not (data / "jobs.eu").exists()
         assert "jobs.eu" not in rsnet("topics", broker.url).stdout
         again = rsnet("topics", "delete", broker.url, "jobs.eu", "--yes")

@@ -497,6 +497,13 @@ class TopicLog(abc.ABC):
         ``producer_max_age_ms``); return how many records went."""
 
     @abc.abstractmethod
+    def drop_all(self) -> int:
+        """Drop every record (a purge) and return how many went. The log is left empty at the
+        same ``next_offset``: an offset is never given to other data, so a reader that resumes
+        at an offset it had reached is told the records are gone, as after retention, and
+        never handed new records under old offsets. Producers' sequences are kept."""
+
+    @abc.abstractmethod
     def close(self) -> None:
         """Release the log (a durable log syncs first unless its policy is NEVER). Idempotent."""
 

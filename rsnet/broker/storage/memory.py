@@ -71,6 +71,13 @@ class MemoryLog(TopicLog):
             self._drop(drop)
         return drop
 
+    def drop_all(self) -> int:
+        self._check_open()
+        count = self._next_offset - self._first_offset
+        if count:
+            self._drop(count)
+        return count
+
     # -- storage --------------------------------------------------------------------------------
 
     def _store(

@@ -293,14 +293,18 @@ class SegmentLog(TopicLog):
             while expired and self._start_after(expired) > self._mark_first_synced:
                 expired -= 1  # expired since the sync was prepared: the next sweep's
             return expired
-        start = self._start_after(expired)
+        self._mark_start(self._start_after(expired))
+        return expired
+
+    def _mark_start(self, start: int) -> None:
+        """Make ``start`` the log's start in the synced mark, durably, if the mark can be
+        written and synced (see :meth:`enforce_retention` for why it goes on if not)."""
         if start > self._mark_first_synced:
             self._mark_first = max(self._mark_first, start)
             with contextlib.suppress(OSError):
                 synced_mark.write(self._files, self.directory, self._synced_offset, self._mark_first)
                 synced_mark.sync(self._files, self.directory)
                 self._mark_first_synced = self._mark_first
-        return expired
 
     def _enforce_retention(self, now_ms: int) -> int:
         self._check_usable()
@@ -308,6 +312,26 @@ class SegmentLog(TopicLog):
         expired = self._expired_segments(now_ms)
         if expired and self.fsync is not FsyncPolicy.NEVER:
             expired = self._note_start(expired)
+        return self._delete_oldest(expired)
+
+    def drop_all(self) -> int:
+        """See :meth:`TopicLog.drop_all`: every segment goes as retention deletes them, the
+        active one rolled first, the new start in the synced mark first (ALWAYS, INTERVAL).
+        Raises :class:`WriteFailed` if a segment cannot be deleted."""
+        self._check_usable()
+        expired = len(self._segments) - (0 if self._active.records else 1)  # an empty active one stays
+        if not expired:
+            return 0
+        if self.fsync is not FsyncPolicy.NEVER:
+            self._mark_start(self._next_offset)
+        try:
+            return self._delete_oldest(expired)
+        except OSError as exc:
+            raise WriteFailed(f"{self.directory}: a segment could not be deleted: {exc}", exc.errno) from exc
+
+    def _delete_oldest(self, expired: int) -> int:
+        """Delete the ``expired`` oldest segments (all of them: the active one is rolled
+        first, so the log is left empty at the same ``next_offset``); return their records."""
         if not expired:
             return 0
         if expired == len(self._segments):
