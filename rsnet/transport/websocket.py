@@ -54,6 +54,10 @@ module constant ~6."""
 
 SUBPROTOCOL = Subprotocol("rsnet")
 
+LINGER_S = 1.0
+"""How long a connection failed over what the peer sent is still read (and dropped) before
+it is closed: the bound on what a violating peer costs after its violation."""
+
 _Event = TypeVar("_Event", Request, Response)
 
 
@@ -365,7 +369,27 @@ class WebSocketTransport(Transport):
                     await self._flush_control()
                 except TransportClosed:
                     pass
+        elif self._violation is not None:
+            await self._linger()
         await trio.aclose_forcefully(self._stream)
+
+    async def _linger(self) -> None:
+        """After failing the connection over what the peer sent (a message over the size
+        limit, say), the peer may still be sending it: read and drop what comes, one read's
+        worth at a time, until it closes or ``LINGER_S`` pass. Closing with its bytes unread
+        would make the kernel reset the connection, which can destroy our CONN_ERROR and
+        close frame before the peer has read them. Half-closing first tells the peer we are
+        done (a client waiting for us to close the TCP connection then closes its side)."""
+        with trio.move_on_after(LINGER_S) as scope:
+            scope.shield = True
+            try:
+                await self._flush_control()
+                if isinstance(self._stream, trio.abc.HalfCloseableStream):
+                    await self._stream.send_eof()
+                while await self._stream.receive_some(RECEIVE_SIZE):
+                    pass
+            except (TransportClosed, trio.BrokenResourceError, trio.ClosedResourceError, ssl.SSLError, OSError):
+                pass  # the peer is gone: nothing left to protect
 
 
 async def _handshake_events(

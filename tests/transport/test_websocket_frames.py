@@ -173,3 +173,22 @@ async def test_a_binary_frame_that_breaks_rfc_6455_fails_the_connection(
         assert close is not None and close.code == close_code
         errors = [f for f in raw.frames if isinstance(f, ConnError)]
         assert [e.code for e in errors] == [code] and raw.frames[-1] is errors[0]
+
+
+async def test_a_client_still_sending_its_oversized_message_finishes_and_reads_the_refusal() -> None:
+    # The server refuses a message at 1 MiB while the client is still writing the rest of it.
+    # Closing with those bytes unread would reset the connection under the client's write
+    # (a WebSocket library then reports the broken write and drops the refusal it had
+    # received); the server reads and drops them for a while (LINGER_S) instead, so the
+    # write completes and the CONN_ERROR and close frame are there to read.
+    async with serving() as ports:
+        raw = await RawWebSocket.open(ports["ws"])
+        await raw.write(frame(Opcode.BINARY.value, hello()))
+        await raw.read_until(lambda: raw.frames)
+        await raw.stream.send_all(frame(Opcode.BINARY.value, b"\x90" * 4_000_000))  # no reset
+        await raw.closed()
+        close = raw.protocol.close_rcvd
+        assert close is not None and close.code == 1009
+        errors = [f for f in raw.frames if isinstance(f, ConnError)]
+        assert [e.code for e in errors] == [ErrorCode.FRAME_TOO_LARGE]
+        await raw.stream.aclose()
