@@ -15,7 +15,7 @@ from ..errors import register_code_names
 
 class BrokerCode(enum.IntEnum):
     OFFSET_TRIMMED = 4100
-    """The requested offset was removed by retention; ``data.first_available`` says where the log starts."""
+    """The requested offset was removed by retention or a purge; ``data.first_available`` says where the log starts."""
     OFFSET_OUT_OF_RANGE = 4101
     """The requested offset is beyond the end of the topic."""
     SLOW_SUBSCRIBER = 4102

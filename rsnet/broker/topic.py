@@ -753,7 +753,8 @@ class TopicReader(DrainLoop, Subscription):
 def offset_trimmed(topic: str, requested: int, first_available: int) -> StreamError:
     return StreamError(
         BrokerCode.OFFSET_TRIMMED,
-        f"offset {requested} of {topic!r} was removed by retention; the earliest retained is {first_available}",
+        f"offset {requested} of {topic!r} was removed by retention or a purge; "
+        f"the earliest retained is {first_available}",
         {"topic": topic, "requested": requested, "first_available": first_available},
     )
 

@@ -83,7 +83,7 @@ def fewer_collections() -> Iterator[None]:
 
 
 class DataLossError(RuntimeError):
-    """Records the query needs were removed by retention (``failOnDataLoss`` is true)."""
+    """Records the query needs were removed by retention or a purge (``failOnDataLoss`` is true)."""
 
 
 class RsnetDataSource(DataSource):
@@ -321,7 +321,7 @@ def read_ranges(opts: _options.Options, builder: RecordBatches, part: Range) -> 
                     continue
                 if error.code == BrokerCode.OFFSET_TRIMMED:
                     available = int(error.data["first_available"])
-                    _lost(opts, part.topic, (position, min(available, end)), "removed by retention")
+                    _lost(opts, part.topic, (position, min(available, end)), "removed by retention or a purge")
                 elif error.code == BrokerCode.OFFSET_DAMAGED:
                     available = int(error.data["next_intact"])
                     damaged = (int(error.data["first"]), min(available, end))

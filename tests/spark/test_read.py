@@ -207,7 +207,7 @@ def test_retention_trimmed_offsets_fail_the_read_or_are_skipped(spark, broker_ur
     publish(broker_url, "trim.me", list(range(300)))  # the topic keeps the last 100
     wait_until(lambda: ends(broker_url, "trim.me") == (200, 300), "the retention sweep")
     with pytest.raises(
-        PySparkException, match=r"offsets 0 to 199 of topic 'trim.me' .* are gone \(removed by retention\)"
+        PySparkException, match=r"offsets 0 to 199 of topic 'trim.me' .* are gone \(removed by retention or a purge\)"
     ):
         batch(spark, broker_url, "trim.me", startingOffsets='{"trim.me": 0}').collect()
     rows = batch(spark, broker_url, "trim.me", startingOffsets='{"trim.me": 0}', failOnDataLoss="false").collect()
