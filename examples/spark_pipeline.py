@@ -19,7 +19,9 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import signal
 import sys
+import threading
 import time
 from typing import Any
 
@@ -144,11 +146,22 @@ def main(argv: list[str] | None = None) -> int:
     query = start(
         spark, args.url, args.source, args.sink, args.checkpoint, token=args.token, available_now=args.available_now
     )
-    try:
-        query.awaitTermination()
-    except KeyboardInterrupt:
+    return 130 if run_until_interrupted(spark, query) else 0
+
+
+def run_until_interrupted(spark: Any, query: Any) -> bool:
+    """Wait for the query to end (with ``--available-now``) or for Ctrl-C, which stops it and
+    Spark; returns whether Ctrl-C stopped it. Ctrl-C only sets a flag that the wait looks at
+    every second: a KeyboardInterrupt raised inside a call into the JVM leaves py4j half-way
+    through it, and every call after that fails with tracebacks."""
+    interrupted = threading.Event()
+    signal.signal(signal.SIGINT, lambda signum, frame: interrupted.set())
+    while not interrupted.is_set() and not query.awaitTermination(1):
+        pass
+    if interrupted.is_set():
         query.stop()
-    return 0
+        spark.stop()
+    return interrupted.is_set()
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ import sys
 from collections.abc import Sequence
 
 from . import completion, pub, serve, sub, topics
-from .common import EXIT_FAILED, EXIT_OK, run_command
+from .common import EXIT_FAILED, EXIT_OK, printing, run_command
 
 
 def _hash_token(generate: bool) -> int:
@@ -111,10 +111,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return run_command("demo", demo)
     if args.command == "completion":
-        print(completion.script(args.shell, parser()), end="")
-        return EXIT_OK
+        return printing(lambda: print(completion.script(args.shell, parser()), end="") or EXIT_OK)
     if args.command == "broker" and args.action == "hash-token":
-        return _hash_token(args.generate)
+        return printing(lambda: _hash_token(args.generate))
     if args.command == "broker":
         from ..broker.daemon import run_broker
 

@@ -196,6 +196,18 @@ def _silence_stdout() -> None:
         pass
 
 
+def printing(function: Callable[[], int]) -> int:
+    """``function()``, for a command that prints and ends without trio: a reader of stdout that
+    went away (``| head -1``) ends it quietly, as :func:`run_command` does."""
+    try:
+        code = function()
+        sys.stdout.flush()  # here, not at exit: a closed pipe is found where it is handled
+        return code
+    except BrokenPipeError:
+        _silence_stdout()
+        return EXIT_OK
+
+
 def run_command(command: str, function: Callable[..., Awaitable[int]], *args: Any) -> int:
     """Run ``function(*args)`` under trio and turn how it ended into an exit code and at most
     one line on stderr: no traceback for an expected failure (a refused stream, a lost

@@ -29,9 +29,9 @@ from typing import Any
 
 import trio
 
-from ..errors import RsnetError
+from ..errors import RsnetError, StreamError
 from ..net.client import connect
-from ..protocol import DEFAULT_MAX_FRAME_SIZE
+from ..protocol import DEFAULT_MAX_FRAME_SIZE, ErrorCode
 from ..streams import from_async_iterable
 from .common import (
     EXIT_FAILED,
@@ -53,6 +53,10 @@ published at once and a fast one's arrive in blocks."""
 
 MAX_LINE = DEFAULT_MAX_FRAME_SIZE - 1024
 """Bytes a line may have (a record must fit in one frame); the memory bound of the reader."""
+
+REFUSED_FOR_GOOD = (ErrorCode.UNAUTHORIZED, ErrorCode.UNKNOWN_PUBLISHER, ErrorCode.REJECTED)
+"""Refusals a resend meets again (a token without the grant, a topic the broker will not
+create): the closing line then does not offer one."""
 
 _INT_RANGE = (-(2**63), 2**64 - 1)  # what msgpack (and so the wire protocol) can carry
 
@@ -195,9 +199,10 @@ class Ledger:
         self.changed.set()
         self.changed = trio.Event()
 
-    def account(self, topic: str, producer: str, rest_unread: bool = False) -> str:
+    def account(self, topic: str, producer: str, rest_unread: bool = False, resend: bool = True) -> str:
         """Which lines were stored, and how to resend the rest, for the closing line;
-        ``rest_unread``: stdin did not end, so the lines after the last one sent are to send too."""
+        ``rest_unread``: stdin did not end, so the lines after the last one sent are to send too;
+        not ``resend``: the broker refused for good (a resend would be refused the same way)."""
         if self.stored <= 0:
             text = f"nothing was stored in {topic}"
         else:
@@ -207,6 +212,8 @@ class Ledger:
                 else f"lines {self.first_line}-{self.last_acked_line}"
             )
             text = f"{self.stored} record{'s' if self.stored != 1 else ''} stored in {topic} ({lines})"
+        if not resend:
+            return text
         if self.unacked:
             line = self.unacked[0][1]
             text += (
@@ -282,7 +289,10 @@ async def run(args: argparse.Namespace) -> int:
         while isinstance(failure, BaseExceptionGroup):
             failure = failure.exceptions[0]
     progress.clear()
-    account = ledger.account(args.topic, producer, rest_unread=failure is not None and not stdin_ended)
+    refused = isinstance(failure, StreamError) and failure.code in REFUSED_FOR_GOOD
+    account = ledger.account(
+        args.topic, producer, rest_unread=failure is not None and not stdin_ended, resend=not refused
+    )
     if failure is not None:
         say("pub", f"not every record was acknowledged: {describe(failure)}; {account}")
         return EXIT_FAILED

@@ -30,7 +30,7 @@ from ..client_rules import DEFAULT_KEEPALIVE
 from ..demo.publishers import add_demo_publishers
 from ..net.gc_tuning import tune_for_serving
 from ..net.server import DEFAULT_MAX_CONNECTIONS, Server, connection_limit
-from .common import CommandError, say
+from .common import EXIT_USAGE, CommandError, say
 
 
 def address(text: str) -> tuple[str, int]:
@@ -104,7 +104,9 @@ def serving_options(args: argparse.Namespace, loaded: dict[str, Server | dict[st
     if args.token is not None:
         if options["token"] is not None or options["authenticate"] is not None:
             spec = next(iter(configured))
-            raise CommandError(f"{spec} has its own token (or authenticate): --token would replace it; give one")
+            raise CommandError(
+                f"{spec} has its own token (or authenticate), which --token would replace: drop --token", EXIT_USAGE
+            )
         options["token"] = args.token
     if args.keepalive is not None:
         options["keepalive_interval"] = args.keepalive

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import time
@@ -64,6 +65,18 @@ def test_sub_into_a_closed_pipe_ends_quietly_with_0(demo):
     assert first == [b"0\n", b"1\n", b"2\n"]
     assert process.stderr.read() == b""
     process.stderr.close()
+
+
+@pytest.mark.parametrize("command", [["broker", "hash-token", "--generate"], ["completion", "bash"]])
+def test_a_command_that_only_prints_ends_quietly_into_a_closed_pipe(command):
+    # | head -1 that is gone before the command writes: every write then fails (EPIPE).
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        done = subprocess.run([RSNET, *command], stdout=write_end, stderr=subprocess.PIPE, env=env(), timeout=30)
+    finally:
+        os.close(write_end)
+    assert (done.returncode, done.stderr) == (0, b"")
 
 
 def test_sub_on_a_quiet_topic_ends_as_soon_as_the_pipe_closes(broker):
@@ -222,9 +235,9 @@ def test_serve_keeps_the_servers_own_token_and_limits(tmp_path):
             assert caught.value.code == ErrorCode.TOO_MANY_STREAMS
             first.close()
     replaced = rsnet("serve", "guarded:server", "--token", "other-token-0123456789", cwd=str(tmp_path))
-    assert replaced.returncode == 1
+    assert replaced.returncode == 2  # a usage error
     assert one_line(replaced.stderr) == (
-        "rsnet serve: guarded:server has its own token (or authenticate): --token would replace it; give one"
+        "rsnet serve: guarded:server has its own token (or authenticate), which --token would replace: drop --token"
     )
     both = rsnet("serve", "guarded:server", "guarded:loose", cwd=str(tmp_path))
     assert both.returncode == 1 and "are Servers with different settings" in both.stderr

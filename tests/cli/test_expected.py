@@ -90,6 +90,13 @@ def test_until_end_fails_for_a_topic_the_token_may_not_read_or_an_invalid_name(t
             "sub", broker.url, "sensors.a", "--from", "earliest", "--until-end", "-f", "value", env=read_env
         )
         assert (allowed.returncode, allowed.stdout) == (0, "1\n")
+        # Refused for good: the closing line offers no resend, which would be refused the same way.
+        unpublishable = rsnet("pub", broker.url, "sensors.a", stdin="2\n", env=read_env)
+        assert unpublishable.returncode == 1
+        assert one_line(unpublishable.stderr) == (
+            "rsnet pub: not every record was acknowledged: UNAUTHORIZED: not allowed to publish 'sensors.a'; "
+            "nothing was stored in sensors.a"
+        )
 
 
 def test_a_broker_that_refuses_missing_topics_is_not_said_to_wait(tmp_path):
