@@ -96,7 +96,7 @@ def metrics_refresher(broker: Broker, server: Server) -> Any:
     seen: dict[str, tuple[int, int, int, int]] = {}
     failures_seen: dict[str, int] = {}  # topic -> storage failures already counted
     producers: set[tuple[str, str]] = set()
-    denied = 0
+    denied = unauthenticated = 0
     reader_ids: dict[int, str] = {}
     numbers = itertools.count(1)
     counts = {"connections": 0, "publish": 0, "subscribe": 0}
@@ -110,11 +110,14 @@ def metrics_refresher(broker: Broker, server: Server) -> Any:
         counts[key] = now
 
     def refresh(metrics: BrokerMetrics) -> None:
-        nonlocal denied
+        nonlocal denied, unauthenticated
         follow("connections", len(server.sessions), metrics.connection_opened, metrics.connection_closed)
         for _ in range(broker.denied - denied):
             metrics.auth_denied("forbidden")
         denied = broker.denied
+        for _ in range(server.unauthenticated - unauthenticated):
+            metrics.auth_denied("unauthenticated")
+        unauthenticated = server.unauthenticated
         topics = list(broker.topics.values())
         patterns = broker.pattern_subscriptions()  # each one series, whatever it matches
         follow(

@@ -134,6 +134,7 @@ class Server:
         self._publishers: dict[str, _Entry] = {}
         self._sinks: dict[str, _Entry] = {}
         self.sessions: set[Session] = set()
+        self.unauthenticated = 0  # handshakes refused for a missing or wrong token (for metrics)
         self._accepting: list[trio.CancelScope] = []
         self._stopping = False
 
@@ -366,6 +367,7 @@ class Server:
         else:
             allowed = self._token is None or _token_matches(offered, self._token)
         if not allowed:
+            self.unauthenticated += 1
             conn.send_conn_error(ErrorCode.UNAUTHORIZED, "missing or wrong auth_token")
             await transport.send([conn.data_to_send()])
             self._connection_log.log(logging.INFO, "refused %s: bad token", transport.peer)

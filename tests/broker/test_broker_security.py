@@ -55,14 +55,19 @@ async def expect_refused(coroutine, code):
     assert caught.value.code == code
 
 
-async def test_no_token_or_a_wrong_token_is_refused_at_the_handshake(config):
+async def test_no_token_or_a_wrong_token_is_refused_at_the_handshake_and_counted(config):
+    parts = {}
     async with trio.open_nursery() as nursery:
-        url = await serve(config, nursery)
+        url = await serve(config, nursery, parts=parts)
         for token in (None, "", "wrong-token-0123456789abcdef", INGEST + "x", INGEST.upper()):
             with pytest.raises(rsnet.HandshakeError) as caught:
                 async with rsnet.connect(url, token=token):
                     pass
             assert caught.value.code == ErrorCode.UNAUTHORIZED
+        # Counted for the operators (a token being guessed shows there)
+        metrics = BrokerMetrics()
+        metrics.add_refresher(metrics_refresher(parts["broker"], parts["server"]))
+        assert 'rsnet_broker_auth_denials_total{reason="unauthenticated"} 5.0' in metrics.render()[0].decode()
         nursery.cancel_scope.cancel()
 
 
