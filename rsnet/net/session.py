@@ -104,6 +104,13 @@ items is this over the size of the stream's items as encoded so far (before the 
 encoded, the size of the largest frame the peer takes), so a publisher of 1 MiB items gets
 requests for 4 at a time, one of small items for ``send_window``."""
 
+DEFAULT_CONNECTION_WINDOW_BYTES = 16 << 20
+"""Bytes the windows of all of a connection's outbound streams may hold together, about: when
+its open streams at ``send_window_bytes`` each would come to more, each stream's byte window is
+an equal share of this (and at least one item). A peer that opens ``max_streams`` streams and
+reads none then makes the server hold this much, or one item per stream if that is more; it
+held ``max_streams`` full windows, 4 GiB at the defaults."""
+
 BATCH_ITEMS = 256
 """The most items one BATCH frame carries (a hosted publisher's items go out in BATCH frames)."""
 
@@ -247,7 +254,7 @@ class _Outbound(Subscriber[Any]):
         window, within its byte window at the stream's item size."""
         session = self._session
         size = self.item_bytes or session.conn.peer_max_frame_size  # the largest an item can be
-        return min(session.send_window, max(1, session.send_window_bytes // size))
+        return min(session.send_window, max(1, session.window_bytes() // size))
 
     def on_next(self, item: Any) -> None:
         if item is None:
@@ -325,7 +332,7 @@ class _Outbound(Subscriber[Any]):
         first request counted each item as the largest frame (4 of them, by default), so a
         short stream of small items would otherwise take a second write through the writer."""
         if self.remote > self.local:  # else nothing more may be requested (stop-and-wait)
-            room = max(0, self._session.send_window_bytes - encoded) // self.item_bytes
+            room = max(0, self._session.window_bytes() - encoded) // self.item_bytes
             self._request_up_to(min(self._window(), self.remote, room))
 
     def _encode_pending(self) -> None:
@@ -608,11 +615,13 @@ class Session:
         principal: Any = None,
         send_window: int = DEFAULT_SEND_WINDOW,
         send_window_bytes: int = DEFAULT_SEND_WINDOW_BYTES,
+        connection_window_bytes: int = DEFAULT_CONNECTION_WINDOW_BYTES,
         keepalive_fallback: float = 0.0,
     ) -> None:
         self.transport = transport
         self.send_window = send_window
         self.send_window_bytes = send_window_bytes
+        self.connection_window_bytes = connection_window_bytes
         self.conn = conn
         self.host: Host = host if host is not None else NoHost()
         self.principal = principal
@@ -690,6 +699,10 @@ class Session:
             # Streams the writer never got to (the connection broke first) would keep the
             # session in a reference cycle (session -> list -> stream -> session).
             self._unsent, self._refill, self._demand_dirty, self._failing = [], [], [], []
+            # Nor may what was never written outlive the connection: a session is garbage only
+            # once the collector breaks its cycles, which can take minutes in a server (see
+            # gc_tuning), and a peer that read nothing left up to a connection window here.
+            self.conn.data_to_send()
             with trio.CancelScope(shield=True):
                 if self._linger and not self._eof and self.transport.half_closable:
                     await self._drain_until_eof()
@@ -812,6 +825,11 @@ class Session:
             raise outcome[0]
 
     # -- bookkeeping called by the stream objects ---------------------------------------------------
+
+    def window_bytes(self) -> int:
+        """A stream's byte window: ``send_window_bytes``, or its equal share of
+        ``connection_window_bytes`` when the open outbound streams would hold more together."""
+        return min(self.send_window_bytes, self.connection_window_bytes // max(1, len(self._outbound)))
 
     def _flush_items(self) -> None:
         """Encode every stream's pending items into the connection's output."""

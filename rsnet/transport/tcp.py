@@ -144,6 +144,7 @@ class TcpTransport(Transport):
                 pass
 
     async def aclose(self) -> None:
+        self._rest = []  # never to be written: not to be held either
         if isinstance(self._stream, trio.SocketStream):
             self._stream.socket.close()  # aclose_forcefully without its cancelled checkpoint (~30 µs)
         else:

@@ -371,6 +371,7 @@ class WebSocketTransport(Transport):
                     pass
         elif self._violation is not None:
             await self._linger()
+        self._held, self._rest = [], []  # never to be written: not to be held either
         await trio.aclose_forcefully(self._stream)
 
     async def _linger(self) -> None:

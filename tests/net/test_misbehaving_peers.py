@@ -12,9 +12,10 @@ import time
 import msgpack
 import pytest
 import trio
+import trio.testing
 
 import rsnet
-from rsnet.net.session import MAX_UNTAKEN_ANSWERS
+from rsnet.net.session import DEFAULT_CONNECTION_WINDOW_BYTES, MAX_UNTAKEN_ANSWERS
 from rsnet.protocol import (
     MAX_INT,
     Batch,
@@ -282,6 +283,47 @@ async def test_a_peer_that_asks_for_answers_and_reads_none_holds_bounded_memory_
         await trio.aclose_forcefully(raw.stream)
 
     await with_bystander(server, attack)
+
+
+async def test_a_peer_with_many_streams_that_reads_none_holds_the_connection_window_not_one_per_stream():
+    """Each stream may hold a window of about 4 MiB between its publisher and the socket; a peer
+    that opened max_streams of them and read nothing made the server hold them all (4 GiB, an
+    outside attack found). The windows of one connection's streams now share
+    DEFAULT_CONNECTION_WINDOW_BYTES (16 MiB): 64 streams of 64 KiB items take about that from
+    their publishers, not 64 x 4 MiB."""
+    blob = b"x" * 65536
+    taken = 0
+
+    def blobs(params, ctx):
+        def items():
+            nonlocal taken
+            while True:
+                taken += 1
+                yield blob
+
+        return rsnet.from_iterable(items())
+
+    server = rsnet.Server()
+    server.add_publisher("blobs", blobs)
+    async with running(server) as urls:
+        sock = trio.socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before connecting: a small window
+        await sock.connect(("127.0.0.1", int(urls["tcp"].rsplit(":", 1)[1])))
+        raw = RawClient(trio.SocketStream(sock))
+        await raw.send(HELLO)
+        assert isinstance(await raw.next_frame(), Welcome)
+        (session,) = server.sessions
+        await raw.send(b"".join(msgpack.packb([16, 2 * i + 1, "blobs", None, 100_000, {}]) for i in range(64)))
+        with trio.fail_after(10):
+            while len(session._outbound) < 64:
+                await trio.sleep(0.01)
+        await trio.testing.wait_all_tasks_blocked(0.05)  # the server's writer waits for the peer
+        # Taken from the publishers: what the server holds, plus what the kernel took into the
+        # socket's send buffer (at most tcp_wmem's 4 MiB on Linux) and the one look-ahead item
+        # each publisher fetched.
+        assert taken * len(blob) <= DEFAULT_CONNECTION_WINDOW_BYTES + (4 << 20) + 64 * len(blob)
+        assert len(session._outbound) == 64  # all open, each with its share
+        await raw.stream.aclose()
 
 
 async def test_a_client_that_never_says_hello_is_timed_out():
