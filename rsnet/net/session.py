@@ -254,7 +254,7 @@ class _Outbound(Subscriber[Any]):
         window, within its byte window at the stream's item size."""
         session = self._session
         size = self.item_bytes or session.conn.peer_max_frame_size  # the largest an item can be
-        return min(session.send_window, max(1, session.window_bytes() // size))
+        return min(session.send_window, max(1, session._window_bytes() // size))
 
     def on_next(self, item: Any) -> None:
         if item is None:
@@ -332,7 +332,7 @@ class _Outbound(Subscriber[Any]):
         first request counted each item as the largest frame (4 of them, by default), so a
         short stream of small items would otherwise take a second write through the writer."""
         if self.remote > self.local:  # else nothing more may be requested (stop-and-wait)
-            room = max(0, self._session.window_bytes() - encoded) // self.item_bytes
+            room = max(0, self._session._window_bytes() - encoded) // self.item_bytes
             self._request_up_to(min(self._window(), self.remote, room))
 
     def _encode_pending(self) -> None:
@@ -826,7 +826,7 @@ class Session:
 
     # -- bookkeeping called by the stream objects ---------------------------------------------------
 
-    def window_bytes(self) -> int:
+    def _window_bytes(self) -> int:
         """A stream's byte window: ``send_window_bytes``, or its equal share of
         ``connection_window_bytes`` when the open outbound streams would hold more together."""
         return min(self.send_window_bytes, self.connection_window_bytes // max(1, len(self._outbound)))
