@@ -199,7 +199,7 @@ class _IdleUnpackers:
     unpacker back when its bytes end on a frame boundary instead of freeing it. Only unpackers
     whose buffer never grew past INITIAL_BUFFER come back (msgpack never shrinks it), and at
     most MAX_IDLE_UNPACKERS are kept per frame size limit: at most MAX_IDLE_UNPACKERS x
-    (41 + 16) KiB per limit in use. Taking and giving back are single list operations, atomic
+    (41 + 16) KiB per limit in use. Taking and giving back are single deque operations, atomic
     under the GIL, so decoders in several threads (the blocking client's) may share them; a
     full deque drops its oldest when one more comes back (no length check per chunk).
     """

@@ -489,14 +489,8 @@ class Connection:
 
         To reject it instead, use :meth:`send_error`.
         """
-        stream = self._streams.get(stream_id)
-        if stream is not None and type(stream_id) is int:
-            after = stream.phase.sends.get(_ACCEPT)
-            if after is not None:
-                self._write_fields([_ACCEPT_TYPE, stream_id, {} if metadata is None else _metadata(metadata)])
-                self._enter(stream_id, stream, after)
-                return
-        self._refuse_send(stream_id, _ACCEPT)
+        metadata = {} if metadata is None else _metadata(metadata)
+        self._send_transition(stream_id, _ACCEPT, [_ACCEPT_TYPE, stream_id, metadata])
 
     # ------------------------------------------------------------------ subscriber side
 
@@ -521,7 +515,7 @@ class Connection:
 
         Items, COMPLETE or ERROR already in flight are dropped when they arrive.
         """
-        self._send_transition(stream_id, _CANCEL, _CANCEL_TYPE)
+        self._send_transition(stream_id, _CANCEL, [_CANCEL_TYPE, stream_id])
 
     # ------------------------------------------------------------------ publisher side
 
@@ -587,16 +581,16 @@ class Connection:
 
     def send_complete(self, stream_id: int) -> None:
         """Complete a stream we publish (rule 1.5). A no-op once the stream is closed."""
-        self._send_transition(stream_id, _COMPLETE, _COMPLETE_TYPE)
+        self._send_transition(stream_id, _COMPLETE, [_COMPLETE_TYPE, stream_id])
 
-    def _send_transition(self, stream_id: int, event: StreamEvent, frame_type: int) -> None:
-        """Write ``[frame_type, stream_id]``, the frame of ``event`` (CANCEL or COMPLETE), and
-        move the stream along the lifecycle table; a no-op once the stream is closed."""
+    def _send_transition(self, stream_id: int, event: StreamEvent, fields: list[Any]) -> None:
+        """Write ``fields``, the frame of ``event`` (ACCEPT, CANCEL, COMPLETE or ERROR), and move
+        the stream along the lifecycle table; a no-op once the stream is closed."""
         stream = self._streams.get(stream_id)
         if stream is not None and type(stream_id) is int:
             after = stream.phase.sends.get(event)
             if after is not None:
-                self._write_fields([frame_type, stream_id])
+                self._write_fields(fields)
                 self._enter(stream_id, stream, after)
                 return
         self._refuse_send(stream_id, event)
@@ -610,14 +604,8 @@ class Connection:
         OFFER, before ACCEPT, it rejects the stream; from the subscriber side it cancels and
         says why. ``code`` is an :class:`ErrorCode` or an application code (>= 4096).
         """
-        stream = self._streams.get(stream_id)
-        if stream is not None and type(stream_id) is int:
-            after = stream.phase.sends.get(_ERROR)
-            if after is not None:
-                self._write_frame(Error(stream_id, _code(code), _bounded_message(message), self._bounded_data(data)))
-                self._enter(stream_id, stream, after)
-                return
-        self._refuse_send(stream_id, _ERROR)
+        error = Error(stream_id, _code(code), _bounded_message(message), self._bounded_data(data))
+        self._send_transition(stream_id, _ERROR, frame_fields(error))
 
     # ------------------------------------------------------------------ internals: sending
 
