@@ -12,7 +12,8 @@
   and retention (the broker's next retention sweep applies the new limits). Its storage
   (memory or durable) is fixed when it is created.
 - ``delete``: remove the topic and everything stored of it (records, cursors, settings, its
-  directory); its producers and readers end with ``UNKNOWN_PUBLISHER``.
+  directory); its producers and readers end with ``UNKNOWN_PUBLISHER``. Its next offset is
+  kept: a topic created under its name starts there (:mod:`rsnet.broker.retired`).
 - ``purge``: remove every record, keeping the topic, its settings, cursors and offsets: the
   next record gets the offset the next would have had (as JetStream's stream purge keeps its
   sequence numbers, and Kafka's delete-records its offsets), so an offset is never given to
@@ -21,7 +22,7 @@
 
 The answer is one item, then complete: ``{"action", "topic", "next_offset"}`` with
 ``"created": bool`` (create), ``"changed": [keys]`` (alter) or ``"removed": n`` (delete,
-purge), and for create and alter the topic's effective ``settings`` and ``settings_from``
+purge; ``next_offset`` is then where the topic, or one created under its name, goes on), and for create and alter the topic's effective ``settings`` and ``settings_from``
 (as ``$topics`` shows them). Allowed to holders of an ``admin`` grant covering the topic
 (``[[auth.tokens]]`` ``admin = ["sensors.>"]``); with auth off, to everyone, like everything
 else. Invalid settings are refused with ``REJECTED`` naming each key and what it accepts.
@@ -69,7 +70,7 @@ def administer(broker: Broker, action: Any, name: str, params: dict[str, Any]) -
         return {"action": action, "topic": name, "removed": removed, "next_offset": existing.log.next_offset}
     removed = existing.log.next_offset - existing.log.first_offset
     broker.delete_topic(existing)
-    return {"action": action, "topic": name, "removed": removed, "next_offset": 0}
+    return {"action": action, "topic": name, "removed": removed, "next_offset": broker.retired.get(name)}
 
 
 def _asked(broker: Broker, name: str, params: dict[str, Any]) -> dict[str, Any]:

@@ -59,6 +59,8 @@ from .names import (
 )
 from .overrides import OverrideStore, effective, nest, sources
 from .recent import RecentBudget
+from .retired import FILE_NAME as RETIRED_FILE
+from .retired import RetiredOffsets
 from .storage import (
     CorruptData,
     CursorStore,
@@ -223,6 +225,7 @@ class Broker:
         self.storage_files = storage_files.REAL  # how durable logs change their files (tests inject faults)
         self.topics: dict[str, Topic] = {}  # the open ones; see also _closed
         self.recovery: dict[str, Any] = {}  # topic -> RecoveryReport of its log
+        self.retired = RetiredOffsets(None)  # loaded from data_dir by run()
         # topic -> why its cursors file was set aside (at an opening of this process), kept in
         # its report from then on: reopening finds a good (new) file, the damage stays said.
         self._cursors_set_aside: dict[str, str] = {}
@@ -257,6 +260,7 @@ class Broker:
         try:
             if self.data_dir is not None:
                 self._check_data_dir()
+                self.retired = self._open_retired(self.data_dir)
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
                 try:
@@ -531,13 +535,31 @@ class Broker:
                         "configuration for one start."
                     )
                 log.warning("topic %s: %s; unclean_recovery: new records get those offsets", name, problem)
+            try:
+                self._go_on_from_retired(name, segment_log)
+            except StorageError:
+                segment_log.close()
+                raise
             self._cursors[name] = cursors
             segment_log.max_record_bytes = self.max_record_bytes
             return segment_log
         self._cursors.setdefault(name, {})
         memory_log = self._memory_logs.setdefault(name, MemoryLog(settings.retention))
+        self._go_on_from_retired(name, memory_log)
         memory_log.max_record_bytes = self.max_record_bytes
         return memory_log
+
+    def _go_on_from_retired(self, name: str, topic_log: TopicLog) -> None:
+        """A topic created under a deleted one's name starts at the offset that one had reached
+        (``retired.py``). Raises StorageError if a durable log cannot store its new start."""
+        start = self.retired.get(name)
+        if start is None:
+            return
+        if topic_log.first_offset == topic_log.next_offset < start:
+            topic_log.advance(start)
+        # Else the topic was not deleted after all: the broker stopped between keeping the
+        # offset and removing the directory. Either way the entry has done its work.
+        self.retired.forget(name, self.storage_files)
 
     async def _run_writer(
         self, topic: Topic, sync_interval: float | None, sync_each_append: bool, scope: trio.CancelScope
@@ -568,7 +590,15 @@ class Broker:
 
     def delete_topic(self, topic: Topic) -> None:
         """Remove the (open) topic and everything stored of it (records, cursors); its
-        producers and readers (a pattern reader too) end with UNKNOWN_PUBLISHER."""
+        producers and readers (a pattern reader too) end with UNKNOWN_PUBLISHER. Its next
+        offset is kept first, for a topic created under its name (``retired.py``); raises
+        StreamError STORAGE_FULL or STORAGE_ERROR, deleting nothing, if it cannot be."""
+        try:
+            self.retired.retire(topic.name, topic.log.next_offset, self.storage_files)
+        except OSError as failure:
+            raise storage_refusal(
+                topic.name, failure, f"{topic.name!r} was not deleted: its next offset cannot be kept: {failure}"
+            ) from None
         self._memory_logs.pop(topic.name, None)
         store = self._cursors.pop(topic.name, None)
         if isinstance(store, CursorStore):
@@ -635,6 +665,24 @@ class Broker:
         return max(oldest[0].timestamp_ms + max_age, now + 60_000)
 
     # -- cursors ----------------------------------------------------------------------------
+
+    def _open_retired(self, data_dir: pathlib.Path) -> RetiredOffsets:
+        """The next offsets of deleted topics; a corrupt file is moved aside, loudly: topics
+        re-created under those names then start at 0."""
+        try:
+            return RetiredOffsets(str(data_dir))
+        except CorruptData as damage:
+            path = data_dir / RETIRED_FILE
+            aside = path.with_name(f"{path.name}.corrupt-{now_ms()}")
+            path.rename(aside)
+            log.error(
+                "%s: the next offsets of deleted topics are corrupt (%s); moved to %s: a topic created again under "
+                "a deleted one's name starts at offset 0",
+                path,
+                damage,
+                aside.name,
+            )
+            return RetiredOffsets(str(data_dir))
 
     def _open_cursors(self, path: pathlib.Path) -> CursorStore:
         """The topic's committed cursors; a corrupt file is moved aside, loudly, not trusted,

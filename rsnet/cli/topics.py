@@ -227,9 +227,12 @@ async def administer(args: argparse.Namespace) -> int:
     else:
         removed = answer["removed"]
         records = f"{removed} record{'s' if removed != 1 else ''} removed"
-        if action == "delete":
-            print(f"{args.topic}: deleted ({records})")
-        else:  # its offsets are kept: say where they go on
+        if action == "delete":  # its offsets are kept too: a topic created under its name goes on
+            print(
+                f"{args.topic}: deleted ({records}; a topic created under its name starts at offset "
+                f"{answer['next_offset']})"
+            )
+        else:
             print(f"{args.topic}: purged ({records}; the next record is offset {answer['next_offset']})")
     return 0
 

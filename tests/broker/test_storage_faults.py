@@ -139,3 +139,50 @@ def test_a_directory_that_cannot_be_written_is_refused_at_open_with_the_reason(t
     faults.fail("makedirs", errno.EROFS)
     with pytest.raises(StorageError, match=r"the log cannot be opened: \[Errno 30\] Read-only file system"):
         SegmentLog.open(tmp_path / "topic", file_ops=faults)
+
+
+@pytest.mark.parametrize(
+    ("call", "left_at"),
+    [("replace", 0), ("open", 9)],
+    ids=["no new segment", "new segment not opened"],
+)
+def test_an_advance_that_cannot_write_its_new_segment_leaves_an_empty_log_with_no_gap(
+    tmp_path: pathlib.Path, call: str, left_at: int
+) -> None:
+    # A topic created again after a delete starts at the deleted one's next offset (advance).
+    # If the new segment cannot be written (or opened), the log refuses writes; repair() (or
+    # a restart) finds it empty, at 0 (for the broker to advance again) or at its new start,
+    # never with offsets reported lost.
+    faults = FaultyFiles()
+    log = open_log(tmp_path, faults)
+    faults.fail(call, errno.ENOSPC, suffix=".log")
+    with pytest.raises(WriteFailed, match="could not start at offset 9") as raised:
+        log.advance(9)
+    assert raised.value.full
+    with pytest.raises(LogFailed):
+        log.append(["a"], timestamp_ms=0)
+    faults.heal()
+    log.repair()
+    assert (log.first_offset, log.next_offset, log.damaged_ranges) == (left_at, left_at, [])
+    if left_at < 9:
+        log.advance(9)
+    log.append(["a"], timestamp_ms=0)
+    log.close()
+    assert values(tmp_path) == ["a"]
+    reopened = open_log(tmp_path, faults)
+    with reopened:
+        assert (reopened.first_offset, reopened.next_offset) == (9, 10)
+        with pytest.raises(ValueError, match="only an empty log moves forward"):
+            reopened.advance(20)
+
+
+def test_an_advance_whose_new_start_cannot_be_stored_changes_nothing(tmp_path: pathlib.Path) -> None:
+    faults = FaultyFiles()
+    log = open_log(tmp_path, faults)
+    faults.fail("write_all", errno.ENOSPC, suffix="synced")
+    with pytest.raises(WriteFailed, match="new start cannot be stored"):
+        log.advance(9)
+    faults.heal()
+    log.append(["a"], timestamp_ms=0)  # not failed: nothing had changed
+    assert log.read(0, 1)[0].value == "a"
+    log.close()

@@ -1,4 +1,5 @@
-"""Both logs against a plain list, under random appends, retries, reads, retention, purges and reopening.
+"""Both logs against a plain list, under random appends, retries, reads, retention, purges,
+advances (a topic created again after a delete) and reopening.
 
 The model is every record ever appended (index = offset) and each producer's highest sequence.
 MemoryLog must match it exactly; SegmentLog must match it record for record, retaining at
@@ -150,6 +151,16 @@ class Logs(RuleBasedStateMachine):
         for log in self.logs():
             before = log.first_offset
             assert log.drop_all() == log.next_offset - before
+            assert log.first_offset == log.next_offset == len(self.records)
+
+    @precondition(lambda self: all(log.first_offset == log.next_offset for log in (self.memory, self.segments)))
+    @rule(by=st.integers(1, 5))
+    def advance(self, by: int) -> None:
+        # A topic created again after a delete: the empty log goes on from the deleted one's
+        # next offset, as if records up to it had been removed (never read: none is retained).
+        self.records.extend([(None, self.now, None, None)] * by)
+        for log in self.logs():
+            log.advance(len(self.records))
             assert log.first_offset == log.next_offset == len(self.records)
 
     @rule()

@@ -25,6 +25,8 @@ from rsnet.broker.codes import BrokerCode
 from rsnet.broker.config import load_config
 from rsnet.broker.daemon import build_broker
 from rsnet.broker.overrides import InvalidSettings, parse
+from rsnet.broker.retired import RetiredOffsets
+from rsnet.broker.storage.files import FileOps
 from rsnet.broker.topic import now_ms
 from rsnet.protocol import ErrorCode
 
@@ -283,6 +285,95 @@ async def test_a_purge_keeps_the_offsets_so_no_reader_gets_other_data_under_an_o
                 (4, "after"),
                 (5, "later"),
             ]
+
+
+@pytest.mark.parametrize("storage", ["in memory", "durable"])
+async def test_a_topic_created_again_after_a_delete_goes_on_from_the_deleted_ones_offsets(tmp_path, storage):
+    # A reader holding a position in the deleted topic (a Spark checkpoint, say) is told its
+    # records are gone, never handed the new topic's records under offsets it had read.
+    data_dir = tmp_path if storage == "durable" else None
+    async with configured(data_dir) as (_broker, conn):
+        await publish(conn, "jobs.d", [0, 1, 2])
+        deleted = await admin(conn, "delete", "jobs.d")
+        assert (deleted["removed"], deleted["next_offset"]) == (3, 3)
+        await publish(conn, "jobs.d", ["new"])  # created again by publishing
+        assert [(r["offset"], r["value"]) for r in await take(conn, "jobs.d", 1, **{"from": "earliest"})] == [
+            (3, "new")
+        ]
+        with pytest.raises(rsnet.StreamError) as resumed:
+            await take(conn, "jobs.d", 1, **{"from": 1})
+        assert resumed.value.code == BrokerCode.OFFSET_TRIMMED
+        assert (await admin(conn, "delete", "jobs.d"))["next_offset"] == 4
+        assert (await admin(conn, "create", "jobs.d"))["next_offset"] == 4  # by $admin too
+        await admin(conn, "delete", "jobs.d")
+    if storage == "durable":
+        async with configured(tmp_path) as (_broker, conn):  # kept across a restart
+            created = await admin(conn, "create", "jobs.d")
+            assert (created["created"], created["next_offset"]) == (True, 4)
+            await publish(conn, "jobs.d", ["later"])
+            entry = (await listing(conn))["jobs.d"]
+            assert (entry["first_offset"], entry["next_offset"]) == (4, 5)
+        async with configured(tmp_path) as (_broker, conn):  # and the created topic keeps it
+            assert [r["offset"] for r in await take(conn, "jobs.d", 1, **{"from": "earliest"})] == [4]
+
+
+async def test_a_delete_whose_offsets_cannot_be_kept_deletes_nothing(tmp_path):
+    async with configured(tmp_path) as (broker, conn):
+        await publish(conn, "jobs.full", [0, 1])
+        faults = FaultyFiles()
+        broker.storage_files = faults
+        faults.fail("write_all", errno.ENOSPC, suffix=".retired.tmp")
+        error = await refused(conn, "delete", "jobs.full")
+        assert error.code == BrokerCode.STORAGE_FULL
+        assert "'jobs.full' was not deleted: its next offset cannot be kept" in error.message
+        assert [r["value"] for r in await take(conn, "jobs.full", 2, **{"from": "earliest"})] == [0, 1]
+        assert not (tmp_path / ".retired.tmp").exists()
+        faults.heal()
+        assert (await admin(conn, "delete", "jobs.full"))["next_offset"] == 2
+
+
+async def test_a_broker_stopped_partway_through_a_delete_or_a_new_start_keeps_its_offsets(tmp_path):
+    async with configured(tmp_path) as (broker, conn):
+        await publish(conn, "jobs.kept", [0, 1])
+        await admin(conn, "create", "jobs.empty")
+        # Stopped after keeping the offset, before the directory went: the topic is still there.
+        broker.retired.retire("jobs.kept", 2, broker.storage_files)
+    # Stopped in a new start's advance (its segment removed, the new one not yet written).
+    for segment in (tmp_path / "jobs.empty").glob("*.log"):
+        segment.unlink()
+    RetiredOffsets(str(tmp_path)).retire("jobs.empty", 7, FileOps())
+    async with configured(tmp_path) as (broker, conn):
+        await publish(conn, "jobs.kept", [2])
+        assert [r["offset"] for r in await take(conn, "jobs.kept", 3, **{"from": "earliest"})] == [0, 1, 2]
+        entry = (await listing(conn))["jobs.empty"]
+        assert (entry["first_offset"], entry["next_offset"]) == (7, 7)
+        assert len(broker.retired) == 0  # each entry has done its work
+
+
+async def test_a_damaged_file_of_deleted_topics_offsets_is_set_aside_loudly(tmp_path, caplog):
+    async with configured(tmp_path) as (_broker, conn):
+        await publish(conn, "jobs.a", [0])
+        await admin(conn, "delete", "jobs.a")
+    retired = tmp_path / ".retired"
+    data = bytearray(retired.read_bytes())
+    data[-1] ^= 0xFF
+    retired.write_bytes(bytes(data))
+    with caplog.at_level(logging.ERROR, "rsnet.broker"):
+        async with configured(tmp_path) as (_broker, conn):
+            assert (await admin(conn, "create", "jobs.a"))["next_offset"] == 0
+    (aside,) = tmp_path.glob(".retired.corrupt-*")
+    assert aside.read_bytes() == bytes(data)
+    (message,) = [r.getMessage() for r in caplog.records if ".retired" in r.getMessage()]
+    assert "the next offsets of deleted topics are corrupt" in message and "starts at offset 0" in message
+
+
+def test_the_offsets_of_the_oldest_deletions_go_past_the_bound(tmp_path, caplog):
+    retired = RetiredOffsets(str(tmp_path), limit=2)
+    for name, offset in [("a", 5), ("b", 6), ("a", 3), ("c", 7)]:
+        retired.retire(name, offset, FileOps())
+    reopened = RetiredOffsets(str(tmp_path), limit=2)
+    assert [reopened.get(name) for name in "abc"] == [5, None, 7]  # a: the higher kept, moved last
+    assert "the next offset of deleted topic b (6) is forgotten" in caplog.text
 
 
 async def test_a_delete_that_fails_partway_leaves_no_remains_that_stop_the_next_start(tmp_path, monkeypatch):

@@ -46,7 +46,10 @@ def test_create_purge_and_delete_a_durable_topic(tmp_path):
         assert rsnet("pub", broker.url, "jobs.eu", stdin="4\n").returncode == 0
         assert json.loads(follower.stdout.readline())["offset"] == 3
         deleted = rsnet("topics", "delete", broker.url, "jobs.eu", "--yes")
-        assert (deleted.returncode, deleted.stdout) == (0, "jobs.eu: deleted (1 record removed)\n")
+        assert (deleted.returncode, deleted.stdout) == (
+            0,
+            "jobs.eu: deleted (1 record removed; a topic created under its name starts at offset 4)\n",
+        )
         # The live reader is told, with the code, and ends with 1.
         assert follower.wait(timeout=10) == 1
         assert one_line(follower.stderr.read()) == "rsnet sub: UNKNOWN_PUBLISHER: topic 'jobs.eu' was deleted"
@@ -59,6 +62,13 @@ def test_create_purge_and_delete_a_durable_topic(tmp_path):
             again.returncode == 1
             and one_line(again.stderr) == "rsnet topics: UNKNOWN_PUBLISHER: no topic named 'jobs.eu'"
         )
+
+        # Created again, it goes on from there: offset 0 was another record.
+        assert rsnet("pub", broker.url, "jobs.eu", stdin="5\n").returncode == 0
+        reread = rsnet("sub", broker.url, "jobs.eu", "--from", "earliest", "--until-end")
+        assert [json.loads(line)["offset"] for line in reread.stdout.splitlines()] == [4], reread.stderr
+        old = rsnet("sub", broker.url, "jobs.eu", "--from", "0", "--until-end")
+        assert old.returncode == 1 and "OFFSET_TRIMMED" in old.stderr, old.stderr
 
 
 def test_only_an_admin_grant_covering_the_topic_allows_it(tmp_path):

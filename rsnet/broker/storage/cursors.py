@@ -1,7 +1,7 @@
 """Named consumer cursors (committed offsets) in one small file that survives restarts.
 
 The file is ``b"rsnetcur"`` | version (u32, big-endian, = 1) | one frame (records.py) whose
-body is the msgpack map ``{name: offset}``. A commit rewrites the whole file the safe way:
+body is the msgpack map ``{name: offset}`` (``offset_maps.py``). A commit rewrites the whole file the safe way:
 write ``PATH.tmp``, fsync it, rename it over ``PATH``, fsync the directory. A crash at any
 point leaves either the old file or the new one, never a mix, so a file that fails its check
 was damaged after it was written (disk, hand edit). Commits can be *staged* on the store's
@@ -11,23 +11,17 @@ commits costs one write per write's duration, not one per commit. Opening such a
 :class:`CorruptData` rather than guessing: silently losing cursors would send consumers back
 to the start, or past records they never saw. To start every cursor afresh, delete the file.
 
-This module imports msgpack and the standard library only.
+This module imports the standard library and this package only.
 """
 
 from __future__ import annotations
 
 import os
-import struct
 
-import msgpack
-
+from . import offset_maps
 from .files import datasync, sync_directory, write_all
-from .log import CorruptData
-from .records import BadRecord, check_frame, frame, unpack
 
 MAGIC = b"rsnetcur"
-FORMAT_VERSION = 1
-PREAMBLE = struct.Struct(">8sI")
 
 
 class CursorStore:
@@ -59,7 +53,7 @@ class CursorStore:
         except FileNotFoundError:
             cursors: dict[str, int] = {}
         else:
-            cursors = _parse(path, data)
+            cursors = offset_maps.decode(path, data, MAGIC, "cursor")
         try:
             os.unlink(path + ".tmp")  # a commit interrupted before its rename
         except FileNotFoundError:
@@ -124,7 +118,7 @@ class CursorStore:
         Raises OSError as the writes, fsyncs and rename do, and if the store was closed."""
         if self.closed:
             raise FileNotFoundError(f"{self.path}: the topic's cursors are gone (the topic was deleted)")
-        data = PREAMBLE.pack(MAGIC, FORMAT_VERSION) + frame(msgpack.packb(cursors, use_bin_type=True))
+        data = offset_maps.encode(MAGIC, cursors)
         temporary = self.path + ".tmp"
         fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
         try:
@@ -134,26 +128,3 @@ class CursorStore:
             os.close(fd)
         os.replace(temporary, self.path)
         sync_directory(os.path.dirname(self.path))
-
-
-def _parse(path: str, data: bytes) -> dict[str, int]:
-    if len(data) < PREAMBLE.size or not data.startswith(MAGIC):
-        raise CorruptData(path, 0, "not a cursor file (wrong magic bytes or cut off)")
-    _, version = PREAMBLE.unpack_from(data)
-    if version != FORMAT_VERSION:
-        raise CorruptData(path, 8, f"cursor file format version {version}; this rsnet reads {FORMAT_VERSION}")
-    try:
-        body = check_frame(data, PREAMBLE.size)
-    except BadRecord as exc:
-        raise CorruptData(path, PREAMBLE.size, str(exc)) from None
-    if PREAMBLE.size + 8 + len(body) != len(data):
-        raise CorruptData(path, PREAMBLE.size + 8 + len(body), "extra bytes after the cursors")
-    try:
-        cursors = unpack(body)
-    except Exception as exc:  # any decoder failure: the checked bytes are still not cursors
-        raise CorruptData(path, PREAMBLE.size + 8, f"not msgpack: {exc}") from None
-    if not isinstance(cursors, dict) or not all(
-        type(name) is str and type(offset) is int and offset >= 0 for name, offset in cursors.items()
-    ):
-        raise CorruptData(path, PREAMBLE.size + 8, "not a map of cursor names to offsets")
-    return cursors

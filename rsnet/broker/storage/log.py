@@ -504,6 +504,14 @@ class TopicLog(abc.ABC):
         never handed new records under old offsets. Producers' sequences are kept."""
 
     @abc.abstractmethod
+    def advance(self, offset: int) -> None:
+        """Move an empty log forward to start (and end) at ``offset``, as if records up to it
+        had been written and removed: a topic created again under a deleted one's name goes on
+        from that topic's next offset (the broker's ``RetiredOffsets``). Raises ValueError for a
+        log that holds records or already ends at or past ``offset``; StorageError if a durable
+        log cannot store its new start (it is then as it was, or fails until ``repair()``)."""
+
+    @abc.abstractmethod
     def close(self) -> None:
         """Release the log (a durable log syncs first unless its policy is NEVER). Idempotent."""
 
@@ -585,6 +593,13 @@ class TopicLog(abc.ABC):
         excess = max(0, len(ordered) - self.retention.max_producers)
         self._producers = dict(ordered[excess:])
         self.producers_forgotten += excess
+
+    def _check_advance(self, offset: int) -> None:
+        if type(offset) is not int or offset <= self._next_offset or self._first_offset != self._next_offset:
+            raise ValueError(
+                f"only an empty log moves forward: it holds offsets {self._first_offset} to {self._next_offset}, "
+                f"asked to start at {offset!r}"
+            )
 
     def _check_open(self) -> None:
         if self._closed:

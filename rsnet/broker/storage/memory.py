@@ -78,6 +78,11 @@ class MemoryLog(TopicLog):
             self._drop(count)
         return count
 
+    def advance(self, offset: int) -> None:
+        self._check_open()
+        self._check_advance(offset)
+        self._first_offset = self._next_offset = self._durable_offset = offset
+
     # -- storage --------------------------------------------------------------------------------
 
     def _store(

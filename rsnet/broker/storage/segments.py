@@ -329,6 +329,45 @@ class SegmentLog(TopicLog):
         except OSError as exc:
             raise WriteFailed(f"{self.directory}: a segment could not be deleted: {exc}", exc.errno) from exc
 
+    def advance(self, offset: int) -> None:
+        """See :meth:`TopicLog.advance`: the log's segments (they hold no record) are replaced
+        by one starting at ``offset``. In this order, so that a crash anywhere leaves an empty
+        log, never a gap that would read as lost records: the new start goes into the synced
+        mark (ALWAYS, INTERVAL; with 0 as the synced offset, which is never wrong), the old
+        segments go, the new one is written. A log left with no segment opens empty at 0,
+        for the broker to advance again."""
+        self._check_usable()
+        self._check_advance(offset)
+        self._await_in_flight()
+        if self.fsync is not FsyncPolicy.NEVER:
+            try:
+                synced_mark.write(self._files, self.directory, 0, offset)
+                synced_mark.sync(self._files, self.directory)
+            except OSError as exc:  # nothing changed yet
+                raise WriteFailed(f"{self.directory}: the log's new start cannot be stored: {exc}", exc.errno) from exc
+        try:
+            for segment in self._segments:
+                self._forget_reader(segment)
+                unlink_if_present(self._files, sidecar_path(segment.path))
+                self._files.unlink(segment.path)
+            os.close(self._active_fd)
+            self._active_fd = -1
+            self._segments = []
+            segment, fd = self._create_segment(offset)
+        except OSError as exc:
+            self._failure = exc  # its segments are gone: repair() finds what is there
+            raise WriteFailed(
+                f"{self.directory}: the log could not start at offset {offset}: {exc}", exc.errno
+            ) from exc
+        self._segments = [segment]
+        self._bases = [offset]
+        self._first_offset = self._next_offset = self._durable_offset = self._synced_offset = offset
+        self._mark_first = self._mark_first_synced = offset
+        self._size_bytes = segment.size
+        self._active_fd = fd
+        self._mark_synced()
+        self._write_synced_mark()
+
     def _delete_oldest(self, expired: int) -> int:
         """Delete the ``expired`` oldest segments (all of them: the active one is rolled
         first, so the log is left empty at the same ``next_offset``); return their records."""
@@ -673,7 +712,8 @@ class SegmentLog(TopicLog):
         except OSError as exc:
             raise StorageError(f"{self.directory}: the log cannot be repaired yet: {exc}") from exc
         for fd in [self._active_fd, *self._readers.values()]:
-            os.close(fd)
+            if fd >= 0:  # none is active after a failed advance
+                os.close(fd)
         self._readers.clear()
         self._install(recovered)
         self._failure = None

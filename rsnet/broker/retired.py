@@ -1,0 +1,92 @@
+"""The next offsets of deleted topics, so that a topic created again under a deleted one's
+name goes on from where it ended: an offset is never given to other data, a delete included.
+
+A reader that holds a position in the deleted topic (a Spark checkpoint, an offset kept by
+the application) then finds the records it had not read gone (``OFFSET_TRIMMED``, a data-loss
+error), as after a purge, and is never handed new records under offsets it had already read,
+as it would be if the new topic started at 0 again.
+
+A durable broker keeps them in ``data_dir/.retired`` (not a topic name, so never a topic's
+directory): a checked map ``{topic: next offset}`` (``storage/offset_maps.py``, magic
+``b"rsnetret"``), replaced all at once and synced before the topic's directory goes. A file that fails its check is
+moved aside, loudly: the broker starts, and a topic re-created under a name it held starts
+at 0. An entry goes once a topic of that name starts from it.
+
+Bound: at most :data:`MAX_RETIRED` names (the oldest deletion is forgotten first, with a
+warning), each at most 255 characters: the file stays under 2.7 MB.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from .storage import offset_maps
+from .storage.files import FileOps, replace_atomically
+
+log = logging.getLogger(__name__)
+
+FILE_NAME = ".retired"
+MAGIC = b"rsnetret"
+
+MAX_RETIRED = 10_000
+"""Deleted topics whose next offsets are kept; past it, the oldest deletion is forgotten."""
+
+
+class RetiredOffsets:
+    """Next offsets by deleted topic's name; durable on every change if ``directory`` is set."""
+
+    def __init__(self, directory: str | None, limit: int = MAX_RETIRED) -> None:
+        """Load ``directory/.retired`` (none if it does not exist); ``None`` keeps them in memory.
+        Raises CorruptData (naming the file and the byte) for a damaged file, left as it is."""
+        self._path = None if directory is None else os.path.join(directory, FILE_NAME)
+        self._limit = limit
+        self._offsets: dict[str, int] = {}  # oldest deletion first
+        if self._path is not None:
+            try:
+                with open(self._path, "rb") as file:
+                    self._offsets = offset_maps.decode(self._path, file.read(), MAGIC, "retired offset")
+            except FileNotFoundError:
+                pass
+
+    def get(self, topic: str) -> int | None:
+        """The next offset of the deleted topic ``topic``; None if none is kept."""
+        return self._offsets.get(topic)
+
+    def retire(self, topic: str, next_offset: int, files: FileOps) -> None:
+        """Keep ``next_offset`` for ``topic``, about to be deleted (a kept higher one stays).
+        Durable when this returns; raises OSError, changing nothing, if it cannot be stored.
+        ``files``: how the file is written (the broker's ``storage_files``)."""
+        offsets = dict(self._offsets)
+        offsets[topic] = max(next_offset, offsets.pop(topic, 0))  # newest last
+        while len(offsets) > self._limit:
+            oldest = next(iter(offsets))
+            log.warning(
+                "the next offset of deleted topic %s (%d) is forgotten: %d deleted topics' are kept at most, and a "
+                "topic created under its name starts at offset 0",
+                oldest,
+                offsets.pop(oldest),
+                self._limit,
+            )
+        self._store(offsets, files)
+
+    def forget(self, topic: str, files: FileOps) -> None:
+        """A topic named ``topic`` starts at its kept offset now. Best effort: an entry left
+        (the file could not be written) is harmless, as it only ever holds a topic back."""
+        if topic not in self._offsets:
+            return
+        offsets = dict(self._offsets)
+        del offsets[topic]
+        try:
+            self._store(offsets, files)
+        except OSError as exc:
+            log.warning("%s: the next offset kept for topic %s could not be removed: %s", self._path, topic, exc)
+
+    def __len__(self) -> int:
+        return len(self._offsets)
+
+    def _store(self, offsets: dict[str, int], files: FileOps) -> None:
+        if self._path is not None:
+            replace_atomically(files, self._path, offset_maps.encode(MAGIC, offsets), durable=True)
+            files.sync_directory(os.path.dirname(self._path))
+        self._offsets = offsets
