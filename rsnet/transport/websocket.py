@@ -136,8 +136,13 @@ class WebSocketTransport(Transport):
         peer: str,
         *,
         conn_error: ConnErrorEncoder | None = None,
+        received: bytes = b"",
     ) -> None:
+        """``received``: bytes that came after the opening handshake in its last read (a
+        client that sent its first frames without waiting for the response); they are read
+        first."""
         self._stream = stream
+        self._received = received
         self._conn_error = conn_error
         self._protocol = protocol
         self._peer = peer
@@ -174,7 +179,7 @@ class WebSocketTransport(Transport):
     async def receive(self) -> Bytes:
         while not self._eof:
             try:
-                data = await self._reader.read()
+                data, self._received = self._received or await self._reader.read(), b""
             except (trio.BrokenResourceError, trio.ClosedResourceError, ssl.SSLError, OSError) as error:
                 raise TransportClosed(f"receive from {self._peer} failed: {error!r}") from error
             if data:
@@ -272,8 +277,9 @@ class WebSocketTransport(Transport):
         for event in protocol.events_received():
             if not isinstance(event, Frame):
                 continue
-            if event.opcode is Opcode.TEXT:
+            if event.opcode is Opcode.TEXT and protocol.state is _OPEN:
                 # SPEC 2.2: the CONN_ERROR goes out while the WebSocket is still open for data.
+                # (Not open: a frame after the text failed the connection, as said below.)
                 reason = "a text message: rsnet uses binary messages only (SPEC 2.2)"
                 if self._conn_error is not None:
                     protocol.send_binary(self._conn_error(ErrorCode.PROTOCOL_ERROR, reason))
@@ -395,22 +401,37 @@ class WebSocketTransport(Transport):
 
 async def _handshake_events(
     stream: trio.abc.Stream, protocol: ServerProtocol | ClientProtocol, want: type[_Event]
-) -> _Event:
+) -> tuple[_Event, bytes]:
+    """The handshake's request or response, and the bytes read after it: websockets is given
+    the HTTP message only, up to its blank line (a request or a 101 response has no body),
+    since it would take frames that follow in the same read for its own, and the transport
+    reads the frames."""
+    tail = b""  # the end of what was read before: the blank line may be cut across reads
     while True:
         pending = protocol.data_to_send()
         if pending:
             await stream.send_all(b"".join(pending))
         for event in protocol.events_received():
             if isinstance(event, want):
-                return event
+                return event, b""
         data = await stream.receive_some(RECEIVE_SIZE)
         if data:
-            protocol.receive_data(data)
+            end = (tail + data).find(b"\r\n\r\n")
+            if end < 0:
+                protocol.receive_data(data)
+                tail = (tail + data)[-3:]
+                continue
+            cut = end + 4 - len(tail)
+            protocol.receive_data(data[:cut])
+            for event in protocol.events_received():
+                if isinstance(event, want):
+                    return event, bytes(data[cut:])
+            tail = b""  # not the message wanted after all (websockets refused it): it answers
         else:
             protocol.receive_eof()
             for event in protocol.events_received():
                 if isinstance(event, want):
-                    return event
+                    return event, b""
             raise TransportClosed("the peer closed during the WebSocket handshake")
 
 
@@ -434,7 +455,7 @@ async def accept_websocket(
         logger=_quiet,
     )
     try:
-        request = await _handshake_events(stream, protocol, Request)
+        request, received = await _handshake_events(stream, protocol, Request)
         if path is not None and request.path.split("?", 1)[0] != path:
             response = protocol.reject(404, f"no rsnet endpoint at {request.path}\n")
         else:
@@ -447,7 +468,7 @@ async def accept_websocket(
         return None
     if protocol.state is not _OPEN:
         return None
-    return WebSocketTransport(stream, protocol, describe_peer(stream), conn_error=conn_error)
+    return WebSocketTransport(stream, protocol, describe_peer(stream), conn_error=conn_error, received=received)
 
 
 def _rsnet_if_offered(protocol: ServerProtocol, offered: Sequence[Subprotocol]) -> Subprotocol | None:
@@ -484,7 +505,7 @@ async def connect_websocket(
     protocol = ClientProtocol(uri, subprotocols=[SUBPROTOCOL], max_size=max_message_size)
     protocol.send_request(protocol.connect())
     try:
-        await _handshake_events(stream, protocol, Response)
+        _, received = await _handshake_events(stream, protocol, Response)
     except (trio.BrokenResourceError, trio.ClosedResourceError, ssl.SSLError, OSError) as error:
         await trio.aclose_forcefully(stream)
         raise TransportClosed(f"WebSocket handshake with {url} failed: {error!r}") from error
@@ -494,4 +515,4 @@ async def connect_websocket(
     if protocol.state is not _OPEN:
         await trio.aclose_forcefully(stream)
         raise TransportClosed(f"WebSocket handshake with {url} failed: {protocol.handshake_exc}")
-    return WebSocketTransport(stream, protocol, f"{uri.host}:{uri.port}", conn_error=conn_error)
+    return WebSocketTransport(stream, protocol, f"{uri.host}:{uri.port}", conn_error=conn_error, received=received)

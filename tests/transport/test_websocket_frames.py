@@ -154,6 +154,13 @@ BROKEN = {
         1009,
         ErrorCode.FRAME_TOO_LARGE,
     ),
+    "a text fragment, then a continuation over the size limit": (
+        # websockets fails the connection over the continuation as it reports the text frame:
+        # the refusal is the size's (it was a traceback and a reset)
+        frame(Opcode.TEXT.value, b"x", fin=False) + frame(Opcode.CONT.value, b"x" * (1 << 20)),
+        1009,
+        ErrorCode.FRAME_TOO_LARGE,
+    ),
 }
 
 
@@ -192,3 +199,18 @@ async def test_a_client_still_sending_its_oversized_message_finishes_and_reads_t
         errors = [f for f in raw.frames if isinstance(f, ConnError)]
         assert [e.code for e in errors] == [ErrorCode.FRAME_TOO_LARGE]
         await raw.stream.aclose()
+
+
+async def test_a_hello_sent_with_the_opening_handshake_is_answered() -> None:
+    # RFC 6455 has a client wait for the 101 before it sends frames; one that does not (its
+    # HELLO in the same write as its request) is still answered, not timed out: the frames
+    # read with the request were lost to websockets' parser.
+    async with serving() as ports:
+        protocol = ClientProtocol(parse_uri(f"ws://127.0.0.1:{ports['ws']}/"), subprotocols=["rsnet"])  # type: ignore[list-item]  # Subprotocol is a NewType of str
+        stream = await trio.open_tcp_stream("127.0.0.1", ports["ws"])
+        protocol.send_request(protocol.connect())
+        await stream.send_all(b"".join(protocol.data_to_send()) + frame(Opcode.BINARY.value, hello()))
+        raw = RawWebSocket(stream, protocol)
+        await raw.read_until(lambda: raw.frames)
+        assert isinstance(raw.frames[0], Welcome)
+        await stream.aclose()
