@@ -88,6 +88,39 @@ def test_under_interval_a_failed_sync_cuts_everything_written_since_the_last_syn
     assert values(tmp_path) == ["a", "b"]
 
 
+@pytest.mark.parametrize("removal", ["purge", "retention"])
+def test_a_failed_fsync_after_older_segments_were_removed_rolls_back_all_the_same(
+    tmp_path: pathlib.Path, removal: str
+) -> None:
+    # The sync point is the active segment's: older segments a purge or retention removed
+    # since do not count (their count and bytes in it made the rollback fail an assertion,
+    # and the topic with it).
+    faults = FaultyFiles()
+    log = open_log(tmp_path, faults, FsyncPolicy.INTERVAL, segment_bytes=200)
+    log.append(list(range(30)), timestamp_ms=0, producer="p", first_sequence=0)
+    in_flight = log.begin_sync()  # covers them; the purge or retention comes before it ends
+    assert in_flight is not None
+    if removal == "purge":
+        log.drop_all()
+    else:
+        log.retention = Retention(max_records=5)
+        log.enforce_retention(now_ms=0)
+    in_flight.run()
+    log.finish_sync(in_flight, None)
+    first, size = log.first_offset, log.size_bytes
+    log.append(["x"], timestamp_ms=0, producer="p", first_sequence=30)
+    faults.fail("datasync", errno.EIO, times=1)
+    with pytest.raises(WriteFailed, match="Input/output error"):
+        log.sync()
+    assert (log.first_offset, log.next_offset, log.size_bytes, log.last_sequence("p")) == (first, 30, size, 29)
+    assert log.append(["x"], timestamp_ms=0, producer="p", first_sequence=30) == [30]
+    log.sync()
+    counted = log.size_bytes
+    log.close()
+    assert values(tmp_path)[-1] == "x"
+    assert sum(path.stat().st_size for path in tmp_path.glob("*.log")) == counted  # what the files hold
+
+
 def test_a_fault_while_rolling_to_a_new_segment_stores_nothing_and_the_next_roll_works(
     tmp_path: pathlib.Path,
 ) -> None:

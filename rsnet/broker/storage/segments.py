@@ -502,14 +502,10 @@ class SegmentLog(TopicLog):
         self._sync_point = self._snapshot()
 
     def _snapshot(self) -> tuple[Any, ...]:
-        """The log's state now, to install as the sync point once a sync covering it succeeded."""
-        return (
-            len(self._segments),
-            self._next_offset,
-            self._size_bytes,
-            dict(self._producers),
-            self._active.checkpoint(),
-        )
+        """The log's state now, to install as the sync point once a sync covering it succeeded:
+        the active segment's, since nothing else changes until it is rolled (which waits for
+        a sync in flight, and takes a new sync point) but for the oldest segments deleted."""
+        return (self._active, self._next_offset, dict(self._producers), self._active.checkpoint())
 
     def _roll_back(self, cause: OSError) -> None:
         """The fsync of the active segment failed: roll the log back to its last sync point.
@@ -520,8 +516,11 @@ class SegmentLog(TopicLog):
         rewound to match. None of it was acknowledged (``durable_offset`` never passed the
         sync point). Only if cutting it off fails too is the log failed (:class:`LogFailed`).
         """
-        segments, next_offset, size_bytes, producers, checkpoint = self._sync_point
-        assert segments == len(self._segments), "a segment is rolled only after a sync point"
+        active, next_offset, producers, checkpoint = self._sync_point
+        assert active is self._active, "a segment is rolled only after a sync point"
+        # By the active segment's bytes since: retention or a purge may have deleted older
+        # segments since the sync point, and their bytes with them.
+        size_bytes = self._size_bytes - (self._active.size - checkpoint[1])
         try:
             self._files.truncate(self._active_fd, checkpoint[1])
             self._files.datasync(self._active_fd)
