@@ -44,9 +44,11 @@ scraper asks for it) and ``/health`` (JSON; 200 when the ``health()`` callback s
 suggests: 413, 431...) for malformed requests, which are then closed. A request must arrive
 whole within ``request_timeout`` seconds (an idle keep-alive connection is closed after as
 long), bodies are capped, and at most ``max_connections``
-are served at once (beyond that: 503 and close).
+are served at once (beyond that: 503 and close). Sockets held stay within ``max_connections``
+plus :data:`REFUSAL_SLOTS`, whatever clients do: more connections wait in the listen backlog
+(``rsnet.net.listening``), so a flood of them cannot take the descriptors durable topics need.
 
-This module imports trio, h11 and prometheus_client; nothing from the rest of the broker.
+This module imports trio, h11, prometheus_client and rsnet.net; nothing from the rest of the broker.
 """
 
 from __future__ import annotations
@@ -62,6 +64,9 @@ import trio
 from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.exposition import choose_encoder
 
+from ..net.failures import CONNECTION_LINES_PER_MINUTE, RateLimitedLog
+from ..net.listening import accept_within
+
 log = logging.getLogger("rsnet.broker.metrics")
 
 StreamKind = Literal["publish", "subscribe"]
@@ -74,6 +79,16 @@ MAX_REQUEST_BODY = 8192
 RECEIVE_SIZE = 4096
 LINGER = 1.0
 """Seconds to drain a connection being closed after an error response."""
+
+REFUSAL_SLOTS = 8
+"""Sockets accepted beyond ``max_connections``, to be answered 503: more wait in the backlog."""
+
+_connection_log = RateLimitedLog(
+    log,
+    CONNECTION_LINES_PER_MINUTE,
+    "%d more metrics connection reports in the last minute were left out",
+    logging.WARNING,
+)
 
 Pages = Callable[[bytes, bytes | None], tuple[int, list[tuple[bytes, bytes]], bytes] | None]
 """Extra ``GET`` routes: ``(path, if_none_match header) -> (status, headers, body)``, or None
@@ -319,7 +334,16 @@ async def serve_http(
         finally:
             busy -= 1
 
-    await trio.serve_tcp(handle, port, host=host, task_status=task_status)
+    listeners = await trio.open_tcp_listeners(port, host=host)
+    slots = trio.Semaphore(max_connections + REFUSAL_SLOTS)
+    try:
+        async with trio.open_nursery() as connections:
+            for listener in listeners:
+                connections.start_soon(accept_within, listener, slots, handle, connections, _connection_log)
+            task_status.started(listeners)
+    finally:
+        for listener in listeners:
+            await trio.aclose_forcefully(listener)
 
 
 async def _serve_connection(

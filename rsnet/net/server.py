@@ -27,6 +27,7 @@ that halves the server's CPU (:mod:`rsnet.net.gc_tuning` says what it changes an
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hmac
 import logging
 import resource
@@ -51,6 +52,7 @@ from ..streams import Publisher, Subscriber
 from ..transport import TcpTransport, Transport, accept_websocket
 from ..transport.tcp import describe_peer
 from .failures import CONNECTION_LINES_PER_MINUTE, RateLimitedLog, failure_log
+from .listening import accept_within
 from .session import Host, Session, StreamContext, complete_handshake, conn_error_frame
 
 log = logging.getLogger("rsnet.net.server")
@@ -289,28 +291,13 @@ class Server:
     ) -> None:
         with accepting:
             async with trio.open_nursery() as acceptors:
+                guarded = functools.partial(self._handle_guarded, handle)
                 for listener in listeners:
-                    acceptors.start_soon(self._accept_loop, listener, handle, connections)
+                    acceptors.start_soon(
+                        accept_within, listener, self._socket_slots, guarded, connections, self._connection_log
+                    )
         for listener in listeners:
             await trio.aclose_forcefully(listener)
-
-    async def _accept_loop(
-        self, listener: trio.SocketListener, handle: Callable[[trio.abc.Stream], Any], connections: trio.Nursery
-    ) -> None:
-        slots = self._socket_slots
-        while True:
-            await slots.acquire()  # at the bound, connections wait in the listen backlog
-            try:
-                stream = await listener.accept()
-            except BaseException as error:
-                slots.release()
-                if not isinstance(error, OSError):
-                    raise
-                # e.g. EMFILE: back off instead of spinning
-                self._connection_log.log(logging.WARNING, "accept failed: %s", error)
-                await trio.sleep(0.1)
-                continue
-            connections.start_soon(self._handle_guarded, handle, stream)
 
     async def _handle_guarded(self, handle: Callable[[trio.abc.Stream], Any], stream: trio.SocketStream) -> None:
         """One connection's whole life; nothing it does may take the server down."""
@@ -325,7 +312,6 @@ class Server:
             # without its cancelled checkpoint: raising and catching that Cancelled costs about
             # 30 µs of CPU, a tenth of what a short connection costs the server.
             stream.socket.close()
-            self._socket_slots.release()
 
     async def handle(self, transport: Transport) -> None:
         """Serve one connection on an established transport: handshake, then its streams."""

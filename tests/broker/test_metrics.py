@@ -6,14 +6,16 @@ import functools
 import io
 import json
 import logging
+import os
 from types import SimpleNamespace
 
 import pytest
 import trio
+import trio.testing
 
 import rsnet
 from rsnet.broker.logging import configure_logging
-from rsnet.broker.metrics import MAX_REQUEST_BODY, MAX_REQUEST_HEAD, BrokerMetrics, serve_http
+from rsnet.broker.metrics import MAX_REQUEST_BODY, MAX_REQUEST_HEAD, REFUSAL_SLOTS, BrokerMetrics, serve_http
 
 # -- the metrics ----------------------------------------------------------------------------
 
@@ -312,6 +314,23 @@ async def test_connections_beyond_the_limit_get_503(endpoint):
         for stream in idle:
             await stream.aclose()
     await trio.sleep(0.05)
+    assert (await get(endpoint.port, "/health"))[0] == 200
+
+
+async def test_a_flood_of_connections_holds_at_most_the_limit_plus_the_refusal_slots(endpoint):
+    # Each accepted socket is a file descriptor the durable topics may need: beyond the limit
+    # and the refusals being answered, connections wait in the listen backlog (it accepted
+    # them all, and a refusal's socket lingers a second).
+    before = len(os.listdir("/proc/self/fd"))
+    flood = [await trio.open_tcp_stream("127.0.0.1", endpoint.port) for _ in range(100)]
+    try:
+        await trio.testing.wait_all_tasks_blocked()
+        accepted = len(os.listdir("/proc/self/fd")) - before - len(flood)
+        assert accepted <= 4 + REFUSAL_SLOTS
+    finally:
+        for stream in flood:
+            await stream.aclose()
+    await trio.sleep(1.5)  # the refusals' lingering ends (LINGER), their slots come back
     assert (await get(endpoint.port, "/health"))[0] == 200
 
 
