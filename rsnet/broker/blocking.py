@@ -19,8 +19,7 @@ This module must never import trio or asyncio (a test checks it): it runs where 
 from __future__ import annotations
 
 import itertools
-import operator
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any, Literal
 
 from ..errors import StreamError
@@ -70,12 +69,13 @@ def read_range(
     for a reader that knows its topic); ``"stored"``, lists ``[offset, timestamp, value,
     producer, sequence]`` (the broker sends them as stored: the cheapest read from storage).
 
-    Demand is exact: the total requested is never more than ``end - start``, so no record
-    beyond the range is sent, and at most ``window`` records are requested and not yet taken
-    (the memory bound). The subscription is cancelled when the range is read or the caller
-    stops early. Records the broker skipped (a lagging subscriber on a ``drop`` topic) shorten
-    the range: the lists end at the first record at or past ``end``, and the skip shows as a
-    gap in the offsets (and, in maps, as ``"skipped"``).
+    The subscription's ``until`` is ``end``: the broker completes it there, and sends no
+    record beyond. Demand is exact too: the total requested is never more than
+    ``end - start``, and at most ``window`` records are requested and not yet taken (the memory
+    bound). The subscription is cancelled if the caller stops early. Records the broker
+    skipped (a lagging subscriber on a ``drop`` topic) shorten the range: the skip shows as a
+    gap in the offsets (and, in maps, as ``"skipped"``), at the end too (the last record
+    returned is then before ``end - 1``, or none is).
 
     Raises :class:`StreamError` as the broker sends it: ``OFFSET_TRIMMED`` (4100) if ``start``
     (or a record not yet read) was removed by retention, ``OFFSET_DAMAGED`` (4110) for a
@@ -85,14 +85,10 @@ def read_range(
     count = end - start
     if count <= 0:
         return
-    params: dict[str, Any] = {"from": start, "items": items}
-    offset: Callable[[Any], int] = operator.itemgetter("offset" if items == "maps" else 0)
+    params: dict[str, Any] = {"from": start, "until": end, "items": items}
     records = client.subscribe(topic, params, prefetch=min(window, count), limit=count)  # close() cancels
     try:
         while chunk := list(itertools.islice(records, window)):  # C-level iteration, no per-item step
-            if offset(chunk[-1]) >= end - 1:
-                yield [record for record in chunk if offset(record) < end]
-                return
             yield chunk
     finally:
         records.close()  # cancels the subscription if the range was not read to its end

@@ -845,8 +845,13 @@ class Broker:
             producer = _identifier(producer, "producer")
             self._check(context, "publish", topic)
             return _AckPublisher(self, producer, topic)
-        _known_params(params, ("from", "cursor", "items"), "a subscription")
+        _known_params(params, ("from", "until", "cursor", "items"), "a subscription")
         start = _start_position(params.get("from", "latest"))
+        until = params.get("until")
+        if until is not None and (type(until) is not int or not 0 <= until <= MAX_INT):
+            raise StreamError(
+                ErrorCode.REJECTED, f"until must be an offset (a whole number >= 0), not {reprlib.repr(until)}"
+            )
         cursor = params.get("cursor")
         if cursor is not None:
             cursor = _identifier(cursor, "cursor")
@@ -862,6 +867,8 @@ class Broker:
                 raise StreamError(
                     ErrorCode.REJECTED, "a pattern subscription starts at 'earliest', 'latest' or a timestamp"
                 )
+            if until is not None:
+                raise StreamError(ErrorCode.REJECTED, "until is an offset of one topic: subscribe to a topic name")
             self._check(context, "subscribe", name)
             return _PatternPublisher(self, name, start, Shape(arrays, stored, with_topic=True))
         _validated(validate_topic, name)
@@ -872,13 +879,13 @@ class Broker:
                 raise StreamError(ErrorCode.UNKNOWN_PUBLISHER, f"no topic named {name!r}")
             _check_start_before_creation(name, start)
             # Waits, as for a pattern, from its first record.
-            return _PatternPublisher(self, name, "earliest", Shape(arrays, stored, with_topic=False))
+            return _PatternPublisher(self, name, "earliest", Shape(arrays, stored, with_topic=False), until)
         if cursor is not None:
             committed = self._cursors[name].get(cursor)
             if committed is not None:
                 start = committed
         position = resolve_start(topic, start)  # a trimmed offset is refused here, coded
-        return _TopicPublisher(self, topic, position, Shape(arrays, stored, with_topic=False))
+        return _TopicPublisher(self, topic, position, Shape(arrays, stored, with_topic=False), until)
 
     def open_sink(self, name: str, params: Any, context: StreamContext) -> Subscriber[Any]:
         params = _params(params)
@@ -1057,24 +1064,27 @@ def _validated(check: Callable[[str], str], name: str) -> None:
 
 
 class _TopicPublisher(Publisher[Any]):
-    def __init__(self, broker: Broker, topic: Topic, position: int, shape: Shape) -> None:
-        self._broker, self._topic, self._position, self._shape = broker, topic, position, shape
+    def __init__(self, broker: Broker, topic: Topic, position: int, shape: Shape, until: int | None) -> None:
+        self._broker, self._topic, self._position, self._shape, self._until = broker, topic, position, shape, until
 
     def subscribe(self, subscriber: Subscriber[Any]) -> None:
         check_subscriber(subscriber)
-        reader = TopicReader(subscriber, on_end=self._broker._reader_ended, shape=self._shape)
+        reader = TopicReader(subscriber, on_end=self._broker._reader_ended, shape=self._shape, until=self._until)
         subscriber.on_subscribe(reader)
         reader.add_topic(self._topic, self._position)
 
 
 class _PatternPublisher(Publisher[Any]):
-    def __init__(self, broker: Broker, pattern: str, start: Any, shape: Shape) -> None:
-        self._broker, self._pattern, self._start, self._shape = broker, pattern, start, shape
+    """A pattern's subscription, or a missing topic's (``until`` only then): it follows the
+    topics that match, those created later too."""
+
+    def __init__(self, broker: Broker, pattern: str, start: Any, shape: Shape, until: int | None = None) -> None:
+        self._broker, self._pattern, self._start, self._shape, self._until = broker, pattern, start, shape, until
 
     def subscribe(self, subscriber: Subscriber[Any]) -> None:
         check_subscriber(subscriber)
         broker = self._broker
-        reader = TopicReader(subscriber, on_end=broker._reader_ended, shape=self._shape)
+        reader = TopicReader(subscriber, on_end=broker._reader_ended, shape=self._shape, until=self._until)
         subscriber.on_subscribe(reader)
         names = [name for name in broker.topic_names() if topic_matches(self._pattern, name)]
         if broker._pattern_topics + len(names) > broker.max_pattern_topics:

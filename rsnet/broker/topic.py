@@ -488,7 +488,11 @@ MAPS = Shape()
 
 
 class TopicReader(DrainLoop, Subscription):
-    """A subscription reading one or more topics (a wildcard) from its own positions."""
+    """A subscription reading one or more topics (a wildcard) from its own positions.
+
+    ``until``: it reads one topic, and completes once its position there reaches ``until``
+    (every record before it delivered or skipped), whatever its demand (rule 1.4); it never
+    delivers a record at or past ``until``. Without it a subscription never completes."""
 
     def __init__(
         self,
@@ -496,8 +500,10 @@ class TopicReader(DrainLoop, Subscription):
         *,
         on_end: Callable[[TopicReader], None] | None = None,
         shape: Shape = MAPS,
+        until: int | None = None,
     ) -> None:
         self.subscriber: Subscriber[Any] | None = subscriber
+        self._until = until
         self.positions: dict[Topic, int] = {}
         # The topics that may have records for it (or a trim to report), in the order they
         # are to be read: a pattern over thousands of topics costs what its busy ones do. Kept
@@ -536,7 +542,7 @@ class TopicReader(DrainLoop, Subscription):
                 self._only = None
             self._ready[topic] = None
         topic.readers.add(self)
-        if self.requested:
+        if self.requested or self._until is not None:  # (it may be at its end already)
             self.drain()
 
     def lag(self, topic: Topic) -> int:
@@ -611,6 +617,9 @@ class TopicReader(DrainLoop, Subscription):
         if self._failure is not None:
             self._terminate(self._failure)
             return True
+        if self._until is not None and self._only is not None and self.positions[self._only] >= self._until:
+            self._terminate(None)
+            return True
         try:
             emitted = self._emit()
         except Exception as failure:
@@ -624,7 +633,7 @@ class TopicReader(DrainLoop, Subscription):
             self._missed = True
             return False
         if emitted:
-            self._missed = True  # a full batch went out: there may be more to read
+            self._missed = True  # a full batch went out: there may be more to read (or the end)
         return False
 
     def _emit(self) -> int:
@@ -647,7 +656,7 @@ class TopicReader(DrainLoop, Subscription):
                 position = log.first_offset
             # Only durable records are shown: one that an OS crash could still take back
             # (INTERVAL, before its sync) must never be seen, since its offset would be reused.
-            visible = log.durable_offset - position
+            visible = (log.durable_offset if self._until is None else min(log.durable_offset, self._until)) - position
             if only is None:
                 del self._ready[topic]
                 if visible > 0:
@@ -741,13 +750,17 @@ class TopicReader(DrainLoop, Subscription):
             self.requested -= count
         topic.records_out += count
 
-    def _terminate(self, error: BaseException) -> None:
+    def _terminate(self, error: BaseException | None) -> None:
+        """End the subscription: ``on_error(error)``, or ``on_complete`` for None."""
         subscriber = self.subscriber
         self.cancelled = True
         self.subscriber = None
         self._leave()
         if subscriber is not None:
-            deliver_safely(subscriber.on_error, error)
+            if error is None:
+                deliver_safely(subscriber.on_complete)
+            else:
+                deliver_safely(subscriber.on_error, error)
 
 
 def offset_trimmed(topic: str, requested: int, first_available: int) -> StreamError:

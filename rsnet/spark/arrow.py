@@ -9,9 +9,10 @@ value string``: the value is JSON text (binary as base64, NaN and infinities as 
 with a binary key cannot be JSON and fails the read, naming the offset). With a user schema, each field is
 read from the value map by name: nil -> null, bool -> boolean, int -> long/int/short/byte (or
 timestamp: milliseconds since the epoch), float -> double/float, str -> string, bin -> binary,
-array -> array, map -> struct or map; a value that does not fit its field reads as null, as
-Spark's JSON reader does in PERMISSIVE mode; a record whose value is not a map reads as a row
-of nulls.
+array -> array, map -> struct or map; any other value in a string field is its JSON text (a
+number, a map: as Spark's JSON reader gives it); a value that does not fit its field reads as
+null, as Spark's JSON reader does in PERMISSIVE mode; a record whose value is not a map reads
+as a row of nulls.
 """
 
 from __future__ import annotations
@@ -105,7 +106,9 @@ def _column(values: list[Any], arrow_type: pa.DataType) -> pa.Array:
         return pa.array(values, pa.int64()).cast(arrow_type)
     if arrow_type.num_fields:  # nested: Arrow would take a str as a list of characters
         return pa.array([_nested(value, arrow_type) for value in values], arrow_type)
-    if pa.types.is_integer(arrow_type):  # Arrow would truncate a float
+    if pa.types.is_string(arrow_type):
+        values = [_text(value) for value in values]
+    elif pa.types.is_integer(arrow_type):  # Arrow would truncate a float
         values = [value if type(value) is int else None for value in values]
     elif pa.types.is_floating(arrow_type):
         values = [value if type(value) is float or type(value) is int else None for value in values]
@@ -135,7 +138,23 @@ def _nested(value: Any, arrow_type: pa.DataType) -> Any:
         return datetime.datetime.fromtimestamp(value / 1000, datetime.UTC) if type(value) is int else None
     if pa.types.is_integer(arrow_type) and type(value) is not int:
         return None
+    if pa.types.is_string(arrow_type):
+        return _text(value)
     return _fitting(value, arrow_type)
+
+
+def _text(value: Any) -> str | None:
+    """A string field's text: a str as it is, bin as base64 (as in JSON text), anything else
+    as its JSON text (null for NaN and infinities, and for a map with a binary key)."""
+    if value is None or type(value) is str:
+        return value
+    if type(value) is bytes:
+        return _jsonable(value)  # base64 text
+    try:
+        text = orjson.dumps(value, default=_jsonable).decode()
+    except TypeError:
+        return None
+    return None if text == "null" else text
 
 
 def _fitting(value: Any, arrow_type: pa.DataType) -> Any:

@@ -76,7 +76,8 @@ def parse(options: Mapping[str, str], *, need_topic: bool = True) -> Options:
     spark_own = {"path", "checkpointlocation"}  # Spark passes them along; unused here
     unknown = sorted(set(opts) - known - spark_own)
     if unknown:  # a typo, or a Kafka option that means something else here (maxOffsetsPerTrigger)
-        raise ValueError(f"rsnet: unknown option(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+        names = ", ".join(sorted(NAMES.values(), key=str.lower))
+        raise ValueError(f"rsnet: unknown option(s) {', '.join(unknown)}; known: {names}")
     url = opts.get("url")
     if not url:
         raise ValueError("rsnet: option url is required, e.g. .option('url', 'tcp://127.0.0.1:7600')")

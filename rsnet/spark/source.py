@@ -287,8 +287,9 @@ def plan(start: dict[str, int], end: dict[str, int], min_partitions: int | None)
 
 def read_ranges(opts: _options.Options, builder: RecordBatches, part: Range) -> Iterator[Any]:
     """The records of ``part`` as Arrow record batches: exactly the offsets of its range that
-    the broker still has (a gap, trimmed by retention or damaged on disk, fails the read, or,
-    with failOnDataLoss=false, is logged and skipped)."""
+    the broker still has (a gap, trimmed by retention, damaged on disk, or skipped because
+    the read lagged on a ``drop`` topic, fails the read, or, with failOnDataLoss=false, is
+    logged and skipped)."""
     position, end = part.start, part.end
     pending: list[list[Any]] = []  # [offset, timestamp, value, producer, sequence] each
     link = Reconnecting(opts, patient=True)
@@ -302,13 +303,15 @@ def read_ranges(opts: _options.Options, builder: RecordBatches, part: Range) -> 
                     first = chunk[0][0]
                     if first != position or chunk[-1][0] - first + 1 != len(chunk):
                         missing = _first_gap(chunk, position)
-                        _lost(opts, part.topic, missing, "the broker skipped records")
+                        _lost(opts, part.topic, missing, SKIPPED)
                     position = chunk[-1][0] + 1
                     link.succeeded()
                     pending.extend(chunk)
                     while len(pending) >= ROWS_PER_BATCH:
                         yield builder.build(part.topic, pending[:ROWS_PER_BATCH])
                         del pending[:ROWS_PER_BATCH]
+                if position < end:  # the broker moved the read past the rest of the range
+                    _lost(opts, part.topic, (position, end), SKIPPED)
                 break
             except ConnectionLost as lost:
                 link.lost(lost)
@@ -331,9 +334,15 @@ def read_ranges(opts: _options.Options, builder: RecordBatches, part: Range) -> 
         yield builder.build(part.topic, pending)
 
 
+SKIPPED = (
+    "skipped by the broker: the topic's slow_subscriber policy is drop, and this read lagged more than its max_lag "
+    "behind the newest record"
+)
+
+
 def _first_gap(chunk: list[list[Any]], position: int) -> tuple[int, int]:
     expected = position
-    for offset, _timestamp, _value in chunk:
+    for offset, *_ in chunk:
         if offset != expected:
             return expected, offset
         expected += 1
@@ -445,7 +454,11 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # at its earliest retained record, with no records (``start`` does not name it, so the
         # batch could not read a range of it): it is read from the next micro-batch on.
         end = {topic: begin.get(topic, first) for topic, (first, _) in ends.items()}
-        available = {topic: max(0, ends[topic][1] - end[topic]) if topic in begin else 0 for topic in end}
+        # Records removed before they were read (retention, a purge) are not counted against
+        # the limit: the batch reads from the topic's first record, and reports the rest
+        # missing (failOnDataLoss) once, not limit by limit over many batches.
+        start_at = {topic: max(end[topic], ends[topic][0]) for topic in end}
+        available = {topic: max(0, ends[topic][1] - start_at[topic]) if topic in begin else 0 for topic in end}
         for topic, (first, last) in ends.items():
             if end[topic] > last:  # skipped (failOnDataLoss=false): this batch moves to the
                 end[topic] = first  # topic's start, the next reads from there
@@ -453,10 +466,14 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if isinstance(limit, ReadMaxRows):
             available = share(available, limit.max_rows)
         for topic, count in available.items():
-            end[topic] += count
+            if count:
+                end[topic] = start_at[topic] + count
         for topic, offset in begin.items():  # a topic no longer listed keeps its position
             end.setdefault(topic, offset)
-        return {"topics": end, "query": start["query"]}
+        # The split is the batch's own: a replay after a crash splits its rows as the first
+        # run did, whatever minPartitions says by then (a sink's exactly-once keys follow the
+        # partitions), and a new batch follows the option.
+        return {"topics": end, "query": start["query"], "minPartitions": self.opts.min_partitions}
 
     def _moved_back(self, topic: str, position: int, first: int, last: int) -> None:
         message = (
@@ -472,7 +489,8 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target = self._ends()
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[Range]:
-        return plan(start["topics"], end["topics"], self.opts.min_partitions)
+        split = end["minPartitions"] if "minPartitions" in end else self.opts.min_partitions  # (older checkpoints)
+        return plan(start["topics"], end["topics"], split)
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         if not isinstance(partition, Range):  # as for a batch read: nothing to read
@@ -504,17 +522,25 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
 
 def share(available: dict[str, int], limit: int) -> dict[str, int]:
-    """At most ``limit`` records in all, split across topics in proportion to what each has
-    (the remainder goes to topics in name order): the exact per-batch bound of maxRecordsPerBatch."""
+    """At most ``limit`` records in all (the exact per-batch bound of maxRecordsPerBatch): one
+    for every topic that has some, so each moves on every batch as in Kafka's source (topics in
+    name order, if there are more than ``limit`` of them), the rest in proportion to what each
+    has left, the remainder to the largest fractions."""
     total = sum(available.values())
     if total <= limit:
         return available
-    shares = {topic: count * limit // total for topic, count in available.items()}
-    left = limit - sum(shares.values())
-    for topic in sorted(available):
-        if left == 0:
-            break
-        if shares[topic] < available[topic]:
+    having = sorted(topic for topic, count in available.items() if count > 0)
+    shares = dict.fromkeys(available, 0)
+    for topic in having[:limit]:
+        shares[topic] = 1
+    left = limit - min(limit, len(having))
+    if left:
+        rest = {topic: available[topic] - 1 for topic in having}
+        rest_total = sum(rest.values())  # more than left: total > limit
+        for topic in having:
+            shares[topic] += rest[topic] * left // rest_total
+        remainder = limit - sum(shares.values())
+        by_fraction = sorted(having, key=lambda topic: (-(rest[topic] * left % rest_total), topic))
+        for topic in by_fraction[:remainder]:
             shares[topic] += 1
-            left -= 1
     return shares

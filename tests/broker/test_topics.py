@@ -96,8 +96,8 @@ async def test_a_param_a_stream_does_not_take_is_rejected_not_ignored():
     async with broker_running(Broker()) as url, rsnet.connect(url) as conn:
         await publish(conn, "t", [1])
         for name, params, takes in [
-            ("t", {"frm": "earliest"}, "from, cursor, items"),
-            ("t.*", {"from": "earliest", "cursr": "g"}, "from, cursor, items"),
+            ("t", {"frm": "earliest"}, "from, until, cursor, items"),
+            ("t.*", {"from": "earliest", "cursr": "g"}, "from, until, cursor, items"),
             ("$topics", {"mach": "t"}, "match"),
             ("$commit", {"topic": "t", "cursor": "g", "offset": 0, "ofset": 1}, "topic, cursor, offset"),
             ("$acks", {"producer": "p", "topic": "t", "sequence": 0}, "producer, topic"),
@@ -305,6 +305,62 @@ def test_items_arrays_show_records_skipped_by_drop_as_a_gap_in_offsets():
     offsets = [r[0] for r in subscriber.items]
     assert offsets[0] > 50 and offsets == list(range(offsets[0], 100))  # a gap from 0, and no key saying so
     assert all(r == [r[0], 1, r[0]] for r in subscriber.items)
+
+
+def test_until_completes_the_subscription_at_that_offset_whatever_its_demand():
+    # A range read (Spark, rsnet sub --until-end): the records before until, then COMPLETE;
+    # none at or past it, and it waits for those not yet written.
+    topic = Topic("u", MemoryLog())
+    topic.log.append(list(range(10)), timestamp_ms=1)
+    subscriber = Manual()
+    reader = TopicReader(subscriber, shape=Shape(arrays=True), until=13)
+    subscriber.on_subscribe(reader)
+    reader.add_topic(topic, 7)
+    reader.request(100)
+    assert [r[0] for r in subscriber.items] == [7, 8, 9]  # and it waits for 10 to 12
+    topic.log.append(list(range(10, 20)), timestamp_ms=1)
+    reader.appended(topic)
+    assert [r if r == "complete" else r[0] for r in subscriber.items] == [7, 8, 9, 10, 11, 12, "complete"]
+    assert reader not in topic.readers
+    for start in (13, 20):  # at or past until: complete at once, with no demand (rule 1.4)
+        empty = Manual()
+        at_end = TopicReader(empty, until=13)
+        empty.on_subscribe(at_end)
+        at_end.add_topic(topic, start)
+        assert empty.items == ["complete"]
+
+
+def test_until_completes_a_read_that_drop_moved_past_it():
+    # A lagging read on a drop topic skipped past until: it completes, and its reader sees
+    # the gap (it used to wait for records past until, which may never come).
+    topic = Topic("d", MemoryLog(), policy=SlowPolicy.DROP, max_lag=10)
+    topic.log.append(list(range(30)), timestamp_ms=1)
+    subscriber = Manual()
+    reader = TopicReader(subscriber, shape=Shape(arrays=True), until=30)
+    subscriber.on_subscribe(reader)
+    reader.add_topic(topic, 0)
+    reader.request(5)
+    topic.log.append(list(range(100)), timestamp_ms=1)
+    reader.appended(topic)  # no demand left, 125 behind: it skips ahead, past 30
+    assert [r if r == "complete" else r[0] for r in subscriber.items] == [0, 1, 2, 3, 4, "complete"]
+
+
+async def test_until_is_an_offset_of_one_topic():
+    async with broker_running(Broker()) as url, rsnet.connect(url) as conn:
+        await publish(conn, "t", list(range(5)))
+        async with conn.subscribe("t", {"from": 1, "until": 3}) as items:
+            assert [r["offset"] async for r in items] == [1, 2]  # then it completed
+        for params, message in (
+            ({"until": -1}, "until must be an offset"),
+            ({"until": "end"}, "until must be an offset"),
+            ({"until": True}, "until must be an offset"),
+        ):
+            with pytest.raises(rsnet.StreamError, match=message) as refused:
+                await take(conn, "t", 1, **params)
+            assert refused.value.code == ErrorCode.REJECTED
+        with pytest.raises(rsnet.StreamError, match="until is an offset of one topic") as refused:
+            await take(conn, "t.*", 1, until=3)
+        assert refused.value.code == ErrorCode.REJECTED
 
 
 async def test_follow_starts_at_a_cursor_then_resumes_from_its_own_position():

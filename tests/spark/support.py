@@ -26,6 +26,10 @@ pattern = "trim.>"
 retention = {{ max_records = 100 }}
 
 [[topics]]
+pattern = "drop.>"
+slow_subscriber = {{ policy = "drop", max_lag = 10 }}
+
+[[topics]]
 pattern = "strict.>"
 auto_create = "never"
 subscribe_missing = "fail"

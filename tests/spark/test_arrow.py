@@ -49,3 +49,27 @@ def test_numbers_json_cannot_hold_are_null_and_a_binary_map_key_names_its_offset
     assert rows[0]["value"] == "[null,null,1.5]"
     with pytest.raises(ValueError, match="offset 8"):
         default_batch([[7, 0, {"ok": 1}], [8, 0, {b"key": 1}]])
+
+
+def test_a_string_field_reads_any_value_as_its_json_text_as_sparks_json_reader_does():
+    # It read as null unless the value was a str.
+    names = ("i", "f", "b", "m", "l", "x", "n", "t")
+    schema = StructType(
+        [
+            *(StructField(name, StringType()) for name in names),
+            StructField("in", StructType([StructField("s", StringType())])),
+        ]
+    )
+    value = {"i": 7, "f": 2.5, "b": True, "m": {"a": 1}, "l": [1, "z"], "x": b"\x00\xff", "n": math.nan, "t": "text"}
+    (row,) = RecordBatches(schema).build("t", [[0, 0, {**value, "in": {"s": 8}}]]).to_pylist()
+    assert row == {
+        "i": "7",
+        "f": "2.5",
+        "b": "true",
+        "m": '{"a":1}',
+        "l": '[1,"z"]',
+        "x": "AP8=",
+        "n": None,
+        "t": "text",
+        "in": {"s": "8"},
+    }

@@ -161,7 +161,7 @@ def test_bad_option_values_are_named(spark, broker_url):
         Exception, match=r"startingOffsets is beyond the end of: orders.stream 999999 \(its next is \d+\)"
     ):
         batch(spark, broker_url, "orders.stream", startingOffsets='{"orders.stream": 999999}').collect()
-    with pytest.raises(Exception, match=r"unknown option\(s\) maxoffsetspertrigger"):
+    with pytest.raises(Exception, match=r"unknown option\(s\) maxoffsetspertrigger; known: cursor, endingOffsets"):
         reader(spark, broker_url, "orders.stream", maxOffsetsPerTrigger=10)
     # An option where it means nothing is refused, not ignored (a batch read has no batches to
     # bound, a stream no end, a writer no offsets).
