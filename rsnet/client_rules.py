@@ -40,6 +40,7 @@ from .protocol import (
     DEFAULT_KEEPALIVE_INTERVAL,
     DEFAULT_MAX_FRAME_SIZE,
     MAX_INT,
+    MAX_SETTING,
     Connection,
     ConnectionClosed,
     ErrorCode,
@@ -57,6 +58,17 @@ DEFAULT_KEEPALIVE = DEFAULT_KEEPALIVE_INTERVAL / 1000
 
 HANDSHAKE_TIMEOUT = DEFAULT_HANDSHAKE_TIMEOUT / 1000
 """Seconds a client gives the transport and rsnet handshakes together."""
+
+
+def keepalive_ms(seconds: float) -> int:
+    """A keepalive interval given in seconds (0: none), as the HELLO and WELCOME carry it
+    (milliseconds, at most MAX_SETTING: SPEC 6.3); ValueError for one they cannot carry
+    (negative, NaN, infinite or too long), said when it is given rather than at each handshake."""
+    if not 0 <= seconds <= MAX_SETTING / 1000:  # (NaN compares false)
+        raise ValueError(
+            f"keepalive_interval must be a number of seconds from 0 to {MAX_SETTING / 1000}, got {seconds!r}"
+        )
+    return round(seconds * 1000)
 
 
 _T = TypeVar("_T")
@@ -121,13 +133,11 @@ def client_connection(
     ``keepalive_interval`` is the client's proposal in seconds (0: none); ``max_streams`` how
     many streams the server may open towards the client (0 for a client that hosts nothing).
     """
-    if keepalive_interval < 0:
-        raise ValueError(f"keepalive_interval must be >= 0 seconds, got {keepalive_interval!r}")
     return Connection(
         Role.CLIENT,
         max_frame_size=max_frame_size,
         max_streams=max_streams,
-        keepalive_interval=round(keepalive_interval * 1000),
+        keepalive_interval=keepalive_ms(keepalive_interval),
         auth_token=token,
         metadata=metadata,
     )

@@ -3,6 +3,7 @@ drive; tests/sync/test_both_clients.py checks the clients against real servers).
 
 from __future__ import annotations
 
+import math
 import subprocess
 import sys
 
@@ -12,8 +13,10 @@ from rsnet.client_rules import (
     Due,
     Keepalive,
     Refill,
+    client_connection,
     close_connection,
     handshake_outcome,
+    keepalive_ms,
     parse_endpoint,
     stream_params,
 )
@@ -63,6 +66,18 @@ def test_the_shorter_of_the_welcome_and_our_proposal_and_a_zero_is_no_preference
     conn.keepalive_interval = 0
     assert Keepalive.negotiated(conn, 5.0, 0.0).interval == 5.0
     assert Keepalive.negotiated(conn, 0.0, 0.0).interval is None
+
+
+@pytest.mark.parametrize("seconds", [-1.0, math.inf, math.nan, 1e300, 2_147_484.0])
+def test_a_keepalive_no_hello_can_carry_is_refused_when_given(seconds):
+    # A server given one failed every handshake instead (a traceback each, no CONN_ERROR).
+    import rsnet
+
+    with pytest.raises(ValueError, match=r"keepalive_interval must be a number of seconds from 0 to 2147483\.647"):
+        client_connection(token=None, max_streams=0, keepalive_interval=seconds)
+    with pytest.raises(ValueError, match="keepalive_interval must be a number of seconds"):
+        rsnet.Server(keepalive_interval=seconds)
+    assert keepalive_ms(2_147_483.647) == 2**31 - 1
 
 
 def test_refill_requests_three_quarters_of_prefetch_per_batch():

@@ -219,7 +219,8 @@ class Broker:
         self.max_record_bytes = max_record_bytes
         self.max_pattern_topics = max_pattern_topics
         self._pattern_topics = 0  # topics followed by the readers in _watchers, summed
-        self.max_open_topics = max_open_topics if max_open_topics is not None else default_max_open_topics()
+        # At most the default: past it, open topics could take the descriptors connections need.
+        self.max_open_topics = min(max_open_topics or default_max_open_topics(), default_max_open_topics())
         self.unclean_recovery = unclean_recovery  # see SegmentLog.open; off: damage it cannot place stops the start
         self.sync_threads = trio.CapacityLimiter(sync_threads)  # fsyncs running at once, all topics
         self.storage_files = storage_files.REAL  # how durable logs change their files (tests inject faults)

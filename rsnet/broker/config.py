@@ -110,19 +110,29 @@ from pydantic import (
     ConfigDict,
     Field,
     FilePath,
-    PositiveFloat,
-    PositiveInt,
     ValidationError,
     model_serializer,
     model_validator,
 )
 from pydantic_core import PydanticCustomError
 
+from ..protocol import MAX_SETTING
 from .auth import is_token_hash
 from .names import InvalidName, is_wildcard, pattern_covers, topic_matches, validate_pattern, validate_topic
 from .storage.log import DEFAULT_MAX_PRODUCERS, DEFAULT_PRODUCER_MAX_AGE_MS
 
 ENV_PREFIX = "RSNET_BROKER__"
+
+MAX_COUNT = 1 << 62
+"""Largest record count, byte count, lag or limit a setting may name (far beyond any real
+broker; the answers that show settings are msgpack, whose integers stop at 2**64)."""
+MAX_AGE_S = 100 * 365 * 86400.0
+"""Longest duration a setting may name: a hundred years (for no age limit: leave it out)."""
+
+Count = Annotated[int, Field(gt=0, le=MAX_COUNT)]
+"""A whole number from 1 to MAX_COUNT."""
+Age = Annotated[float, Field(gt=0, le=MAX_AGE_S, allow_inf_nan=False)]
+"""Seconds above 0, at most MAX_AGE_S."""
 
 FsyncPolicyName = Literal["always", "interval", "never"]
 StorageChoice = Literal["memory", "durable", "default"]
@@ -232,9 +242,9 @@ class ListenConfig(_Model):
     tcp: OptionalAddress = Address(host="127.0.0.1", port=7600)
     ws: OptionalAddress = None
     tls: TLSConfig | None = None
-    keepalive_interval_s: Annotated[float, Field(ge=0)] = 20.0
+    keepalive_interval_s: Annotated[float, Field(ge=0, le=MAX_SETTING // 1000, allow_inf_nan=False)] = 20.0
     """SPEC 10.1: PING after this long without sending; a peer silent for three is dropped. 0: off."""
-    max_connections: PositiveInt = 10_000
+    max_connections: Count = 10_000
     """Connections served at once over both listeners; one more gets CONN_ERROR GOING_AWAY. At
     most half the process's file descriptor limit less 32 (``rsnet.net.server.connection_limit``):
     a larger value is lowered, with a warning."""
@@ -247,11 +257,11 @@ class RetentionConfig(_Model):
     remembers (the least recently written are forgotten first; see protocol/BROKER.md): the
     count always has a limit, the age may be None."""
 
-    max_records: PositiveInt | None = None
-    max_bytes: PositiveInt | None = None
-    max_age_s: PositiveFloat | None = None
-    max_producers: PositiveInt = DEFAULT_MAX_PRODUCERS
-    producer_max_age_s: PositiveFloat | None = DEFAULT_PRODUCER_MAX_AGE_MS / 1000
+    max_records: Count | None = None
+    max_bytes: Count | None = None
+    max_age_s: Age | None = None
+    max_producers: Count = DEFAULT_MAX_PRODUCERS
+    producer_max_age_s: Age | None = DEFAULT_PRODUCER_MAX_AGE_MS / 1000
 
     @property
     def max_age_ms(self) -> int | None:
@@ -268,7 +278,7 @@ class SlowSubscriberConfig(_Model):
     """What a topic does about a subscriber lagging more than ``max_lag`` records behind."""
 
     policy: SlowPolicyName = "backpressure"
-    max_lag: PositiveInt = 10_000
+    max_lag: Count = 10_000
 
 
 DEFAULT_RETENTION = RetentionConfig(max_bytes=1 << 30, max_age_s=7 * 24 * 3600.0)
@@ -323,11 +333,11 @@ class BrokerConfig(_Model):
     listen: ListenConfig = ListenConfig()
     data_dir: Annotated[Path | None, BeforeValidator(_empty_is_none)] = None
     fsync: FsyncPolicyName = "always"
-    fsync_interval_ms: PositiveInt = 100
-    max_topics: PositiveInt = 10_000
-    max_open_topics: PositiveInt | None = None
-    """Durable topics open at once; None: an eighth of the file descriptor limit."""
-    idle_topic_close_s: Annotated[float, Field(ge=0)] = 60.0
+    fsync_interval_ms: Annotated[int, Field(gt=0, le=round(MAX_AGE_S * 1000))] = 100
+    max_topics: Count = 10_000
+    max_open_topics: Count | None = None
+    """Durable topics open at once; None (and at most): an eighth of the file descriptor limit."""
+    idle_topic_close_s: Annotated[float, Field(ge=0, le=MAX_AGE_S, allow_inf_nan=False)] = 60.0
     unclean_recovery: bool = False
     topic_defaults: TopicDefaults = TopicDefaults()
     topics: tuple[TopicRule, ...] = ()
@@ -497,7 +507,7 @@ def load_config(
             continue
         source = f"environment variable {name}"
         keys = name[len(ENV_PREFIX) :].lower().split("__")
-        _apply(raw, keys, _parse_env_value(env[name]), source, sources)
+        _apply(raw, keys, _parse_env_value(env[name], source), source, sources)
     for key, value in (overrides or {}).items():
         if value is not None:
             _apply(raw, key.split("."), value, f"command-line override {key}", sources)
@@ -511,14 +521,22 @@ def load_config(
         raise ConfigError(f"invalid broker configuration ({origin}):", problems) from None
 
 
-def _parse_env_value(value: str) -> Any:
-    if not value.strip():
+_BRACKETED_ADDRESS = re.compile(r"\[[0-9A-Fa-f:.%a-z]*\](:\d*)?")
+
+
+def _parse_env_value(value: str, source: str) -> Any:
+    """An environment variable's value: a TOML array or inline table when in brackets or
+    braces (an IPv6 address in brackets, ``[::1]:7600``, is a string), else the string."""
+    text = value.strip()
+    if not text:
         return None
-    if value.lstrip()[:1] in ("[", "{"):
+    if text[0] in "[{":
         try:
-            return tomllib.loads(f"value = {value}")["value"]
-        except tomllib.TOMLDecodeError:
-            pass  # a string after all, such as "[::1]:7600"
+            return tomllib.loads(f"value = {text}")["value"]
+        except tomllib.TOMLDecodeError as error:
+            if _BRACKETED_ADDRESS.fullmatch(text):
+                return value
+            raise ConfigError(f"{source}: not a TOML {'array' if text[0] == '[' else 'table'}: {error}") from None
     return value
 
 
@@ -542,6 +560,7 @@ def _apply(
         path.append(index)
         node[index] = _merged(node[index], value)
     elif isinstance(node, dict):
+        _check_not_index(node, last, source, path)
         path.append(last)
         node[last] = _merged(node.get(last), value)
     else:
@@ -555,10 +574,18 @@ def _descend(node: Any, key: str, source: str, path: list[str | int]) -> tuple[A
         return node[index], index
     if not isinstance(node, dict):
         raise ConfigError(f"{source}: {_loc(path)} is not a table")
+    _check_not_index(node, key, source, path)
     child = node.get(key)
     if child is None:
         child = node[key] = {}
     return child, key
+
+
+def _check_not_index(node: dict[str, Any], key: str, source: str, path: list[str | int]) -> None:
+    """No table of the configuration has a key of digits: such a key indexes an array (of
+    ``[[topics]]``, say) that the file does not have."""
+    if key.isdigit() and path:
+        raise ConfigError(f"{source}: {_loc(path)} has no entry {key} (it has none)")
 
 
 def _index(node: list[Any], key: str, source: str, path: list[str | int]) -> int:

@@ -83,11 +83,19 @@ def build_broker(config: BrokerConfig, authorizer: Authorizer) -> Broker:
 
 
 def _ssl_context(config: BrokerConfig) -> ssl.SSLContext | None:
+    """The listeners' TLS context; ConfigError naming both files if they do not load (a
+    certificate and key swapped, not PEM, or not a pair), which OpenSSL's own message does not."""
     tls = config.listen.tls
     if tls is None:
         return None
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.load_cert_chain(tls.cert, tls.key)
+    try:
+        context.load_cert_chain(tls.cert, tls.key)
+    except ssl.SSLError as error:
+        raise ConfigError(
+            f"listen.tls: the certificate {tls.cert} and the key {tls.key} do not load together ({error}): cert "
+            "must be the PEM certificate chain, key its PEM private key"
+        ) from None
     return context
 
 
@@ -196,6 +204,7 @@ async def run_broker(args: argparse.Namespace) -> int:
     }
     try:
         config = load_config(args.config, os.environ, overrides)
+        tls = _ssl_context(config)
     except ConfigError as error:
         print(f"rsnet broker: {error}", file=sys.stderr)
         return 2
@@ -212,13 +221,19 @@ async def run_broker(args: argparse.Namespace) -> int:
             config.listen.max_connections,
             max_connections,
         )
+    if config.max_open_topics is not None and broker.max_open_topics < config.max_open_topics:
+        log.warning(
+            "max_open_topics lowered from %d to %d: open topics get an eighth of the process's file descriptor "
+            "limit (raise `ulimit -n` to allow more)",
+            config.max_open_topics,
+            broker.max_open_topics,
+        )
     server = Server(
         host=broker,
         authenticate=authorizer.authenticate,
         keepalive_interval=config.listen.keepalive_interval_s,
         max_connections=max_connections,
     )
-    tls = _ssl_context(config)
     metrics = BrokerMetrics()
     metrics.add_refresher(metrics_refresher(broker, server))
 

@@ -43,6 +43,7 @@ import reprlib
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from .config import MAX_AGE_S, MAX_COUNT
 from .storage import StorageError
 from .storage.files import FileOps, unlink_if_present
 from .storage.settings import SettingsUnreadable, path_in, read_settings, write_settings
@@ -53,10 +54,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("rsnet.broker")
 
-MAX_COUNT = 1 << 62
-"""Largest record count, byte count or lag a setting may name (far beyond any real topic)."""
-MAX_AGE_S = 100 * 365 * 86400.0
-"""Longest age limit: a hundred years (longer is no limit: use null)."""
 
 POLICIES = tuple(policy.value for policy in SlowPolicy)
 STORAGES = ("memory", "durable")

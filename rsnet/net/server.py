@@ -38,7 +38,7 @@ from typing import Any
 import pydantic
 import trio
 
-from ..client_rules import DEFAULT_KEEPALIVE, HANDSHAKE_TIMEOUT
+from ..client_rules import DEFAULT_KEEPALIVE, HANDSHAKE_TIMEOUT, keepalive_ms
 from ..errors import ConnectionLost, HandshakeError, StreamError, error_frame_fields
 from ..protocol import (
     DEFAULT_MAX_FRAME_SIZE,
@@ -116,8 +116,7 @@ class Server:
         self._token = token
         self._authenticate = authenticate
         self._host = host
-        if keepalive_interval < 0:
-            raise ValueError(f"keepalive_interval must be >= 0 seconds, got {keepalive_interval!r}")
+        self._keepalive_ms = keepalive_ms(keepalive_interval)
         if max_connections < 1:
             raise ValueError(f"max_connections must be >= 1, got {max_connections!r}")
         self._max_connections = max_connections
@@ -131,7 +130,6 @@ class Server:
         )
         self._max_frame_size = max_frame_size
         self._max_streams = max_streams
-        self._keepalive_ms = round(keepalive_interval * 1000)
         self._handshake_timeout = handshake_timeout
         self._publishers: dict[str, _Entry] = {}
         self._sinks: dict[str, _Entry] = {}

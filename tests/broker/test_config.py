@@ -637,3 +637,64 @@ def test_the_producer_bounds_reach_the_storage_engine():
     assert ages.topic_defaults.retention.producer_max_age_ms == 90_000
     with pytest.raises(ConfigError, match="max_producers"):
         load_config(None, {"RSNET_BROKER__TOPIC_DEFAULTS__RETENTION": "{max_producers = 0}"}, {})
+
+
+# -- values the broker could not use: refused at start, not at each use -----------------------
+
+
+def test_numbers_no_topic_or_handshake_can_carry_are_refused(tmp_path):
+    # Each was accepted: an infinite age failed every publish that created a durable topic
+    # (INTERNAL), a huge keepalive every handshake, a byte limit past 2**64 every $topics
+    # listing and $admin answer (msgpack cannot carry it), an infinite keepalive a traceback.
+    found = problems(
+        tmp_path,
+        """
+        [listen]
+        keepalive_interval_s = inf
+        [topic_defaults]
+        retention = { max_age_s = inf, max_bytes = 1180591620717411303424 }
+        slow_subscriber = { max_lag = 1e400 }
+        """,
+        env={"RSNET_BROKER__IDLE_TOPIC_CLOSE_S": "nan"},
+    )
+    assert found == [
+        "listen.keepalive_interval_s: Input should be a finite number",
+        "idle_topic_close_s: Input should be a finite number (from environment variable RSNET_BROKER__IDLE_TOPIC_CLOSE_S)",
+        "topic_defaults.retention.max_bytes: Input should be less than or equal to 4611686018427387904",
+        "topic_defaults.retention.max_age_s: Input should be a finite number",
+        "topic_defaults.slow_subscriber.max_lag: Input should be a finite number",
+    ]
+    assert problems(tmp_path, "", env={"RSNET_BROKER__LISTEN__KEEPALIVE_INTERVAL_S": "1e300"}) == [
+        "listen.keepalive_interval_s: Input should be less than or equal to 2147483 "
+        "(from environment variable RSNET_BROKER__LISTEN__KEEPALIVE_INTERVAL_S)"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"RSNET_BROKER__TOPICS__5__STORAGE": "memory"}, "RSNET_BROKER__TOPICS__5__STORAGE: topics has no entry 5"),
+        ({"RSNET_BROKER__AUTH__TOKENS": "[{name = 'a', hash"}, "RSNET_BROKER__AUTH__TOKENS: not a TOML array: "),
+        ({"RSNET_BROKER__TOPIC_DEFAULTS__RETENTION": "{max_records = }"}, "RETENTION: not a TOML table: "),
+    ],
+)
+def test_an_environment_variable_that_cannot_be_used_is_named(tmp_path, env, message):
+    # They said "topics: Input should be a valid tuple", naming no variable.
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_config(None, env, {})
+    assert load_config(None, {"RSNET_BROKER__LISTEN__TCP": "[::1]:7600"}, {}).listen.tcp.host == "::1"
+
+
+def test_a_swapped_certificate_and_key_are_named(tmp_path):
+    import trustme
+
+    from rsnet.broker.daemon import _ssl_context
+
+    certificate = trustme.CA().issue_cert("127.0.0.1")
+    certificate.cert_chain_pems[0].write_to_path(tmp_path / "cert.pem")
+    certificate.private_key_pem.write_to_path(tmp_path / "key.pem")
+    swapped = {"listen.tls.cert": str(tmp_path / "key.pem"), "listen.tls.key": str(tmp_path / "cert.pem")}
+    with pytest.raises(ConfigError, match=r"listen.tls: the certificate .*key.pem and the key .*cert.pem do not load"):
+        _ssl_context(load_config(None, {}, swapped))
+    right = {"listen.tls.cert": str(tmp_path / "cert.pem"), "listen.tls.key": str(tmp_path / "key.pem")}
+    assert _ssl_context(load_config(None, {}, right)) is not None

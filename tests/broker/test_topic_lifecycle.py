@@ -294,3 +294,11 @@ async def test_the_daemon_at_a_128_descriptor_limit_serves_2000_missing_names_an
         process.terminate()
         with trio.fail_after(10):
             await process.wait()
+
+
+def test_max_open_topics_is_at_most_an_eighth_of_the_descriptor_limit():
+    # A configured 100,000,000 was taken as it was, leaving connections no descriptors.
+    from rsnet.broker.broker import default_max_open_topics
+
+    assert Broker(max_open_topics=100_000_000).max_open_topics == default_max_open_topics()
+    assert Broker(max_open_topics=3).max_open_topics == 3
