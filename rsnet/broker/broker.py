@@ -292,17 +292,9 @@ class Broker:
         write, sync and delete a file in it. Raises StorageError naming the directory and why
         (a read-only mount, missing permissions, a full disk)."""
         assert self.data_dir is not None
-        files = self.storage_files
-        probe = str(self.data_dir / ".rsnet-write-check")
         try:
-            files.makedirs(str(self.data_dir))
-            fd = files.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-            try:
-                files.write_all(fd, b"rsnet")
-                files.datasync(fd)
-            finally:
-                os.close(fd)
-            files.unlink(probe)
+            self.storage_files.makedirs(str(self.data_dir))
+            _write_check(self.storage_files, str(self.data_dir))
         except OSError as failure:
             raise StorageError(
                 f"data_dir {self.data_dir} cannot be written ({failure}): durable topics could not store anything. "
@@ -315,8 +307,11 @@ class Broker:
             await trio.sleep(self.retention_sweep_s)
             now = now_ms()
             for topic in list(self.topics.values()):
-                if topic.storage_failure is not None:
-                    continue  # its writer reports it, and repairs the log first
+                if topic.storage_failure is not None:  # no retention: its writer repairs the log first
+                    if await self._storage_works_again(topic):
+                        log.warning("topic %s: storage works again", topic.name)
+                        topic.storage_failure = None
+                    continue
                 try:
                     sync = topic.log.prepare_retention(now)
                     if sync is not None:  # the log's new start made durable first, off the event loop
@@ -337,6 +332,21 @@ class Broker:
                     self._retention_failing.discard(topic.name)
             self.close_idle_topics()
             self.expire_closed_topics(now)
+
+    async def _storage_works_again(self, topic: Topic) -> bool:
+        """Whether a failing durable topic's storage takes writes again (a disk no longer full,
+        descriptors no longer used up): its log repaired, and a block written, synced and
+        removed beside it, in a worker thread. So the topic stops counting as failing (in
+        /health) without waiting for a producer to try; an append that fails says so again."""
+        directory = getattr(topic.log, "directory", None)
+        if directory is None:
+            return False
+        try:
+            topic.log.repair()
+            await trio.to_thread.run_sync(_write_check, self.storage_files, directory, limiter=self.sync_threads)
+        except (StorageError, OSError):
+            return False
+        return self.topics.get(topic.name) is topic  # (not closed or deleted meanwhile)
 
     def expire_closed_topics(self, now: int, limit: int = 8) -> int:
         """Apply age retention to closed topics whose oldest record expired (as of ``now``, ms
@@ -1011,6 +1021,19 @@ def _check_start_before_creation(name: str, start: Any) -> None:
 
 DELETED_PREFIX = ".deleted-"
 """A deleted topic's directory is renamed to this prefix (never a topic name) before removal."""
+
+
+def _write_check(files: storage_files.FileOps, directory: str) -> None:
+    """Write a block to a file in ``directory``, sync it and remove it; raises OSError as they
+    do (a read-only mount, missing permissions, a full disk, no descriptor left)."""
+    probe = os.path.join(directory, ".rsnet-write-check")
+    fd = files.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    try:
+        files.write_all(fd, bytes(4096))
+        files.datasync(fd)
+    finally:
+        os.close(fd)
+    files.unlink(probe)
 
 
 def _remove_deleted(directory: pathlib.Path) -> None:

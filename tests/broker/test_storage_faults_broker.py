@@ -85,6 +85,34 @@ async def test_a_full_disk_refuses_that_topics_producers_coded_and_appends_resum
         assert sample("rsnet_broker_storage_failing", {"topic": "full"}) == 0
 
 
+async def test_a_topic_whose_storage_works_again_stops_failing_without_waiting_for_a_producer(
+    tmp_path: pathlib.Path,
+) -> None:
+    # /health stayed 503 after a spell of descriptors running out, until someone published to
+    # that topic again: the sweep now checks a failing topic's storage and clears it.
+    faults = FaultyFiles()
+    broker = Broker(data_dir=tmp_path, retention_sweep_s=0.05)
+    broker.storage_files = faults
+    async with broker_serving(broker) as (url, _), rsnet.connect(url) as conn:
+        await publish(conn, "full", list(range(10)), producer="p")
+        faults.fail("write_all", errno.ENOSPC, under=tmp_path / "full")
+        with pytest.raises(rsnet.StreamError):
+            await publish(conn, "full", [10], producer="p", first_sequence=10)
+        topic = broker.topics["full"]
+        checks = len([call for call in faults.calls if call == "write_all"])
+        with trio.fail_after(10):
+            while len([call for call in faults.calls if call == "write_all"]) < checks + 3:
+                await trio.sleep(0.05)  # three sweeps looked: still full, still failing
+        assert topic.storage_failure is not None
+        faults.heal()
+        with trio.fail_after(10):
+            while topic.storage_failure is not None:
+                await trio.sleep(0.05)
+        assert not list((tmp_path / "full").glob(".rsnet-write-check"))
+        await publish(conn, "full", [10], producer="p", first_sequence=10)
+        assert await read_all(conn, "full") == list(range(11))
+
+
 async def test_a_failing_fsync_refuses_producers_and_loses_nothing_acknowledged(tmp_path: pathlib.Path) -> None:
     faults = FaultyFiles()
     broker = Broker(data_dir=tmp_path)
