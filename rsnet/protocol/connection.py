@@ -102,6 +102,15 @@ class State(enum.Enum):
     CLOSED = "closed"
 
 
+_OUT_OF_TURN = {
+    State.AWAIT_HELLO: "before HELLO: a client's first frame is HELLO (SPEC 6.1)",
+    State.AWAIT_ACCEPT: "before WELCOME: a client sends nothing after its HELLO until the WELCOME (SPEC 6.1)",
+    State.AWAIT_WELCOME: "before WELCOME: the server's first frame is WELCOME or CONN_ERROR (SPEC 6.1)",
+    State.OPEN: "on an open connection: there is one handshake per connection (SPEC 6.1)",
+}
+"""Why a frame the state does not take is a violation, as the message of its PROTOCOL_ERROR."""
+
+
 # receive_data looks at these per chunk or per frame: no Enum lookup there.
 _AWAIT_WELCOME, _CONN_OPEN, _CONN_CLOSED = State.AWAIT_WELCOME, State.OPEN, State.CLOSED
 
@@ -811,7 +820,7 @@ class Connection:
         if self._state is State.AWAIT_WELCOME and type(frame) is Welcome:
             self._on_welcome(frame)
             return
-        raise _violation(f"{frame.TYPE.name} in state {self._state.name}")
+        raise _violation(f"{frame.TYPE.name} {_OUT_OF_TURN.get(self._state, 'in state ' + self._state.name)}")
 
     def _fail(self, code: int, message: str, data: Any = None) -> None:
         """A connection-level violation by the peer: answer with CONN_ERROR and close."""
