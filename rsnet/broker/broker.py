@@ -42,7 +42,7 @@ from ..errors import StreamError
 from ..net.failures import TRACEBACKS_PER_MINUTE, RateLimitedLog
 from ..net.session import StreamContext
 from ..protocol import DEFAULT_MAX_FRAME_SIZE, MAX_INT, ErrorCode
-from ..streams import Publisher, Subscriber, Subscription, from_iterable, just
+from ..streams import Publisher, Subscriber, Subscription, empty, from_iterable, just
 from ..streams.rules import MAX_DEMAND, add_demand, check_subscriber, invalid_request
 from ..streams.subscriptions import deliver_safely
 from .admin import administer
@@ -81,6 +81,7 @@ from .topic import (
     TopicReader,
     TopicSink,
     now_ms,
+    offset_trimmed,
     resolve_start,
     storage_refusal,
 )
@@ -601,7 +602,8 @@ class Broker:
 
     def delete_topic(self, topic: Topic) -> None:
         """Remove the (open) topic and everything stored of it (records, cursors); its
-        producers and readers (a pattern reader too) end with UNKNOWN_PUBLISHER. Its next
+        producers, their ``$acks`` and its readers (a pattern reader too) end with
+        UNKNOWN_PUBLISHER. Its next
         offset is kept first, for a topic created under its name (``retired.py``); raises
         StreamError STORAGE_FULL or STORAGE_ERROR, deleting nothing, if it cannot be."""
         try:
@@ -617,7 +619,12 @@ class Broker:
         self.overrides.forget(topic.name)  # its file goes with the directory
         self._close_topic(topic)
         self._closed.pop(topic.name, None)
-        topic.fail(StreamError(ErrorCode.UNKNOWN_PUBLISHER, f"topic {topic.name!r} was deleted", {"topic": topic.name}))
+        gone = StreamError(ErrorCode.UNKNOWN_PUBLISHER, f"topic {topic.name!r} was deleted", {"topic": topic.name})
+        topic.fail(gone)
+        for (_, name), subscriptions in list(self._acks.items()):
+            if name == topic.name:  # its producers' acknowledgements end with them
+                for subscription in list(subscriptions):
+                    subscription.fail(gone)
         if self.data_dir is not None and (self.data_dir / topic.name).exists():
             # Out of the topics' way in one step, then removed: a removal that fails partway
             # (an unlink error, the broker killed) must not leave the remains of a topic, which
@@ -888,13 +895,18 @@ class Broker:
         if topic is None:  # only publishing creates a topic
             if not self.settings_for(name).wait_if_missing:
                 raise StreamError(ErrorCode.UNKNOWN_PUBLISHER, f"no topic named {name!r}")
-            _check_start_before_creation(name, start)
+            first = self.retired.get(name) or 0  # where it starts once created (retired.py)
+            _check_start_before_creation(name, start, first)
+            if until is not None and until <= first:
+                return empty()  # an empty range
             # Waits, as for a pattern, from its first record.
             return _PatternPublisher(self, name, "earliest", Shape(arrays, stored, with_topic=False), until)
         if cursor is not None:
             committed = self._cursors[name].get(cursor)
             if committed is not None:
                 start = committed
+        if until is not None and isinstance(start, int) and start >= until:
+            return empty()  # an empty range, whatever the topic still holds
         position = resolve_start(topic, start)  # a trimmed offset is refused here, coded
         return _TopicPublisher(self, topic, position, Shape(arrays, stored, with_topic=False), until)
 
@@ -1008,15 +1020,20 @@ def _identifier(value: Any, what: str) -> str:
     return value
 
 
-def _check_start_before_creation(name: str, start: Any) -> None:
-    """A subscription waiting for a topic reads it from its first record, which is where every
-    start position but a later offset points while the topic does not exist."""
-    if isinstance(start, int) and start > 0:
-        raise StreamError(
-            BrokerCode.OFFSET_OUT_OF_RANGE,
-            f"offset {start} of {name!r} does not exist yet (the topic does not exist yet)",
-            {"topic": name, "requested": start, "next": 0},
-        )
+def _check_start_before_creation(name: str, start: Any, first: int) -> None:
+    """A subscription waiting for a topic reads it from its first record, ``first`` (0, or a
+    deleted topic's next offset: ``retired.py``), which is where every start position but
+    another offset points while the topic does not exist. An offset below it was a deleted
+    topic's: OFFSET_TRIMMED, as for records removed; one past it, OFFSET_OUT_OF_RANGE."""
+    if not isinstance(start, int) or start == first:
+        return
+    if start < first:
+        raise offset_trimmed(name, start, first)
+    raise StreamError(
+        BrokerCode.OFFSET_OUT_OF_RANGE,
+        f"offset {start} of {name!r} does not exist yet (the topic does not exist yet; its first will be {first})",
+        {"topic": name, "requested": start, "next": first},
+    )
 
 
 DELETED_PREFIX = ".deleted-"
@@ -1051,11 +1068,11 @@ def _is_uint(value: Any) -> bool:
 
 def _start_position(start: Any) -> Any:
     """``start`` (a subscription's ``from``) if it is one: ``"earliest"``, ``"latest"`` (or
-    None), an offset (an int >= 0), or ``{"timestamp": ms}`` (ms an int >= 0); REJECTED
-    otherwise, before any topic is looked at (booleans are not ints, SPEC 3)."""
+    None), an offset (an int >= 0), or ``{"timestamp": ms}`` (ms an int >= 0, and no other
+    key); REJECTED otherwise, before any topic is looked at (booleans are not ints, SPEC 3)."""
     if start is None or start in ("earliest", "latest"):
         return start
-    if _is_uint(start) or (isinstance(start, dict) and _is_uint(start.get("timestamp"))):
+    if _is_uint(start) or (isinstance(start, dict) and len(start) == 1 and _is_uint(start.get("timestamp"))):
         return start
     raise StreamError(
         ErrorCode.REJECTED,

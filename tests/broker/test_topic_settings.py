@@ -317,6 +317,31 @@ async def test_a_topic_created_again_after_a_delete_goes_on_from_the_deleted_one
             assert [r["offset"] for r in await take(conn, "jobs.d", 1, **{"from": "earliest"})] == [4]
 
 
+async def test_a_deleted_topic_not_yet_created_again_answers_stored_positions_by_its_offsets(tmp_path):
+    # Before the topic exists again, its first offset is the deleted one's next (3): a reader
+    # resuming there waits for it, one behind it is told its records are gone, one past it
+    # that it does not exist yet. They got OFFSET_OUT_OF_RANGE with "next": 0 (and from 0 a
+    # silent wait that then read offset 3). The $acks of its producers end with it too.
+    async with configured(tmp_path) as (_broker, conn):
+        await publish(conn, "jobs.gone", [0, 1, 2], producer="p")
+        async with conn.subscribe("$acks", {"producer": "p", "topic": "jobs.gone"}) as acks:
+            assert (await acks.__anext__())["sequence"] == 2
+            await admin(conn, "delete", "jobs.gone")
+            with pytest.raises(rsnet.StreamError) as ended:
+                await acks.__anext__()
+            assert ended.value.code == ErrorCode.UNKNOWN_PUBLISHER
+        for start in (0, 1):
+            with pytest.raises(rsnet.StreamError) as behind:
+                await take(conn, "jobs.gone", 1, **{"from": start})
+            assert behind.value.code == BrokerCode.OFFSET_TRIMMED and behind.value.data["first_available"] == 3
+        with pytest.raises(rsnet.StreamError) as past:
+            await take(conn, "jobs.gone", 1, **{"from": 4})
+        assert past.value.code == BrokerCode.OFFSET_OUT_OF_RANGE and past.value.data["next"] == 3
+        async with conn.subscribe("jobs.gone", {"from": 3}) as waiting:
+            await publish(conn, "jobs.gone", ["again"], producer="q")
+            assert [(r["offset"], r["value"]) for r in [await waiting.__anext__()]] == [(3, "again")]
+
+
 async def test_a_delete_whose_offsets_cannot_be_kept_deletes_nothing(tmp_path):
     async with configured(tmp_path) as (broker, conn):
         await publish(conn, "jobs.full", [0, 1])

@@ -361,6 +361,27 @@ async def test_until_is_an_offset_of_one_topic():
         with pytest.raises(rsnet.StreamError, match="until is an offset of one topic") as refused:
             await take(conn, "t.*", 1, until=3)
         assert refused.value.code == ErrorCode.REJECTED
+        # An empty range completes at once, whatever the topic holds or whether it exists yet.
+        await admin_purge(conn, "t")
+        for name, params in (("t", {"from": 2, "until": 2}), ("t", {"from": 9, "until": 3}), ("absent", {"until": 0})):
+            async with conn.subscribe(name, params) as items:
+                assert [r async for r in items] == [], (name, params)
+        with pytest.raises(rsnet.StreamError) as gone:  # records of the range were removed
+            await take(conn, "t", 1, **{"from": 0, "until": 3})
+        assert gone.value.code == BrokerCode.OFFSET_TRIMMED
+
+
+async def admin_purge(conn: rsnet.Client, topic: str) -> None:
+    async for _ in conn.subscribe("$admin", {"action": "purge", "topic": topic}):
+        pass
+
+
+async def test_a_timestamp_start_takes_no_other_key():
+    async with broker_running(Broker()) as url, rsnet.connect(url) as conn:
+        await publish(conn, "t", [1])
+        with pytest.raises(rsnet.StreamError, match="invalid start position") as refused:
+            await take(conn, "t", 1, **{"from": {"timestamp": 1, "typo": 1}})
+        assert refused.value.code == ErrorCode.REJECTED
 
 
 async def test_follow_starts_at_a_cursor_then_resumes_from_its_own_position():
