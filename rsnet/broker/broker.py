@@ -603,9 +603,9 @@ class Broker:
     def delete_topic(self, topic: Topic) -> None:
         """Remove the (open) topic and everything stored of it (records, cursors); its
         producers, their ``$acks`` and its readers (a pattern reader too) end with
-        UNKNOWN_PUBLISHER. Its next
-        offset is kept first, for a topic created under its name (``retired.py``); raises
-        StreamError STORAGE_FULL or STORAGE_ERROR, deleting nothing, if it cannot be."""
+        UNKNOWN_PUBLISHER. Its next offset is kept first, for a topic created under its name
+        (``retired.py``); raises StreamError STORAGE_FULL or STORAGE_ERROR, deleting nothing,
+        if it cannot be."""
         try:
             self.retired.retire(topic.name, topic.log.next_offset, self.storage_files)
         except OSError as failure:
@@ -896,9 +896,9 @@ class Broker:
             if not self.settings_for(name).wait_if_missing:
                 raise StreamError(ErrorCode.UNKNOWN_PUBLISHER, f"no topic named {name!r}")
             first = self.retired.get(name) or 0  # where it starts once created (retired.py)
-            _check_start_before_creation(name, start, first)
-            if until is not None and until <= first:
+            if until is not None and until <= (start if isinstance(start, int) else first):
                 return empty()  # an empty range
+            _check_start_before_creation(name, start, first)
             # Waits, as for a pattern, from its first record.
             return _PatternPublisher(self, name, "earliest", Shape(arrays, stored, with_topic=False), until)
         if cursor is not None:
