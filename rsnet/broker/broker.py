@@ -1220,8 +1220,8 @@ class _AckPublisher(Publisher[Any]):
             subscription.cancel()
             deliver_safely(subscriber.on_error, refused)
             return
-        if topic is not None:
-            last = topic.log.last_sequence(self._producer)
+        if topic is not None:  # its first item: the last sequence stored, once it is durable
+            last = topic.acknowledge_when_durable(self._producer)
             if last is not None:
                 subscription.acknowledge(last)
 

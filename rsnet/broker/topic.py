@@ -91,6 +91,8 @@ class Topic:
         self.dropped = 0
         self.disconnected = 0  # subscribers ended by the disconnect policy
         self._pending: list[TopicSink] = []  # sinks holding records for the writer
+        # (end, producer, sequence): $acks first items waiting for their records' sync
+        self._awaited: list[tuple[int, str, int]] = []
         self._wakeup = trio.Event()
         self._sync_wanted = trio.Event()  # the writer appended records for the syncer to sync
         self._on_stored = on_stored  # (producer, last sequence) pairs that became durable
@@ -275,6 +277,7 @@ class Topic:
         self.storage_failure = str(failure)
         self.storage_failures += 1
         self.recent.clear()  # offsets not acknowledged may now go to other records
+        self._awaited.clear()  # (the same: those records may be gone)
         refused = []
         for sink in list(self.sinks) + self._pending:
             sink.buffer.clear()
@@ -295,8 +298,26 @@ class Topic:
             last = sink.settle(durable)
             if last is not None and sink.producer is not None:
                 acknowledged.append((sink.producer, last))
+        if self._awaited:
+            acknowledged += [(producer, sequence) for end, producer, sequence in self._awaited if end <= durable]
+            self._awaited = [awaited for awaited in self._awaited if awaited[0] > durable]
         if acknowledged and self._on_stored is not None:
             self._on_stored(self, acknowledged)
+
+    def acknowledge_when_durable(self, producer: str) -> int | None:
+        """The sequence to tell ``producer`` is stored now (a ``$acks`` that opens): its highest
+        if the record that carries it is durable. If that record is written but not yet
+        durable (its sync runs, or under ``interval`` waits for the next one), None, and the
+        sequence is acknowledged (``on_stored``) once it is durable, or never if the write
+        fails (see ``_storage_failed``)."""
+        written = self.log.last_write(producer)
+        if written is None:
+            return None
+        sequence, end = written
+        if end <= self.log.durable_offset:
+            return sequence
+        self._awaited.append((end, producer, sequence))
+        return None
 
     def reader_moved(self) -> None:
         """A reader advanced or left: under backpressure, producers may send more."""

@@ -76,6 +76,70 @@ async def serving_gated(tmp_path: pathlib.Path) -> AsyncIterator[tuple[Broker, G
             files.release()
 
 
+async def test_an_acks_opened_while_its_records_fsync_runs_waits_for_the_fsync(tmp_path: pathlib.Path) -> None:
+    # A producer that opens $acks after offering (a reconnecting one, or the blocking
+    # publish) was told at once the last sequence written, before its records were durable:
+    # lost records after a failed fsync or a power cut, acknowledged.
+    async with serving_gated(tmp_path) as (broker, files, conn), trio.open_nursery() as nursery:
+        await publish(conn, "t", ["a0"], producer="p")
+        files.hold(tmp_path / "t")
+        nursery.start_soon(offer, conn, "t", ["a1", "a2"], "p", 1)
+        await entered(files)
+        topic = broker.topics["t"]
+        await until(lambda: topic.log.next_offset == 3)  # written, its fsync held
+        acks: list[Any] = []
+        await nursery.start(collect, conn, "$acks", {"producer": "p", "topic": "t"}, acks)
+        await trio.testing.wait_all_tasks_blocked()
+        assert acks == [] and topic.log.durable_offset == 1
+        files.release()
+        await until(lambda: bool(acks))
+        assert acks[0]["sequence"] == 2 and topic.log.durable_offset == 3
+        nursery.cancel_scope.cancel()
+
+
+async def test_records_an_acks_waited_for_that_a_failed_fsync_cut_are_never_acknowledged(
+    tmp_path: pathlib.Path,
+) -> None:
+    # The waiting first item is given up when the fsync fails (the records are cut, and their
+    # offsets go to other records): the $acks hears of the failure, never of a1 and a2, even
+    # once other records made the log as long again.
+    broker, files = gated_broker(tmp_path)
+    acks: list[Any] = []
+
+    async def acknowledgements(*, task_status: trio.TaskStatus[None]) -> None:
+        with pytest.raises(rsnet.StreamError) as failed:
+            await collect(conn, "$acks", {"producer": "p", "topic": "t"}, acks, task_status=task_status)
+        acks.append(failed.value.code_name)
+
+    async with (
+        broker_serving(broker) as (url, _),
+        rsnet.connect(url) as conn,
+        trio.open_nursery() as nursery,
+    ):
+        await publish(conn, "t", ["a0"], producer="p")
+        files.hold(tmp_path / "t")
+        files.fail("datasync", errno.EIO, under=tmp_path / "t", times=1)
+        async with rsnet.connect(url) as gone:
+            nursery.start_soon(offer, gone, "t", ["a1", "a2"], "p", 1)
+            await entered(files)
+            topic = broker.topics["t"]
+            await until(lambda: topic.log.next_offset == 3)
+        await nursery.start(acknowledgements)
+        await trio.testing.wait_all_tasks_blocked()
+        assert acks == []  # a1 and a2 are written, not durable
+        files.release()  # the fsync fails: they are cut
+        await until(lambda: topic.log.next_offset == 1)
+        files.heal()
+        again: list[Any] = []  # p, reconnecting, asks where to resume
+        await nursery.start(collect, conn, "$acks", {"producer": "p", "topic": "t"}, again)
+        await publish(conn, "t", ["b1", "b2"], producer="q")  # offsets 1 and 2 again, durable
+        await trio.testing.wait_all_tasks_blocked()
+        assert acks == ["STORAGE_ERROR"]
+        assert [ack["sequence"] for ack in again] == [0]  # a0's: a1 and a2 are to be sent again
+        assert [r.value for r in topic.log.read(0, 3)] == ["a0", "b1", "b2"]
+        nursery.cancel_scope.cancel()
+
+
 async def test_while_a_topics_fsync_runs_nothing_of_it_is_acknowledged_or_delivered_and_other_topics_go_on(
     tmp_path: pathlib.Path,
 ) -> None:

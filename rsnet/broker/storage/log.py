@@ -257,6 +257,8 @@ class ProducerState(NamedTuple):
     """The highest sequence stored."""
     written_ms: int
     """The timestamp of the append that stored its latest records."""
+    end: int = 0
+    """The offset after its last record (0 for a producer recovered from storage: durable)."""
 
 
 class TopicLog(abc.ABC):
@@ -318,6 +320,13 @@ class TopicLog(abc.ABC):
         forgotten (see :class:`Retention`: the count and age bounds on producers)."""
         state = self._producers.get(producer)
         return None if state is None else state.sequence
+
+    def last_write(self, producer: str) -> tuple[int, int] | None:
+        """``(sequence, end)``: the highest sequence stored for ``producer`` and the offset after
+        the record that carries it, which is acknowledged once ``durable_offset`` reaches
+        ``end``; None as for :meth:`last_sequence`."""
+        state = self._producers.get(producer)
+        return None if state is None else (state.sequence, state.end)
 
     @property
     def producer_count(self) -> int:
@@ -553,7 +562,7 @@ class TopicLog(abc.ABC):
         self._next_offset += count
         if last_sequence is not None:
             assert producer is not None
-            self._remember(producer, ProducerState(last_sequence, self._append_ms))
+            self._remember(producer, ProducerState(last_sequence, self._append_ms, self._next_offset))
 
     # -- producers' state -------------------------------------------------------------------------
 
