@@ -32,6 +32,7 @@ import os
 import pathlib
 import reprlib
 import resource
+import secrets
 import shutil
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -613,11 +614,30 @@ class Broker:
                 topic.name, failure, f"{topic.name!r} was not deleted: its next offset cannot be kept: {failure}"
             ) from None
         self._memory_logs.pop(topic.name, None)
+        self._close_topic(topic)  # nothing more is written to its directory
+        doomed = None
+        if self.data_dir is not None and (self.data_dir / topic.name).exists():
+            # Out of the topics' way in one step, then removed: a removal that fails partway
+            # (an unlink error, the broker killed) must not leave the remains of a topic, which
+            # the next start would take for a damaged log and refuse to start on. (Not named
+            # after the whole topic name: with the prefix, a long one is too long for a file.)
+            doomed = self.data_dir / f"{DELETED_PREFIX}{topic.name[:100]}.{now_ms()}.{secrets.token_hex(4)}"
+            try:
+                self.storage_files.replace(str(self.data_dir / topic.name), str(doomed))
+            except OSError as failure:  # nothing deleted: its streams end, the topic reopens on demand
+                refusal = storage_refusal(
+                    topic.name, failure, f"{topic.name!r} was not deleted: its directory cannot be moved: {failure}"
+                )
+                topic.fail(refusal)
+                raise refusal from None
+            try:
+                self.storage_files.sync_directory(str(self.data_dir))
+            except OSError as failure:  # moved all the same: an OS crash might bring it back
+                log.warning("deleting topic %s: %s could not be synced: %s", topic.name, self.data_dir, failure)
         store = self._cursors.pop(topic.name, None)
         if isinstance(store, CursorStore):
             store.closed = True  # a commit waiting for its write is refused, not written into a new topic
         self.overrides.forget(topic.name)  # its file goes with the directory
-        self._close_topic(topic)
         self._closed.pop(topic.name, None)
         gone = StreamError(ErrorCode.UNKNOWN_PUBLISHER, f"topic {topic.name!r} was deleted", {"topic": topic.name})
         topic.fail(gone)
@@ -625,13 +645,7 @@ class Broker:
             if name == topic.name:  # its producers' acknowledgements end with them
                 for subscription in list(subscriptions):
                     subscription.fail(gone)
-        if self.data_dir is not None and (self.data_dir / topic.name).exists():
-            # Out of the topics' way in one step, then removed: a removal that fails partway
-            # (an unlink error, the broker killed) must not leave the remains of a topic, which
-            # the next start would take for a damaged log and refuse to start on.
-            doomed = self.data_dir / f"{DELETED_PREFIX}{topic.name}.{now_ms()}"
-            self.storage_files.replace(str(self.data_dir / topic.name), str(doomed))
-            self.storage_files.sync_directory(str(self.data_dir))
+        if doomed is not None:
             _remove_deleted(doomed)
 
     def _close_topic(self, topic: Topic, now: int | None = None) -> None:

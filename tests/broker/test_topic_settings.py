@@ -342,6 +342,41 @@ async def test_a_deleted_topic_not_yet_created_again_answers_stored_positions_by
             assert [(r["offset"], r["value"]) for r in [await waiting.__anext__()]] == [(3, "again")]
 
 
+async def test_a_topic_with_the_longest_name_is_deleted(tmp_path):
+    # Its directory was renamed to ".deleted-<name>.<ms>", too long for a file name: the
+    # delete failed with INTERNAL halfway (its streams ended, the topic gone from memory but
+    # not from disk), and the next publish brought its records back.
+    name = "jobs." + "n" * 250
+    async with configured(tmp_path) as (_broker, conn):
+        await publish(conn, name, [0, 1])
+        assert (await admin(conn, "delete", name))["removed"] == 2
+        assert not (tmp_path / name).exists() and not list(tmp_path.glob(".deleted-*"))
+        await publish(conn, name, ["new"])
+        assert [(r["offset"], r["value"]) for r in await take(conn, name, 1, **{"from": "earliest"})] == [(2, "new")]
+
+
+async def test_a_delete_whose_directory_cannot_be_moved_deletes_nothing(tmp_path):
+    async with configured(tmp_path) as (broker, conn):
+        await publish(conn, "jobs.stuck", [0, 1], producer="p")
+        faults = FaultyFiles()
+        broker.storage_files = faults
+        faults.fail("replace", errno.EIO, suffix="", under=tmp_path / ".deleted-jobs.stuck")
+        async with conn.subscribe("jobs.stuck", {"from": "earliest"}) as reader:
+            assert (await reader.__anext__())["value"] == 0
+            error = await refused(conn, "delete", "jobs.stuck")
+            assert error.code == BrokerCode.STORAGE_ERROR
+            assert "'jobs.stuck' was not deleted: its directory cannot be moved" in error.message
+            with pytest.raises(rsnet.StreamError) as ended:  # its streams end, told why
+                async for _ in reader:
+                    pass
+            assert ended.value.code == BrokerCode.STORAGE_ERROR
+        faults.heal()
+        assert [r["value"] for r in await take(conn, "jobs.stuck", 2, **{"from": "earliest"})] == [0, 1]
+        await publish(conn, "jobs.stuck", [2], producer="p", first_sequence=2)
+        assert (await listing(conn))["jobs.stuck"]["next_offset"] == 3
+        assert (await admin(conn, "delete", "jobs.stuck"))["next_offset"] == 3
+
+
 async def test_a_delete_whose_offsets_cannot_be_kept_deletes_nothing(tmp_path):
     async with configured(tmp_path) as (broker, conn):
         await publish(conn, "jobs.full", [0, 1])
