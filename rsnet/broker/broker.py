@@ -74,6 +74,8 @@ from .storage import (
     UncleanRecoveryNeeded,
 )
 from .storage import files as storage_files
+from .storage.segments import LOCK_NAME
+from .storage.settings import FILE_NAME as SETTINGS_FILE
 from .topic import (
     MAX_SEQUENCE,
     Shape,
@@ -273,6 +275,12 @@ class Broker:
                             continue
                         if not is_valid_topic(directory.name):
                             log.warning("%s is not a topic (not a valid topic name): left alone", directory)
+                            continue
+                        if _unfinished_creation(directory):
+                            log.warning(
+                                "%s: a topic whose creation did not finish (nothing stored): removed", directory
+                            )
+                            shutil.rmtree(directory, ignore_errors=True)
                             continue
                         self.overrides.load(directory.name)  # before opening: they decide how
                         self._close_topic(self._open_topic(directory.name))
@@ -1065,6 +1073,15 @@ def _write_check(files: storage_files.FileOps, directory: str) -> None:
     finally:
         os.close(fd)
     files.unlink(probe)
+
+
+def _unfinished_creation(directory: pathlib.Path) -> bool:
+    """Whether a topic's directory holds nothing but what a creation leaves before it stored
+    anything: its settings (``$admin create``) or its first segment were never written. A
+    crash there would otherwise bring the topic back with the configuration's settings, not
+    the ones asked for (and a retried create refused). Any other file, a ``synced`` mark
+    above all, means the topic existed: it is opened, and recovery says what is missing."""
+    return set(os.listdir(directory)) <= {LOCK_NAME, f"{SETTINGS_FILE}.tmp"}
 
 
 def _remove_deleted(directory: pathlib.Path) -> None:

@@ -377,6 +377,22 @@ async def test_a_delete_whose_directory_cannot_be_moved_deletes_nothing(tmp_path
         assert (await admin(conn, "delete", "jobs.stuck"))["next_offset"] == 3
 
 
+async def test_a_create_that_a_crash_cut_short_leaves_no_topic_with_other_settings(tmp_path):
+    # Killed after the topic's directory was made, before its settings were stored: the next
+    # start opened it as a topic with the configuration's settings (durable where memory was
+    # asked), and the create, retried, was refused as asking for other settings.
+    (tmp_path / "jobs.half").mkdir()
+    (tmp_path / "jobs.half" / "settings.json.tmp").write_text('{"format": "rsnet-topic-set')
+    (tmp_path / "jobs.half" / "lock").write_bytes(b"")
+    (tmp_path / "jobs.was").mkdir()  # a log that lost every segment is not taken for one
+    (tmp_path / "jobs.was" / "synced").write_bytes(b"")
+    async with configured(tmp_path) as (_broker, conn):
+        assert not (tmp_path / "jobs.half").exists()
+        assert "jobs.half" not in await listing(conn) and "jobs.was" in await listing(conn)
+        created = await admin(conn, "create", "jobs.half", settings=MEMORY_KEEPS_3)
+        assert created["created"] and created["settings"]["storage"] == "memory"
+
+
 async def test_a_delete_whose_offsets_cannot_be_kept_deletes_nothing(tmp_path):
     async with configured(tmp_path) as (broker, conn):
         await publish(conn, "jobs.full", [0, 1])
