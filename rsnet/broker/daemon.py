@@ -33,7 +33,7 @@ from .config import BrokerConfig, ConfigError, declared_topics, load_config, top
 from .heap import Heap, release_free_memory
 from .live import Endpoint, LiveView
 from .logging import JsonFormatter, configure_logging
-from .metrics import BrokerMetrics, serve_http
+from .metrics import BrokerMetrics, connection_budget, serve_http
 from .storage import FsyncPolicy, Retention, StorageError
 from .topic import SlowPolicy
 
@@ -284,7 +284,11 @@ async def run_broker(args: argparse.Namespace) -> int:
                 live = LiveView(websocket, auth=authorizer.enabled)
                 http = config.metrics.listen
                 listeners = await nursery.start(
-                    functools.partial(serve_http, pages=live.respond), metrics, http.host, http.port, health
+                    functools.partial(serve_http, pages=live.respond, max_connections=connection_budget()),
+                    metrics,
+                    http.host,
+                    http.port,
+                    health,
                 )
                 bound = http.model_copy(update={"port": listeners[0].socket.getsockname()[1]})  # port 0: the chosen one
                 _announce(f"metrics on http://{bound}/metrics")

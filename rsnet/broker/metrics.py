@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import json
 import logging
+import resource
 from collections import defaultdict
 from collections.abc import Callable
 from typing import Any, Literal
@@ -82,6 +83,18 @@ LINGER = 1.0
 
 REFUSAL_SLOTS = 8
 """Sockets accepted beyond ``max_connections``, to be answered 503: more wait in the backlog."""
+
+
+def connection_budget(descriptors: int | None = None) -> int:
+    """Connections the endpoint serves at once in a process with ``descriptors`` file
+    descriptors (default: the soft ``RLIMIT_NOFILE``): 64, or a 32nd of them if that is less
+    (at least 2). With its :data:`REFUSAL_SLOTS`, the endpoint then holds a small share of
+    them beside the listeners' half and the open topics' eighth, even at a low limit."""
+    if descriptors is None:
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+        descriptors = soft if soft != resource.RLIM_INFINITY else 1 << 20
+    return max(2, min(64, descriptors // 32))
+
 
 _connection_log = RateLimitedLog(
     log,

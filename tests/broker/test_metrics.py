@@ -15,7 +15,14 @@ import trio.testing
 
 import rsnet
 from rsnet.broker.logging import configure_logging
-from rsnet.broker.metrics import MAX_REQUEST_BODY, MAX_REQUEST_HEAD, REFUSAL_SLOTS, BrokerMetrics, serve_http
+from rsnet.broker.metrics import (
+    MAX_REQUEST_BODY,
+    MAX_REQUEST_HEAD,
+    REFUSAL_SLOTS,
+    BrokerMetrics,
+    connection_budget,
+    serve_http,
+)
 
 # -- the metrics ----------------------------------------------------------------------------
 
@@ -416,3 +423,10 @@ async def test_an_rsnet_client_given_the_http_port_is_told_at_once(endpoint):
                 pass
     refused = await exchange(endpoint.port, b"\x93\x00\xa5rsnet", close=True)
     assert refused.startswith(b"HTTP/1.1 400")
+
+
+def test_the_endpoint_serves_a_small_share_of_the_descriptors():
+    # At a low descriptor limit its 64 + 8 sockets came on top of the listeners' half and the
+    # topics' eighth: at 128 descriptors a flood of it and of the TCP listener left durable
+    # topics none (14 of 60 publishes stored).
+    assert [connection_budget(n) for n in (64, 128, 1024, 1 << 20)] == [2, 4, 32, 64]

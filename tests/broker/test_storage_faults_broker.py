@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import json
+import logging
 import os
 import pathlib
 import subprocess
@@ -111,6 +112,23 @@ async def test_a_topic_whose_storage_works_again_stops_failing_without_waiting_f
         assert not list((tmp_path / "full").glob(".rsnet-write-check"))
         await publish(conn, "full", [10], producer="p", first_sequence=10)
         assert await read_all(conn, "full") == list(range(11))
+
+
+async def test_a_topic_no_disk_space_lets_create_logs_a_bounded_number_of_lines(tmp_path: pathlib.Path, caplog) -> None:
+    # A client retrying a publish to a topic the full disk cannot create wrote one ERROR line
+    # per attempt (2,000 in 0.8 s).
+    faults = FaultyFiles()
+    broker = Broker(data_dir=tmp_path)
+    broker.storage_files = faults
+    async with broker_serving(broker) as (url, _), rsnet.connect(url) as conn:
+        faults.fail("makedirs", errno.ENOSPC, under=tmp_path / "new")
+        with caplog.at_level(logging.ERROR, "rsnet.broker"):
+            for attempt in range(50):
+                with pytest.raises(rsnet.StreamError) as refused:
+                    await publish(conn, "new", [attempt], producer="p")
+                assert refused.value.code == BrokerCode.STORAGE_FULL
+    lines = [r for r in caplog.records if "cannot be opened" in r.getMessage()]
+    assert 1 <= len(lines) <= 10
 
 
 async def test_a_failing_fsync_refuses_producers_and_loses_nothing_acknowledged(tmp_path: pathlib.Path) -> None:
