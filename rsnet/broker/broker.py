@@ -709,20 +709,26 @@ class Broker:
     # -- cursors ----------------------------------------------------------------------------
 
     def _open_retired(self, data_dir: pathlib.Path) -> RetiredOffsets:
-        """The next offsets of deleted topics; a corrupt file is moved aside, loudly: topics
-        re-created under those names then start at 0."""
+        """The next offsets of deleted topics. A file that cannot be read stops the start, as
+        damage recovery cannot place does: without it, a topic created again under a deleted
+        one's name could give that one's offsets to other records. With ``unclean_recovery``
+        it is moved aside, loudly, and such topics start at 0."""
         try:
             return RetiredOffsets(str(data_dir))
-        except CorruptData as damage:
+        except (CorruptData, OSError) as damage:
             path = data_dir / RETIRED_FILE
+            problem = f"{path}: the next offsets of deleted topics cannot be read ({damage})"
+            if not self.unclean_recovery:
+                raise UncleanRecoveryNeeded(
+                    f"{problem}. Nothing was changed. Without them, a topic created again under a deleted one's name "
+                    "would give that topic's offsets to other records. Restore the file, or set unclean_recovery = "
+                    "true in the broker's configuration for one start: it is then moved aside, and such a topic "
+                    "starts at offset 0."
+                ) from None
             aside = path.with_name(f"{path.name}.corrupt-{now_ms()}")
             path.rename(aside)
             log.error(
-                "%s: the next offsets of deleted topics are corrupt (%s); moved to %s: a topic created again under "
-                "a deleted one's name starts at offset 0",
-                path,
-                damage,
-                aside.name,
+                "%s; unclean_recovery: moved to %s, a topic created again starts at offset 0", problem, aside.name
             )
             return RetiredOffsets(str(data_dir))
 

@@ -8,9 +8,10 @@ as it would be if the new topic started at 0 again.
 
 A durable broker keeps them in ``data_dir/.retired`` (not a topic name, so never a topic's
 directory): a checked map ``{topic: next offset}`` (``storage/offset_maps.py``, magic
-``b"rsnetret"``), replaced all at once and synced before the topic's directory goes. A file that fails its check is
-moved aside, loudly: the broker starts, and a topic re-created under a name it held starts
-at 0. An entry goes once a topic of that name starts from it.
+``b"rsnetret"``), replaced all at once and synced before the topic's directory goes. A file
+that cannot be read stops the broker's start unless ``unclean_recovery`` (it is then moved
+aside, loudly, and a topic re-created under a name it held starts at 0). An entry goes once
+a topic of that name starts from it. (A file removed by hand leaves no trace to go by.)
 
 Bound: at most :data:`MAX_RETIRED` names (the oldest deletion is forgotten first, with a
 warning), each at most 255 characters: the file stays under 2.7 MB.
@@ -20,8 +21,9 @@ from __future__ import annotations
 
 import logging
 import os
+import stat
 
-from .storage import offset_maps
+from .storage import CorruptData, offset_maps
 from .storage.files import FileOps, replace_atomically
 
 log = logging.getLogger(__name__)
@@ -38,16 +40,21 @@ class RetiredOffsets:
 
     def __init__(self, directory: str | None, limit: int = MAX_RETIRED) -> None:
         """Load ``directory/.retired`` (none if it does not exist); ``None`` keeps them in memory.
-        Raises CorruptData (naming the file and the byte) for a damaged file, left as it is."""
+        Raises CorruptData (naming the file and the byte) for a damaged file, or one that is
+        not a regular file (never waiting on a FIFO), and OSError for one that cannot be read;
+        it is left as it is."""
         self._path = None if directory is None else os.path.join(directory, FILE_NAME)
         self._limit = limit
         self._offsets: dict[str, int] = {}  # oldest deletion first
         if self._path is not None:
             try:
-                with open(self._path, "rb") as file:
-                    self._offsets = offset_maps.decode(self._path, file.read(), MAGIC, "retired offset")
+                fd = os.open(self._path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
             except FileNotFoundError:
-                pass
+                return
+            with open(fd, "rb") as file:
+                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                    raise CorruptData(self._path, 0, "not a regular file")
+                self._offsets = offset_maps.decode(self._path, file.read(), MAGIC, "retired offset")
 
     def get(self, topic: str) -> int | None:
         """The next offset of the deleted topic ``topic``; None if none is kept."""
