@@ -36,7 +36,7 @@ and :meth:`~BrokerMetrics.remove_producer`, a topic's with :meth:`~BrokerMetrics
 label sets do not pile up. Gauges that are cheaper to read than to track (lag, storage) can be
 set at scrape time by a refresher (:meth:`~BrokerMetrics.add_refresher`).
 
-:func:`serve_http` is a trio task in the broker's nursery (no threads): HTTP/1.1 parsed by h11,
+:func:`serve_http` is a trio task in the broker's nursery (it encodes /metrics in a worker thread): HTTP/1.1 parsed by h11,
 keep-alive, ``GET``/``HEAD`` on ``/metrics`` (Prometheus text format, or OpenMetrics when the
 scraper asks for it) and ``/health`` (JSON; 200 when the ``health()`` callback says
 ``"healthy": true``, else 503); the paths of ``live`` when given (the live view of

@@ -219,3 +219,25 @@ def test_an_advance_whose_new_start_cannot_be_stored_changes_nothing(tmp_path: p
     log.append(["a"], timestamp_ms=0)  # not failed: nothing had changed
     assert log.read(0, 1)[0].value == "a"
     log.close()
+
+
+def test_a_purge_on_a_full_disk_frees_the_sealed_segments_before_it_writes_a_new_one(tmp_path: pathlib.Path) -> None:
+    # A purge rolled the active segment first, a write a full disk refuses: it freed nothing,
+    # and neither could a delete (its offsets' file is written first): only retention could.
+    faults = FaultyFiles()
+    log = open_log(tmp_path, faults, segment_bytes=200)
+    log.append([f"r{n}" for n in range(30)], timestamp_ms=0)
+    sealed = len(log._segments) - 1
+    assert sealed >= 2
+    faults.fail("write_all", errno.ENOSPC)
+    with pytest.raises(WriteFailed) as full:
+        log.drop_all()
+    assert full.value.full
+    assert len(list(tmp_path.glob("*.log"))) == 1  # the sealed ones went: their space is back
+    first = log.first_offset
+    assert first > 0 and [r.value for r in log.read(first, 30)] == [f"r{n}" for n in range(first, 30)]
+    faults.heal()
+    assert log.drop_all() == 30 - first
+    assert (log.first_offset, log.next_offset) == (30, 30)
+    log.close()
+    assert values(tmp_path) == []

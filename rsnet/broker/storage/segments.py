@@ -315,19 +315,24 @@ class SegmentLog(TopicLog):
         return self._delete_oldest(expired)
 
     def drop_all(self) -> int:
-        """See :meth:`TopicLog.drop_all`: every segment goes as retention deletes them, the
-        active one rolled first, the new start in the synced mark first (ALWAYS, INTERVAL).
-        Raises :class:`WriteFailed` if a segment cannot be deleted."""
+        """See :meth:`TopicLog.drop_all`: every segment goes as retention deletes them, the new
+        start in the synced mark first (ALWAYS, INTERVAL); the sealed ones before the active
+        one is rolled, which writes a new segment: on a full disk, a purge frees their space
+        first. Raises :class:`WriteFailed` if a segment cannot be deleted or the new one
+        written (those deleted before stay so: a purge run again goes on)."""
         self._check_usable()
-        expired = len(self._segments) - (0 if self._active.records else 1)  # an empty active one stays
-        if not expired:
-            return 0
+        if not self._active.records and len(self._segments) == 1:
+            return 0  # empty already
         if self.fsync is not FsyncPolicy.NEVER:
             self._mark_start(self._next_offset)
+        dropped = 0
         try:
-            return self._delete_oldest(expired)
+            dropped += self._delete_oldest(len(self._segments) - 1)
+            if self._active.records:
+                dropped += self._delete_oldest(1)  # rolled first: the log goes on, empty, at next_offset
         except OSError as exc:
             raise WriteFailed(f"{self.directory}: a segment could not be deleted: {exc}", exc.errno) from exc
+        return dropped
 
     def advance(self, offset: int) -> None:
         """See :meth:`TopicLog.advance`: the log's segments (they hold no record) are replaced
