@@ -64,9 +64,10 @@ def keepalive_ms(seconds: float) -> int:
     """A keepalive interval given in seconds (0: none), as the HELLO and WELCOME carry it
     (milliseconds, at most MAX_SETTING: SPEC 6.3); ValueError for one they cannot carry
     (negative, NaN, infinite or too long), said when it is given rather than at each handshake."""
-    if not 0 <= seconds <= MAX_SETTING / 1000:  # (NaN compares false)
+    if not 0 <= seconds <= MAX_SETTING / 1000 or 0 < seconds < 0.001:  # (NaN compares false)
         raise ValueError(
-            f"keepalive_interval must be a number of seconds from 0 to {MAX_SETTING / 1000}, got {seconds!r}"
+            f"keepalive_interval must be 0 (none) or a number of seconds from 0.001 to {MAX_SETTING / 1000}, "
+            f"got {seconds!r}"
         )
     return round(seconds * 1000)
 

@@ -238,11 +238,20 @@ class TLSConfig(_Model):
     """PEM private key of the certificate."""
 
 
+def _whole_ms_or_none(seconds: float) -> float:
+    """A keepalive of less than a millisecond would be sent as 0 ms, which means none."""
+    if 0 < seconds < 0.001:
+        raise ValueError("must be 0 (no keepalive) or at least 0.001 (a HELLO carries milliseconds)")
+    return seconds
+
+
 class ListenConfig(_Model):
     tcp: OptionalAddress = Address(host="127.0.0.1", port=7600)
     ws: OptionalAddress = None
     tls: TLSConfig | None = None
-    keepalive_interval_s: Annotated[float, Field(ge=0, le=MAX_SETTING // 1000, allow_inf_nan=False)] = 20.0
+    keepalive_interval_s: Annotated[
+        float, Field(ge=0, le=MAX_SETTING // 1000, allow_inf_nan=False), AfterValidator(_whole_ms_or_none)
+    ] = 20.0
     """SPEC 10.1: PING after this long without sending; a peer silent for three is dropped. 0: off."""
     max_connections: Count = 10_000
     """Connections served at once over both listeners; one more gets CONN_ERROR GOING_AWAY. At
@@ -333,7 +342,8 @@ class BrokerConfig(_Model):
     listen: ListenConfig = ListenConfig()
     data_dir: Annotated[Path | None, BeforeValidator(_empty_is_none)] = None
     fsync: FsyncPolicyName = "always"
-    fsync_interval_ms: Annotated[int, Field(gt=0, le=round(MAX_AGE_S * 1000))] = 100
+    fsync_interval_ms: Annotated[int, Field(gt=0, le=3_600_000)] = 100
+    """Under ``interval``, acknowledgements wait for it: at most an hour."""
     max_topics: Count = 10_000
     max_open_topics: Count | None = None
     """Durable topics open at once; None (and at most): an eighth of the file descriptor limit."""
