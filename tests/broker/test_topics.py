@@ -307,15 +307,21 @@ def test_items_arrays_show_records_skipped_by_drop_as_a_gap_in_offsets():
     assert all(r == [r[0], 1, r[0]] for r in subscriber.items)
 
 
+def reading(topic: Topic, start: int, until: int) -> tuple[Manual, TopicReader]:
+    """A subscriber (requesting nothing yet) of ``topic`` from ``start`` until ``until``."""
+    subscriber = Manual()
+    reader = TopicReader(subscriber, shape=Shape(arrays=True), until=until)
+    subscriber.on_subscribe(reader)
+    reader.add_topic(topic, start)
+    return subscriber, reader
+
+
 def test_until_completes_the_subscription_at_that_offset_whatever_its_demand():
     # A range read (Spark, rsnet sub --until-end): the records before until, then COMPLETE;
     # none at or past it, and it waits for those not yet written.
     topic = Topic("u", MemoryLog())
     topic.log.append(list(range(10)), timestamp_ms=1)
-    subscriber = Manual()
-    reader = TopicReader(subscriber, shape=Shape(arrays=True), until=13)
-    subscriber.on_subscribe(reader)
-    reader.add_topic(topic, 7)
+    subscriber, reader = reading(topic, 7, until=13)
     reader.request(100)
     assert [r[0] for r in subscriber.items] == [7, 8, 9]  # and it waits for 10 to 12
     topic.log.append(list(range(10, 20)), timestamp_ms=1)
@@ -323,11 +329,7 @@ def test_until_completes_the_subscription_at_that_offset_whatever_its_demand():
     assert [r if r == "complete" else r[0] for r in subscriber.items] == [7, 8, 9, 10, 11, 12, "complete"]
     assert reader not in topic.readers
     for start in (13, 20):  # at or past until: complete at once, with no demand (rule 1.4)
-        empty = Manual()
-        at_end = TopicReader(empty, until=13)
-        empty.on_subscribe(at_end)
-        at_end.add_topic(topic, start)
-        assert empty.items == ["complete"]
+        assert reading(topic, start, until=13)[0].items == ["complete"]
 
 
 def test_until_completes_a_read_that_drop_moved_past_it():
@@ -335,10 +337,7 @@ def test_until_completes_a_read_that_drop_moved_past_it():
     # the gap (it used to wait for records past until, which may never come).
     topic = Topic("d", MemoryLog(), policy=SlowPolicy.DROP, max_lag=10)
     topic.log.append(list(range(30)), timestamp_ms=1)
-    subscriber = Manual()
-    reader = TopicReader(subscriber, shape=Shape(arrays=True), until=30)
-    subscriber.on_subscribe(reader)
-    reader.add_topic(topic, 0)
+    subscriber, reader = reading(topic, 0, until=30)
     reader.request(5)
     topic.log.append(list(range(100)), timestamp_ms=1)
     reader.appended(topic)  # no demand left, 125 behind: it skips ahead, past 30
