@@ -273,6 +273,8 @@ class Broker:
                         if directory.name.startswith(DELETED_PREFIX):  # a deletion that did not finish
                             _remove_deleted(directory)
                             continue
+                        if directory.name.startswith(f"{RETIRED_FILE}.corrupt-"):  # set aside, said at the time
+                            continue
                         if not is_valid_topic(directory.name):
                             log.warning("%s is not a topic (not a valid topic name): left alone", directory)
                             continue

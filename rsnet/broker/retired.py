@@ -50,10 +50,13 @@ class RetiredOffsets:
             try:
                 fd = os.open(self._path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
             except FileNotFoundError:
+                if os.path.islink(self._path):  # a link to nothing (an unmounted target, say)
+                    raise CorruptData(self._path, 0, "a symbolic link to nothing") from None
                 return
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                os.close(fd)
+                raise CorruptData(self._path, 0, "not a regular file")
             with open(fd, "rb") as file:
-                if not stat.S_ISREG(os.fstat(fd).st_mode):
-                    raise CorruptData(self._path, 0, "not a regular file")
                 self._offsets = offset_maps.decode(self._path, file.read(), MAGIC, "retired offset")
 
     def get(self, topic: str) -> int | None:

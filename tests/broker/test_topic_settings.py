@@ -429,7 +429,7 @@ async def test_a_broker_stopped_partway_through_a_delete_or_a_new_start_keeps_it
         assert len(broker.retired) == 0  # each entry has done its work
 
 
-@pytest.mark.parametrize("damage", ["flipped byte", "directory", "fifo"])
+@pytest.mark.parametrize("damage", ["flipped byte", "directory", "fifo", "dangling link"])
 async def test_a_file_of_deleted_topics_offsets_that_cannot_be_read_stops_the_start(tmp_path, caplog, damage):
     # Going on without it would let a topic created again give its offsets to other records:
     # as for damage recovery cannot place, the start stops unless unclean_recovery (it was set
@@ -444,16 +444,22 @@ async def test_a_file_of_deleted_topics_offsets_that_cannot_be_read_stops_the_st
         retired.write_bytes(bytes(data))
     else:
         retired.unlink()
-        retired.mkdir() if damage == "directory" else os.mkfifo(retired)
+        if damage == "directory":
+            retired.mkdir()
+        elif damage == "fifo":
+            os.mkfifo(retired)
+        else:
+            retired.symlink_to(tmp_path / "unmounted" / "retired")
     async with trio.open_nursery() as nursery:
         with pytest.raises(UncleanRecoveryNeeded, match=r"\.retired: the next offsets of deleted topics cannot be"):
             await nursery.start(Broker(data_dir=tmp_path).run)
-    assert retired.exists()  # nothing changed
+    assert os.path.lexists(retired)  # nothing changed
     with caplog.at_level(logging.ERROR, "rsnet.broker"):
         async with configured(tmp_path, unclean_recovery=True) as (_broker, conn):
             assert (await admin(conn, "create", "jobs.a"))["next_offset"] == 0
     assert len(list(tmp_path.glob(".retired.corrupt-*"))) == 1 and not (tmp_path / ".retired").is_dir()
     assert "unclean_recovery: moved to .retired.corrupt-" in caplog.text
+    assert str(tmp_path / ".retired") in caplog.text and "is not a topic" not in caplog.text
 
 
 def test_the_offsets_of_the_oldest_deletions_go_past_the_bound(tmp_path, caplog):
