@@ -294,11 +294,7 @@ class BrokerMetrics:
 
         Runs the refreshers first; one that raises is logged and skipped.
         """
-        for refresh in self._refreshers:
-            try:
-                refresh(self)
-            except Exception:
-                log.exception("a metrics refresher failed")
+        self._refresh()
         encoder, content_type = choose_encoder(accept)
         return encoder(self.registry), content_type
 
@@ -313,14 +309,17 @@ class BrokerMetrics:
             now = trio.current_time()
             if last is not None and now - last[0] < RENDER_REUSE_S:
                 return last[1], content_type
-            for refresh in self._refreshers:
-                try:
-                    refresh(self)
-                except Exception:
-                    log.exception("a metrics refresher failed")
+            self._refresh()
             body = await trio.to_thread.run_sync(encoder, self.registry)
             self._rendered[content_type] = (now, body)
             return body, content_type
+
+    def _refresh(self) -> None:
+        for refresh in self._refreshers:
+            try:
+                refresh(self)
+            except Exception:
+                log.exception("a metrics refresher failed")
 
 
 def _check(value: str, allowed: tuple[str, ...]) -> str:
@@ -400,12 +399,7 @@ async def _serve_connection(
                 request = await _receive_request(stream, conn)
             if request is None:
                 return  # closed by the client, or too slow
-            if request.target.split(b"?", 1)[0] == b"/metrics" and request.method in (b"GET", b"HEAD"):
-                accept = dict(request.headers).get(b"accept", b"").decode("latin-1")
-                body, content_type = await metrics.render_off_the_loop(accept)
-                status, headers = 200, [(b"content-type", content_type.encode())]
-            else:
-                status, headers, body = _respond(request, health, pages)
+            status, headers, body = await _respond(request, metrics, health, pages)
             with trio.move_on_after(request_timeout) as sending:  # a client that does not read
                 await _send(stream, conn, status, headers, body, head=request.method == b"HEAD")
             if sending.cancelled_caught or conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
@@ -478,8 +472,8 @@ async def _receive_request(stream: trio.SocketStream, conn: h11.Connection) -> h
             return None
 
 
-def _respond(
-    request: h11.Request, health: Callable[[], dict[str, Any]], pages: Pages | None
+async def _respond(
+    request: h11.Request, metrics: BrokerMetrics, health: Callable[[], dict[str, Any]], pages: Pages | None
 ) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
     path = request.target.split(b"?", 1)[0]
     own = path in (b"/metrics", b"/health")
@@ -491,7 +485,11 @@ def _respond(
         return 405, [*_text_headers(), (b"allow", b"GET, HEAD")], b"405 Method Not Allowed\n"
     if page is not None:
         return page
-    try:  # /health (GET and HEAD on /metrics are _serve_connection's own)
+    if path == b"/metrics":
+        accept = dict(request.headers).get(b"accept", b"").decode("latin-1")
+        body, content_type = await metrics.render_off_the_loop(accept)
+        return 200, [(b"content-type", content_type.encode())], body
+    try:
         report = dict(health())
         healthy = report.get("healthy") is True
     except Exception:
