@@ -727,8 +727,7 @@ class Broker:
                     "true in the broker's configuration for one start: it is then moved aside, and such a topic "
                     "starts at offset 0."
                 ) from None
-            aside = path.with_name(f"{path.name}.corrupt-{now_ms()}")
-            path.rename(aside)
+            aside = _set_aside(path)
             log.error(
                 "%s; unclean_recovery: moved to %s, a topic created again starts at offset 0", problem, aside.name
             )
@@ -740,8 +739,7 @@ class Broker:
         try:
             return CursorStore.open(path)
         except CorruptData as damage:
-            aside = path.with_name(f"{path.name}.corrupt-{now_ms()}")
-            path.rename(aside)
+            aside = _set_aside(path)
             problem = f"cursors are corrupt ({damage}); moved to {aside.name}, every cursor restarts"
             log.error("%s: %s", path.parent.name, problem)
             self._cursors_set_aside[path.parent.name] = problem
@@ -898,7 +896,7 @@ class Broker:
         _known_params(params, ("from", "until", "cursor", "items"), "a subscription")
         start = _start_position(params.get("from", "latest"))
         until = params.get("until")
-        if until is not None and (type(until) is not int or not 0 <= until <= MAX_INT):
+        if until is not None and not _is_uint(until):
             raise StreamError(
                 ErrorCode.REJECTED, f"until must be an offset (a whole number >= 0), not {reprlib.repr(until)}"
             )
@@ -1070,6 +1068,13 @@ def _check_start_before_creation(name: str, start: Any, first: int) -> None:
 
 DELETED_PREFIX = ".deleted-"
 """A deleted topic's directory is renamed to this prefix (never a topic name) before removal."""
+
+
+def _set_aside(path: pathlib.Path) -> pathlib.Path:
+    """Move a damaged file out of the way (``<name>.corrupt-<ms>``), kept for an operator."""
+    aside = path.with_name(f"{path.name}.corrupt-{now_ms()}")
+    path.rename(aside)
+    return aside
 
 
 def _write_check(files: storage_files.FileOps, directory: str) -> None:
