@@ -116,6 +116,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from ..client_rules import keepalive_ms
 from ..protocol import MAX_SETTING
 from .auth import is_token_hash
 from .names import InvalidName, is_wildcard, pattern_covers, topic_matches, validate_pattern, validate_topic
@@ -238,10 +239,9 @@ class TLSConfig(_Model):
     """PEM private key of the certificate."""
 
 
-def _whole_ms_or_none(seconds: float) -> float:
-    """A keepalive of less than a millisecond would be sent as 0 ms, which means none."""
-    if 0 < seconds < 0.001:
-        raise ValueError("must be 0 (no keepalive) or at least 0.001 (a HELLO carries milliseconds)")
+def _carried_by_a_hello(seconds: float) -> float:
+    """A keepalive the HELLO and WELCOME can carry (client_rules.keepalive_ms says which)."""
+    keepalive_ms(seconds)
     return seconds
 
 
@@ -250,7 +250,7 @@ class ListenConfig(_Model):
     ws: OptionalAddress = None
     tls: TLSConfig | None = None
     keepalive_interval_s: Annotated[
-        float, Field(ge=0, le=MAX_SETTING // 1000, allow_inf_nan=False), AfterValidator(_whole_ms_or_none)
+        float, Field(ge=0, le=MAX_SETTING // 1000, allow_inf_nan=False), AfterValidator(_carried_by_a_hello)
     ] = 20.0
     """SPEC 10.1: PING after this long without sending; a peer silent for three is dropped. 0: off."""
     max_connections: Count = 10_000
