@@ -178,8 +178,12 @@ class WebSocketTransport(Transport):
 
     async def receive(self) -> Bytes:
         while not self._eof:
+            data: bytes | bytearray
             try:
-                data, self._received = self._received or await self._reader.read(), b""
+                if self._received:  # (once, at most: what came with the handshake)
+                    data, self._received = self._received, b""
+                else:
+                    data = await self._reader.read()
             except (trio.BrokenResourceError, trio.ClosedResourceError, ssl.SSLError, OSError) as error:
                 raise TransportClosed(f"receive from {self._peer} failed: {error!r}") from error
             if data:
@@ -416,10 +420,11 @@ async def _handshake_events(
                 return event, b""
         data = await stream.receive_some(RECEIVE_SIZE)
         if data:
-            end = (tail + data).find(b"\r\n\r\n")
+            seen = tail + data
+            end = seen.find(b"\r\n\r\n")
             if end < 0:
                 protocol.receive_data(data)
-                tail = (tail + data)[-3:]
+                tail = seen[-3:]
                 continue
             cut = end + 4 - len(tail)
             protocol.receive_data(data[:cut])
