@@ -22,7 +22,8 @@
 
 The answer is one item, then complete: ``{"action", "topic", "next_offset"}`` with
 ``"created": bool`` (create), ``"changed": [keys]`` (alter) or ``"removed": n`` (delete,
-purge; ``next_offset`` is then where the topic, or one created under its name, goes on), and for create and alter the topic's effective ``settings`` and ``settings_from``
+purge; ``next_offset`` is then where the topic, or one created under its name, goes on),
+and for create and alter the topic's effective ``settings`` and ``settings_from``
 (as ``$topics`` shows them). Allowed to holders of an ``admin`` grant covering the topic
 (``[[auth.tokens]]`` ``admin = ["sensors.>"]``); with auth off, to everyone, like everything
 else. Invalid settings are refused with ``REJECTED`` naming each key and what it accepts.

@@ -24,7 +24,7 @@ import os
 import stat
 
 from .storage import CorruptData, offset_maps
-from .storage.files import FileOps, replace_atomically
+from .storage.files import FileOps
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +97,5 @@ class RetiredOffsets:
 
     def _store(self, offsets: dict[str, int], files: FileOps) -> None:
         if self._path is not None:
-            replace_atomically(files, self._path, offset_maps.encode(MAGIC, offsets), durable=True)
-            files.sync_directory(os.path.dirname(self._path))
+            offset_maps.write(files, self._path, MAGIC, offsets)
         self._offsets = offsets

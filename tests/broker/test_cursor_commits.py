@@ -17,6 +17,7 @@ from rsnet.broker.broker import Broker
 from rsnet.broker.client import commit, publish
 from rsnet.broker.codes import BrokerCode
 from rsnet.broker.storage import cursors as cursor_files
+from rsnet.broker.storage.files import FileOps
 from rsnet.protocol import Batch, Complete, Error, Next, Subscribe
 
 from .support import RawClient, broker_running
@@ -31,17 +32,18 @@ class HeldWrites:
         self.release.set()
         self.entered = threading.Event()
         self.failure: int | None = None
-        sync = cursor_files.datasync
+        writes = self
 
-        def held(fd: int) -> None:
-            self.entered.set()
-            assert self.release.wait(10), "a cursor write was held for 10 s"
-            if self.failure is not None:
-                raise OSError(self.failure, "injected")
-            self.writes += 1
-            sync(fd)
+        class Held(FileOps):
+            def datasync(self, fd: int) -> None:
+                writes.entered.set()
+                assert writes.release.wait(10), "a cursor write was held for 10 s"
+                if writes.failure is not None:
+                    raise OSError(writes.failure, "injected")
+                writes.writes += 1
+                super().datasync(fd)
 
-        monkeypatch.setattr(cursor_files, "datasync", held)
+        monkeypatch.setattr(cursor_files, "REAL", Held())  # the file operations cursor writes use
 
 
 def commit_frames(first_id: int, count: int, offsets: list[int]) -> list[Subscribe]:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 
 from . import offset_maps
-from .files import datasync, sync_directory, write_all
+from .files import REAL
 
 MAGIC = b"rsnetcur"
 
@@ -118,13 +118,4 @@ class CursorStore:
         Raises OSError as the writes, fsyncs and rename do, and if the store was closed."""
         if self.closed:
             raise FileNotFoundError(f"{self.path}: the topic's cursors are gone (the topic was deleted)")
-        data = offset_maps.encode(MAGIC, cursors)
-        temporary = self.path + ".tmp"
-        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-        try:
-            write_all(fd, data)
-            datasync(fd)
-        finally:
-            os.close(fd)
-        os.replace(temporary, self.path)
-        sync_directory(os.path.dirname(self.path))
+        offset_maps.write(REAL, self.path, MAGIC, cursors)

@@ -11,10 +11,12 @@ This module imports msgpack and the standard library only.
 
 from __future__ import annotations
 
+import os
 import struct
 
 import msgpack
 
+from .files import FileOps, replace_atomically
 from .log import CorruptData
 from .records import BadRecord, check_frame, frame, unpack
 
@@ -25,6 +27,13 @@ PREAMBLE = struct.Struct(">8sI")
 def encode(magic: bytes, offsets: dict[str, int]) -> bytes:
     """The file's bytes for ``offsets``."""
     return PREAMBLE.pack(magic, FORMAT_VERSION) + frame(msgpack.packb(offsets, use_bin_type=True))
+
+
+def write(ops: FileOps, path: str, magic: bytes, offsets: dict[str, int]) -> None:
+    """Make ``path`` hold ``offsets``, durably (the file, then its directory entry, synced);
+    raises OSError as the file operations do, ``path`` then unchanged."""
+    replace_atomically(ops, path, encode(magic, offsets), durable=True)
+    ops.sync_directory(os.path.dirname(path))
 
 
 def decode(path: str, data: bytes, magic: bytes, kind: str) -> dict[str, int]:
