@@ -46,11 +46,23 @@ class _Captured:
         return data
 
 
+Samples = dict[str, list[float]]
+"""Seconds of each round's work, by side: ``{"server": [...], "client": [...]}``."""
+
+
+def rounds(system: str, iterations: int, on_round: Callable[[int], None] | None = None) -> Samples:
+    """Run ``WARMUP + iterations`` rounds of ``system``'s ("rsnet" or "ceiling") work, calling
+    ``on_round`` with each round's number (from 0) before it starts; the samples of every round."""
+    if system == "rsnet":
+        return trio.run(_rsnet, iterations, on_round)
+    return _ceiling(iterations, on_round)
+
+
 def _median_us(samples: list[float]) -> float:
     return statistics.median(samples[WARMUP:]) * 1e6
 
 
-async def _rsnet(iterations: int) -> dict[str, float]:
+async def _rsnet(iterations: int, on_round: Callable[[int], None] | None) -> Samples:
     from rsnet.client_rules import demand_policy
     from rsnet.net.iterator import StreamIterator
     from rsnet.net.session import Session
@@ -66,13 +78,15 @@ async def _rsnet(iterations: int) -> dict[str, float]:
     client_conn.receive_data(server_conn.data_to_send())
     client_conn.events_received()
     to_server, to_client = _Captured(), _Captured()
-    samples: dict[str, list[float]] = {"server": [], "client": []}
+    samples: Samples = {"server": [], "client": []}
     async with trio.open_nursery() as nursery:
         server = Session(to_client, server_conn, host=make_server())  # type: ignore[arg-type]
         client = Session(to_server, client_conn)  # type: ignore[arg-type]
         server._nursery = client._nursery = nursery
         clock = trio.current_time
-        for _ in range(iterations + WARMUP):
+        for number in range(iterations + WARMUP):
+            if on_round is not None:
+                on_round(number)
             t0 = time.perf_counter()  # the client opens the stream (Client.subscribe, first __anext__)
             stream = StreamIterator(
                 client.publisher("items", {"count": 1, "size": 16}),
@@ -93,7 +107,7 @@ async def _rsnet(iterations: int) -> dict[str, float]:
             samples["client"].append((t1 - t0) + (t3 - t2))
             samples["server"].append(t2 - t1)
         nursery.cancel_scope.cancel()
-    return {side: _median_us(values) for side, values in samples.items()}
+    return samples
 
 
 def _handle(session: Any, conn: Any, data: bytes) -> None:
@@ -108,14 +122,16 @@ def _handle(session: Any, conn: Any, data: bytes) -> None:
     session._send_now()
 
 
-def _ceiling(iterations: int) -> dict[str, float]:
+def _ceiling(iterations: int, on_round: Callable[[int], None] | None) -> Samples:
     from .systems import ceiling
     from .systems.common import payload
 
     pack = msgpack.Packer(autoreset=False)
-    samples: dict[str, list[float]] = {"server": [], "client": []}
+    samples: Samples = {"server": [], "client": []}
     unpacker, reader = msgpack.Unpacker(), msgpack.Unpacker()  # one per connection, as its peers keep
     for stream_id in range(1, iterations + WARMUP + 1):
+        if on_round is not None:
+            on_round(stream_id - 1)
         t0 = time.perf_counter()
         subscribe = ceiling.subscribe_frame(stream_id, 1, 16, 1)
         t1 = time.perf_counter()
@@ -135,10 +151,12 @@ def _ceiling(iterations: int) -> dict[str, float]:
         assert taken
         samples["client"].append((t1 - t0) + (t3 - t2))
         samples["server"].append(t2 - t1)
-    return {side: _median_us(values) for side, values in samples.items()}
+    return samples
 
 
 def measure(iterations: int) -> dict[str, dict[str, float]]:
     """µs per round trip, median over ``iterations``: ``{system: {"server", "client"}}``."""
-    run: Callable[..., Any] = trio.run
-    return {"rsnet": run(_rsnet, iterations), "ceiling": _ceiling(iterations)}
+    return {
+        system: {side: _median_us(values) for side, values in rounds(system, iterations).items()}
+        for system in ("rsnet", "ceiling")
+    }

@@ -3,7 +3,10 @@ ceiling (issue 13, target 1).
 
 Command line: ``python -m benchmarks round-trip [--iterations N] [--runs R] [--quick]``; writes
 ``benchmarks/ROUND_TRIP.md`` (not for ``--quick``). Timings are never asserted anywhere. Each run
-also times the same work in a hot loop (``benchmarks/hot_work.py``): what it costs warm.
+also times the same work in a hot loop (``benchmarks/hot_work.py``): what it costs warm; and
+counts it, in instructions and bytecodes (``benchmarks/instructions.py``), which unlike the
+timings do not move with the machine's load (instructions need valgrind, and are not counted
+in ``--quick``).
 
 Each system's own ``first_item`` client (the one scenario 2 times) runs against its own server
 in another process, with both processes' transports timed at their edges (when a write starts
@@ -258,7 +261,27 @@ def run(iterations: int, runs: int) -> dict[str, dict[str, list[dict[str, float]
     return results
 
 
-def markdown(results: dict[str, dict[str, list[dict[str, float]]]], command: str) -> str:
+Counts = dict[str, dict[str, float | None]]
+"""Per system, per round of the hot loop: ``{"instructions": Ir or None, "bytecodes": n}``."""
+
+
+def count(with_instructions: bool) -> Counts:
+    """The hot loop's work per round, counted (``benchmarks/instructions.py``); instructions
+    only if asked and valgrind is installed."""
+    from . import instructions
+
+    measured = with_instructions and instructions.valgrind() is not None
+    counts: Counts = {}
+    for system in instructions.SYSTEMS:
+        counts[system] = {
+            "instructions": instructions.instructions_per_round(system, 500) if measured else None,
+            "bytecodes": instructions.bytecodes_per_round(system),
+        }
+        print(f"counted {system}: {counts[system]}", file=sys.stderr)
+    return counts
+
+
+def markdown(results: dict[str, dict[str, list[dict[str, float]]]], counts: Counts, command: str) -> str:
     def med(transport: str, system: str, key: str) -> float:
         return statistics.median(legs[key] for legs in results[transport][system])
 
@@ -330,7 +353,23 @@ def markdown(results: dict[str, dict[str, list[dict[str, float]]]], command: str
         f" ceiling, its work would have to shrink by about {1 - allowed['tcp'] / own['rsnet']:.0%} (to the"
         f" {allowed['tcp']:.0f} µs the TCP table allows), warm or cold alike.",
         "",
+        "## The same work, counted",
+        "",
+        "`benchmarks/instructions.py`: the hot loop's work for one round, counted rather than timed, so",
+        "these do not move with the machine's load: CPU instructions (valgrind's callgrind, by the",
+        "difference between two runs of different lengths) and the Python bytecodes the interpreter",
+        "executes (`sys.settrace`). The round trip's system calls, kernel and scheduler are not in them.",
+        "",
+        "| per round | rsnet | ceiling | rsnet ÷ ceiling |",
+        "|---|---|---|---|",
     ]
+    for key, name in (("instructions", "instructions"), ("bytecodes", "Python bytecodes")):
+        ours, theirs = counts["rsnet"][key], counts["ceiling"][key]
+        if ours is None or theirs is None:
+            lines.append(f"| {name} | not counted | not counted | |")
+        else:
+            lines.append(f"| {name} | {ours:,.0f} | {theirs:,.0f} | {ours / theirs:.1f}x |")
+    lines.append("")
     return "\n".join(lines)
 
 
@@ -338,12 +377,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks round-trip", description=__doc__.splitlines()[0])
     parser.add_argument("--iterations", type=int, default=2000)
     parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--quick", action="store_true", help="50 round trips, one run, no ROUND_TRIP.md")
+    parser.add_argument(
+        "--quick", action="store_true", help="50 round trips, one run, no instructions counted, no ROUND_TRIP.md"
+    )
     args = parser.parse_args(argv)
     iterations, runs = (50, 1) if args.quick else (args.iterations, args.runs)
     results = run(iterations, runs)
+    counts = count(with_instructions=not args.quick)
     command = "python -m benchmarks round-trip " + " ".join(argv if argv is not None else sys.argv[2:])
-    page = markdown(results, command.strip())
+    page = markdown(results, counts, command.strip())
     print(page)
     if not args.quick:
         (HERE / "ROUND_TRIP.md").write_text(page)

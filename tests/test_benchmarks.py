@@ -9,6 +9,7 @@ import importlib.util
 import json
 import os
 import pathlib
+import re
 import shutil
 import signal
 import subprocess
@@ -240,3 +241,34 @@ def test_round_trip_measures_the_legs_of_every_system():
     assert done.stderr.count("[run 1/1]") == 8
     hot = done.stdout.split("## The same work in a hot loop")[1]
     assert "| both, hot |" in hot and "| both, in the round trip |" in hot
+    counted = done.stdout.split("## The same work, counted")[1]
+    assert "| instructions | not counted | not counted | |" in counted  # valgrind is too slow for --quick
+    bytecodes = re.search(r"\| Python bytecodes \| ([\d,]+) \| ([\d,]+) \|", counted)
+    assert bytecodes is not None
+    ours, theirs = (int(n.replace(",", "")) for n in bytecodes.groups())
+    assert ours > theirs > 0  # rsnet's layers execute more bytecodes than the ceiling's few msgpack calls
+
+
+def test_bytecodes_are_counted_for_one_round_exactly():
+    from benchmarks.instructions import bytecodes_per_round
+
+    # Deterministic: the same round, traced twice, executes the same bytecodes.
+    assert bytecodes_per_round("ceiling") == bytecodes_per_round("ceiling") > 0
+
+
+def test_callgrinds_summary_gives_the_instruction_count():
+    from benchmarks.instructions import collected
+
+    assert collected("==12== Collected : 1234\n==12==\n==12== I   refs:      1,894,646,229\n") == 1_894_646_229
+    with pytest.raises(RuntimeError, match="no instruction count"):
+        collected("valgrind: failed to start tool 'callgrind'")
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.skipif(shutil.which("valgrind") is None, reason="valgrind is not installed")
+def test_instructions_per_round_come_from_two_runs_under_callgrind():
+    from benchmarks.instructions import instructions_per_round
+
+    # The ceiling's round is a few msgpack calls: some tens of thousands of instructions, not
+    # the millions of the interpreter's start-up, which the difference between the runs removes.
+    assert 5_000 < instructions_per_round("ceiling", 100) < 200_000
