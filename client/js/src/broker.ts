@@ -47,8 +47,9 @@ function randomId(): string {
 /**
  * Publish `records` to `topic` and resolve once the broker has stored every one (its `$acks`
  * stream acknowledged the last sequence). Resolves to how many were published. Rejects with
- * `StreamError` if the broker refuses (e.g. UNAUTHORIZED), `ConnectionLost` if the connection
- * ends first: records not acknowledged then may or may not be stored, and publishing them
+ * `StreamError` if the broker refuses (e.g. UNAUTHORIZED, or REJECTED for a record it finds too
+ * large), `ProtocolError` for a record larger than the broker's `max_frame_size` (it cannot be
+ * sent at all), `ConnectionLost` if the connection ends first: records not acknowledged then may or may not be stored, and publishing them
  * again with the same producer and sequences is safe (the broker drops duplicates).
  */
 export async function publish(
@@ -115,9 +116,13 @@ export async function topics(conn: Client): Promise<Record<string, unknown>[]> {
   return all;
 }
 
+/** Where a subscription to a topic starts (BROKER.md): the oldest retained record, the next
+ *  one to be published, an offset, or the first record at or after a time (ms since the epoch). */
+export type From = "earliest" | "latest" | number | bigint | { timestamp: number | bigint };
+
 export interface FollowOptions extends ConnectOptions {
   /** Where to start: "earliest", "latest" (default), an offset, or `{timestamp}`. */
-  from?: unknown;
+  from?: From;
   /** Start at this named cursor's committed offset, if it has one. */
   cursor?: string;
   /** As for `conn.subscribe`: a fixed window of items; unset: adaptive demand within `budget`. */

@@ -48,6 +48,8 @@ export interface Publisher<T> {
 export interface ConnectOptions {
   /** Sent as the HELLO's `auth_token`. */
   token?: string | Uint8Array;
+  /** The largest frame this client accepts, in bytes: 16384 to 2147483647 (SPEC 2.1; a
+   *  RangeError outside), default 1 MiB. */
   maxFrameSize?: number;
   maxStreams?: number;
   /** The client's proposal in ms; the server's WELCOME decides (SPEC 10.1). */
@@ -469,8 +471,9 @@ export class Client {
   /**
    * Serve `source` to the server under `name` (OFFER): the server pulls items with its own
    * demand; returns how many items were sent once the stream completed. Rejects with
-   * `StreamError` if the server refuses or cancels with an error, `ConnectionLost` if the
-   * connection ends first. A source that throws ends the stream with APPLICATION_ERROR and
+   * `StreamError` if the server refuses or cancels with an error, `ProtocolError` for an item
+   * larger than the server's `max_frame_size`, `ConnectionLost` if the connection ends first.
+   * A source that throws ends the stream with APPLICATION_ERROR and
    * the promise rejects with that error; so does aborting `options.signal`.
    */
   async offer(
@@ -540,7 +543,9 @@ export class Client {
   /**
    * Close the connection cleanly: cancel what is still open here (subscribers get
    * `ConnectionLost`), send GO_AWAY, and wait for the server to close the transport (it does
-   * so once no stream remains, SPEC 10.2); after `timeout` ms, close it ourselves.
+   * so once no stream remains, SPEC 10.2). After `timeout` ms, send CONN_ERROR GOING_AWAY and
+   * end the transport ourselves, then give the server up to 1 s more to read it and close
+   * before the socket is destroyed: it resolves within `timeout` + 1000 ms.
    */
   async close(timeout = 5000): Promise<void> {
     if (!this.closing && this.conn.state === "OPEN") {
@@ -813,15 +818,21 @@ export async function connect(url: string, options: ConnectOptions = {}): Promis
     versions: options.versions,
   });
   let timer: ReturnType<typeof setTimeout> | undefined;
+  const deadline = new AbortController(); // closes a transport still opening when time is up
   const expired = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new HandshakeError(`connecting to ${url} timed out after ${timeout} ms`, ErrorCode.TIMEOUT)), timeout);
+    timer = setTimeout(() => {
+      deadline.abort();
+      reject(new HandshakeError(`connecting to ${url} timed out after ${timeout} ms`, ErrorCode.TIMEOUT));
+    }, timeout);
   });
   let transport: Transport | undefined;
   try {
-    transport = await Promise.race([openTransport(target, maxFrameSize), expired]);
-    const opened = transport;
+    const opened = openTransport(target, maxFrameSize, deadline.signal);
+    opened.catch(() => {}); // if the deadline won the race, its rejection is this one's
+    transport = await Promise.race([opened, expired]);
+    const open = transport;
     const welcomed = new Promise<Event[]>((resolve, reject) => {
-      opened.onData = (data) => {
+      open.onData = (data) => {
         conn.receiveData(data);
         const events = conn.eventsReceived();
         const closed = events.find((e) => e.event === "CLOSED");
@@ -830,12 +841,12 @@ export async function connect(url: string, options: ConnectOptions = {}): Promis
           reject(new HandshakeError(`${what}: ${closed.message}`, closed.code, closed.data));
         } else if (conn.state === "OPEN") resolve(events);
       };
-      opened.onText = () => reject(new HandshakeError("the server sent a text message", ErrorCode.PROTOCOL_ERROR));
-      opened.onClose = (error) => reject(new HandshakeError(`the connection closed during the handshake${error ? `: ${error.message}` : ""}`));
+      open.onText = () => reject(new HandshakeError("the server sent a text message", ErrorCode.PROTOCOL_ERROR));
+      open.onClose = (error) => reject(new HandshakeError(`the connection closed during the handshake${error ? `: ${error.message}` : ""}`));
     });
-    opened.send(opened.messageBased ? conn.dataToSendMessages() : [conn.dataToSend()]);
+    open.send(open.messageBased ? conn.dataToSendMessages() : [conn.dataToSend()]);
     const events = await Promise.race([welcomed, expired]);
-    const client = new Client(conn, opened, url);
+    const client = new Client(conn, open, url);
     client.dispatch(events);
     return client;
   } catch (error) {

@@ -30,4 +30,4 @@ export {
   type DemandOptions,
 } from "./demand.js";
 export { TransportError, type Transport } from "./transport.js";
-export { BrokerCode, commit, follow, publish, topics, type BrokerRecord, type FollowOptions, type PublishOptions } from "./broker.js";
+export { BrokerCode, commit, follow, publish, topics, type BrokerRecord, type FollowOptions, type From, type PublishOptions } from "./broker.js";

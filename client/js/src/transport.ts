@@ -55,9 +55,36 @@ export function parseUrl(url: string): URL {
 }
 
 /** Open a transport to `url`, as `parseUrl` checked it. */
-export async function openTransport(url: URL, maxMessageSize: number): Promise<Transport> {
-  if (url.protocol === "tcp:") return openTcp(url.hostname.replace(/^\[|\]$/g, ""), Number(url.port));
-  return isNode ? openNodeWebSocket(url.href, maxMessageSize) : openBrowserWebSocket(url.href);
+export async function openTransport(url: URL, maxMessageSize: number, signal?: AbortSignal): Promise<Transport> {
+  if (url.protocol === "tcp:") return openTcp(url.hostname.replace(/^\[|\]$/g, ""), Number(url.port), signal);
+  return isNode ? openNodeWebSocket(url.href, maxMessageSize, signal) : openBrowserWebSocket(url.href, signal);
+}
+
+/**
+ * Wait for a transport being opened, closing it at once if `signal` aborts first (connect's
+ * deadline passed): the socket must not outlive the failed connect, and a browser lets only
+ * one WebSocket per host be connecting at a time, so one left connecting would hold up every
+ * later connection to that host.
+ */
+function opening(signal: AbortSignal | undefined, abandon: () => void, wait: (settle: { resolve: () => void; reject: (error: Error) => void }) => void): Promise<void> {
+  return new Promise<void>((resolve, reject) => {
+    const abort = () => {
+      abandon();
+      reject(new TransportError("abandoned while opening"));
+    };
+    if (signal?.aborted) return abort();
+    signal?.addEventListener("abort", abort, { once: true });
+    wait({
+      resolve: () => {
+        signal?.removeEventListener("abort", abort);
+        resolve();
+      },
+      reject: (error) => {
+        signal?.removeEventListener("abort", abort);
+        reject(error);
+      },
+    });
+  });
 }
 
 abstract class Base implements Transport {
@@ -102,10 +129,10 @@ function plain(data: Buffer): Uint8Array {
   return new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
 }
 
-async function openTcp(host: string, port: number): Promise<Transport> {
+async function openTcp(host: string, port: number, signal?: AbortSignal): Promise<Transport> {
   const net = await import("node:net");
   const socket = net.connect({ host, port, noDelay: true });
-  await new Promise<void>((resolve, reject) => {
+  await opening(signal, () => socket.destroy(), ({ resolve, reject }) => {
     socket.once("connect", resolve);
     socket.once("error", (error) => reject(new TransportError(`cannot connect to tcp://${host}:${port}: ${error.message}`)));
   });
@@ -148,10 +175,11 @@ async function loadWs(): Promise<typeof import("ws")> {
   return createRequire(import.meta.url)("ws") as typeof import("ws");
 }
 
-async function openNodeWebSocket(url: string, maxMessageSize: number): Promise<Transport> {
+async function openNodeWebSocket(url: string, maxMessageSize: number, signal?: AbortSignal): Promise<Transport> {
   const { WebSocket } = await loadWs();
   const ws = new WebSocket(url, ["rsnet"], { maxPayload: maxMessageSize, perMessageDeflate: false });
-  await new Promise<void>((resolve, reject) => {
+  ws.on("error", () => {}); // a terminate() while connecting also emits one: the open's handler has settled
+  await opening(signal, () => ws.terminate(), ({ resolve, reject }) => {
     ws.once("open", resolve);
     ws.once("error", (error) => reject(new TransportError(`cannot connect to ${url}: ${error.message}`)));
   });
@@ -181,10 +209,10 @@ async function openNodeWebSocket(url: string, maxMessageSize: number): Promise<T
   return new NodeWs();
 }
 
-async function openBrowserWebSocket(url: string): Promise<Transport> {
+async function openBrowserWebSocket(url: string, signal?: AbortSignal): Promise<Transport> {
   const ws = new WebSocket(url, ["rsnet"]);
   ws.binaryType = "arraybuffer";
-  await new Promise<void>((resolve, reject) => {
+  await opening(signal, () => ws.close(), ({ resolve, reject }) => {
     ws.onopen = () => resolve();
     ws.onerror = () => reject(new TransportError(`cannot connect to ${url}`));
   });

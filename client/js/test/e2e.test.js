@@ -185,6 +185,32 @@ test("a URL no transport can use is a TypeError at once; an address nobody answe
   }
 });
 
+test("a connect that times out closes its socket, the WebSocket still upgrading included", async () => {
+  // A listener that accepts and then says nothing: no HTTP upgrade answer, no WELCOME.
+  const open = new Set();
+  const silent = createServer((socket) => {
+    open.add(socket);
+    socket.on("close", () => open.delete(socket));
+    socket.on("error", () => {});
+    socket.resume(); // read (and drop) what comes, so that the client's end is seen
+  });
+  await new Promise((resolve) => silent.listen(0, "127.0.0.1", resolve));
+  const { port } = silent.address();
+  try {
+    for (const url of [`ws://127.0.0.1:${port}/`, `tcp://127.0.0.1:${port}`]) {
+      await assert.rejects(connect(url, { handshakeTimeout: 200 }), (e) => e instanceof HandshakeError && e.code === ErrorCode.TIMEOUT, url);
+      // The listener sees the connection end: nothing of the failed connect is left open (a
+      // browser would hold up every later WebSocket to this host behind one left connecting).
+      const deadline = Date.now() + 5000;
+      while (open.size && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 20));
+      assert.equal(open.size, 0, `${url}: the timed-out connection is still open`);
+    }
+  } finally {
+    for (const socket of open) socket.destroy();
+    silent.close();
+  }
+});
+
 test("a token is required when the server has one", async () => {
   const secured = await startRsnet(["serve", "--demo", "--tcp", "127.0.0.1:0", "--token", "s3cret-token"], { listeners: 1 });
   try {

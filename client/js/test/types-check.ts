@@ -49,6 +49,8 @@ export async function example(url: string): Promise<void> {
   await publish(conn, "t", (async function* () { yield total + sent; })(), { producer: "p", firstSequence: 5n });
   await commit(conn, "t", "c", 3);
   const listing: Record<string, unknown>[] = await topics(conn);
+  // @ts-expect-error: a typo in `from` is a type error, not only the broker's REJECTED
+  follow(url, "t", { from: "earlest" });
   for await (const record of follow<{ celsius: number }>(url, "t", { from: "earliest", retryDelay: 10, budget: DEFAULT_BUDGET })) {
     const r: BrokerRecord<{ celsius: number }> = record;
     console.log(r.offset, r.value.celsius, listing.length);

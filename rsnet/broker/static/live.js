@@ -37,6 +37,7 @@ const state = {
 
 /** What the page's test reads. */
 window.liveView = {
+  get connected() { return conn !== null; },
   get delivered() { return state.delivered; },
   get demand() { return state.demand; },
   get error() { return state.error && String(state.error); },
@@ -62,6 +63,12 @@ function setDemand(value) {
 
 // ---- the connection: where to, from the broker's configuration unless the URL says otherwise
 let conn = null;
+// A connection that ends (the broker stopped or restarted) is opened again, after 1 s, then
+// twice as long after each failed try, up to RETRY_MAX_MS; a refused token stops the retries.
+const RETRY_MS = 1000;
+const RETRY_MAX_MS = 10000;
+let retry = null; // the timer of a scheduled reconnection
+let attempts = 0; // connections begun: only the latest one's outcome counts
 
 async function brokerConfig() {
   try {
@@ -80,30 +87,70 @@ function websocketUrl(endpoint) {
   return `${endpoint.scheme}://${host}:${endpoint.port}/`;
 }
 
-async function open(url, token) {
+/**
+ * Connect to `url`; `resume`: the topic to subscribe to again once connected (a reconnection),
+ * with `delay` the wait before the next try should this one fail too.
+ */
+async function open(url, token, resume = null, delay = RETRY_MS) {
+  clearTimeout(retry);
+  retry = null;
+  const attempt = ++attempts;
   state.subscription?.cancel();
   Object.assign(state, { subscription: null, topic: null });
   $("stream").hidden = true;
   const previous = conn;
   conn = null;
   previous?.close().catch(() => {});
+  clearTopics();
   $("status").textContent = `connecting to ${url}…`;
+  let opened;
   try {
-    conn = await connect(url, token ? { token } : {});
+    opened = await connect(url, token ? { token } : {});
   } catch (error) {
+    if (attempt !== attempts) return; // the user connected elsewhere meanwhile
     // A failure to reach the broker already says "cannot connect to URL"; a refusal says why.
     $("status").textContent = error.message.startsWith("cannot connect") ? error.message : `cannot connect to ${url}: ${error.message}`;
     if (error.code === UNAUTHORIZED) {
       // ?broker= may name a broker with tokens where this page's own has none: ask for one.
       $("token-field").hidden = false;
       $("status").textContent = `${url} requires a token${token ? ": that one was refused" : ""}`;
+    } else if (resume !== null) {
+      reconnect(url, token, resume, delay, $("status").textContent);
     }
     return;
   }
+  if (attempt !== attempts) {
+    opened.close().catch(() => {}); // the user connected elsewhere meanwhile
+    return;
+  }
+  conn = opened;
+  opened.closed.then(() => {
+    if (conn !== opened) return; // replaced on purpose
+    const topic = state.topic ?? resume ?? "";
+    conn = null;
+    state.subscription = null;
+    clearTopics();
+    reconnect(url, token, topic, RETRY_MS, `connection to ${url} ended`);
+  });
   $("status").textContent = `connected to ${url}${demandNote}`;
-  previousTopics = new Map();
   await refreshTopics().catch(showError);
-  if (query.get("topic") && !state.topic) subscribeTo(query.get("topic"));
+  const topic = resume || query.get("topic");
+  if (topic && !state.topic) subscribeTo(topic);
+}
+
+/** Try `url` again in `delay` ms, saying so after `why`. */
+function reconnect(url, token, topic, delay, why) {
+  const next = Math.min(delay * 2, RETRY_MAX_MS);
+  retry = setTimeout(() => open(url, token, topic, next), delay);
+  $("status").textContent = `${why}: trying again in ${Math.round(delay / 1000)} s`;
+}
+
+/** No connection: no figures that would read as current. */
+function clearTopics() {
+  $("topics").tBodies[0].replaceChildren();
+  previousTopics = new Map();
+  Object.assign(state, { arrivals: [], history: [], recent: [], outstanding: 0 });
+  $("stream").hidden = true;
 }
 
 function showError(error) {
@@ -115,7 +162,9 @@ let previousTopics = new Map();
 async function refreshTopics() {
   if (!conn) return;
   const now = performance.now();
-  const list = await topics(conn);
+  const asked = conn;
+  const list = await topics(asked);
+  if (conn !== asked) return; // the connection ended while the answer was on its way
   const body = $("topics").tBodies[0];
   body.replaceChildren();
   for (const t of list) {
@@ -134,7 +183,7 @@ async function refreshTopics() {
     previousTopics.set(t.topic, { at: now, in: Number(t.records_in), out: Number(t.records_out) });
   }
 }
-setInterval(() => refreshTopics().catch(showError), 1000);
+setInterval(() => refreshTopics().catch((error) => conn && showError(error)), 1000);
 
 // ---- one topic, consumed with explicit demand
 function subscribeTo(topic) {

@@ -2907,9 +2907,29 @@ function parseUrl(url) {
   }
   return parsed;
 }
-async function openTransport(url, maxMessageSize) {
-  if (url.protocol === "tcp:") return openTcp(url.hostname.replace(/^\[|\]$/g, ""), Number(url.port));
-  return isNode ? openNodeWebSocket(url.href, maxMessageSize) : openBrowserWebSocket(url.href);
+async function openTransport(url, maxMessageSize, signal) {
+  if (url.protocol === "tcp:") return openTcp(url.hostname.replace(/^\[|\]$/g, ""), Number(url.port), signal);
+  return isNode ? openNodeWebSocket(url.href, maxMessageSize, signal) : openBrowserWebSocket(url.href, signal);
+}
+function opening(signal, abandon, wait) {
+  return new Promise((resolve, reject) => {
+    const abort = () => {
+      abandon();
+      reject(new TransportError("abandoned while opening"));
+    };
+    if (signal?.aborted) return abort();
+    signal?.addEventListener("abort", abort, { once: true });
+    wait({
+      resolve: () => {
+        signal?.removeEventListener("abort", abort);
+        resolve();
+      },
+      reject: (error) => {
+        signal?.removeEventListener("abort", abort);
+        reject(error);
+      }
+    });
+  });
 }
 var Base = class {
   onData = () => {
@@ -2939,10 +2959,10 @@ var Base = class {
 function plain(data) {
   return new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
 }
-async function openTcp(host, port) {
+async function openTcp(host, port, signal) {
   const net = await import("node:net");
   const socket = net.connect({ host, port, noDelay: true });
-  await new Promise((resolve, reject) => {
+  await opening(signal, () => socket.destroy(), ({ resolve, reject }) => {
     socket.once("connect", resolve);
     socket.once("error", (error) => reject(new TransportError(`cannot connect to tcp://${host}:${port}: ${error.message}`)));
   });
@@ -2976,10 +2996,12 @@ async function loadWs() {
   const { createRequire } = await import("node:module");
   return createRequire(import.meta.url)("ws");
 }
-async function openNodeWebSocket(url, maxMessageSize) {
+async function openNodeWebSocket(url, maxMessageSize, signal) {
   const { WebSocket: WebSocket2 } = await loadWs();
   const ws = new WebSocket2(url, ["rsnet"], { maxPayload: maxMessageSize, perMessageDeflate: false });
-  await new Promise((resolve, reject) => {
+  ws.on("error", () => {
+  });
+  await opening(signal, () => ws.terminate(), ({ resolve, reject }) => {
     ws.once("open", resolve);
     ws.once("error", (error) => reject(new TransportError(`cannot connect to ${url}: ${error.message}`)));
   });
@@ -3008,10 +3030,10 @@ async function openNodeWebSocket(url, maxMessageSize) {
   }
   return new NodeWs();
 }
-async function openBrowserWebSocket(url) {
+async function openBrowserWebSocket(url, signal) {
   const ws = new WebSocket(url, ["rsnet"]);
   ws.binaryType = "arraybuffer";
-  await new Promise((resolve, reject) => {
+  await opening(signal, () => ws.close(), ({ resolve, reject }) => {
     ws.onopen = () => resolve();
     ws.onerror = () => reject(new TransportError(`cannot connect to ${url}`));
   });
@@ -3386,8 +3408,9 @@ var Client = class {
   /**
    * Serve `source` to the server under `name` (OFFER): the server pulls items with its own
    * demand; returns how many items were sent once the stream completed. Rejects with
-   * `StreamError` if the server refuses or cancels with an error, `ConnectionLost` if the
-   * connection ends first. A source that throws ends the stream with APPLICATION_ERROR and
+   * `StreamError` if the server refuses or cancels with an error, `ProtocolError` for an item
+   * larger than the server's `max_frame_size`, `ConnectionLost` if the connection ends first.
+   * A source that throws ends the stream with APPLICATION_ERROR and
    * the promise rejects with that error; so does aborting `options.signal`.
    */
   async offer(name, source, params = null, options = {}) {
@@ -3448,7 +3471,9 @@ var Client = class {
   /**
    * Close the connection cleanly: cancel what is still open here (subscribers get
    * `ConnectionLost`), send GO_AWAY, and wait for the server to close the transport (it does
-   * so once no stream remains, SPEC 10.2); after `timeout` ms, close it ourselves.
+   * so once no stream remains, SPEC 10.2). After `timeout` ms, send CONN_ERROR GOING_AWAY and
+   * end the transport ourselves, then give the server up to 1 s more to read it and close
+   * before the socket is destroyed: it resolves within `timeout` + 1000 ms.
    */
   async close(timeout = 5e3) {
     if (!this.closing && this.conn.state === "OPEN") {
@@ -3692,15 +3717,22 @@ async function connect(url, options = {}) {
     versions: options.versions
   });
   let timer;
+  const deadline = new AbortController();
   const expired = new Promise((_, reject) => {
-    timer = setTimeout(() => reject(new HandshakeError(`connecting to ${url} timed out after ${timeout} ms`, ErrorCode.TIMEOUT)), timeout);
+    timer = setTimeout(() => {
+      deadline.abort();
+      reject(new HandshakeError(`connecting to ${url} timed out after ${timeout} ms`, ErrorCode.TIMEOUT));
+    }, timeout);
   });
   let transport;
   try {
-    transport = await Promise.race([openTransport(target, maxFrameSize), expired]);
-    const opened = transport;
+    const opened = openTransport(target, maxFrameSize, deadline.signal);
+    opened.catch(() => {
+    });
+    transport = await Promise.race([opened, expired]);
+    const open = transport;
     const welcomed = new Promise((resolve, reject) => {
-      opened.onData = (data) => {
+      open.onData = (data) => {
         conn.receiveData(data);
         const events2 = conn.eventsReceived();
         const closed = events2.find((e) => e.event === "CLOSED");
@@ -3709,12 +3741,12 @@ async function connect(url, options = {}) {
           reject(new HandshakeError(`${what}: ${closed.message}`, closed.code, closed.data));
         } else if (conn.state === "OPEN") resolve(events2);
       };
-      opened.onText = () => reject(new HandshakeError("the server sent a text message", ErrorCode.PROTOCOL_ERROR));
-      opened.onClose = (error) => reject(new HandshakeError(`the connection closed during the handshake${error ? `: ${error.message}` : ""}`));
+      open.onText = () => reject(new HandshakeError("the server sent a text message", ErrorCode.PROTOCOL_ERROR));
+      open.onClose = (error) => reject(new HandshakeError(`the connection closed during the handshake${error ? `: ${error.message}` : ""}`));
     });
-    opened.send(opened.messageBased ? conn.dataToSendMessages() : [conn.dataToSend()]);
+    open.send(open.messageBased ? conn.dataToSendMessages() : [conn.dataToSend()]);
     const events = await Promise.race([welcomed, expired]);
-    const client = new Client(conn, opened, url);
+    const client = new Client(conn, open, url);
     client.dispatch(events);
     return client;
   } catch (error) {
