@@ -501,7 +501,7 @@ def load_config(
     Raises :class:`ConfigError` listing every problem, each naming its field.
     """
     raw: dict[str, Any] = {}
-    origin = str(path) if path is not None else "defaults"
+    origin = str(path) if path is not None else "no config file"
     if path is not None:
         try:
             with open(path, "rb") as file:
@@ -627,4 +627,6 @@ def _describe(error: Any, sources: Mapping[tuple[str | int, ...], str]) -> list[
         return error["msg"].split("\n")  # cross-field problems, each naming its field
     line = f"{_loc(loc)}: {error['msg']}"
     origin = next((sources[loc[:n]] for n in range(len(loc), 0, -1) if loc[:n] in sources), None)
+    if origin is None:  # a table only a source below it made (RSNET_BROKER__LISTN__TCP: listn)
+        origin = next((source for key, source in sources.items() if key[: len(loc)] == loc), None)
     return [f"{line} (from {origin})" if origin else line]

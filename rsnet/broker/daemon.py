@@ -10,6 +10,7 @@ accepting, GO_AWAY, drain for ``--grace`` seconds, close the logs.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import ipaddress
 import itertools
@@ -19,6 +20,7 @@ import os
 import signal
 import ssl
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 import trio
@@ -108,6 +110,7 @@ def metrics_refresher(broker: Broker, server: Server) -> Any:
     reader_ids: dict[int, str] = {}
     numbers = itertools.count(1)
     counts = {"connections": 0, "publish": 0, "subscribe": 0}
+    welcomed = 0  # server.sessions_opened at the last scrape
 
     def follow(key: str, now: int, opened: Any, closed: Any) -> None:
         # The metrics keep gauges through opened/closed calls: replay the difference.
@@ -118,8 +121,15 @@ def metrics_refresher(broker: Broker, server: Server) -> Any:
         counts[key] = now
 
     def refresh(metrics: BrokerMetrics) -> None:
-        nonlocal denied, unauthenticated
-        follow("connections", len(server.sessions), metrics.connection_opened, metrics.connection_closed)
+        nonlocal denied, unauthenticated, welcomed
+        # Connections opened since the last scrape, those that also closed meanwhile included
+        # (a CLI command's connection lasts less than a scrape interval), then those closed.
+        opened, welcomed = server.sessions_opened - welcomed, server.sessions_opened
+        for _ in range(opened):
+            metrics.connection_opened()
+        for _ in range(counts["connections"] + opened - len(server.sessions)):
+            metrics.connection_closed()
+        counts["connections"] = len(server.sessions)
         for _ in range(broker.denied - denied):
             metrics.auth_denied("forbidden")
         denied = broker.denied
@@ -283,13 +293,14 @@ async def run_broker(args: argparse.Namespace) -> int:
             if config.metrics is not None:
                 live = LiveView(websocket, auth=authorizer.enabled)
                 http = config.metrics.listen
-                listeners = await nursery.start(
-                    functools.partial(serve_http, pages=live.respond, max_connections=connection_budget()),
-                    metrics,
-                    http.host,
-                    http.port,
-                    health,
-                )
+                with _naming(http):
+                    listeners = await nursery.start(
+                        functools.partial(serve_http, pages=live.respond, max_connections=connection_budget()),
+                        metrics,
+                        http.host,
+                        http.port,
+                        health,
+                    )
                 bound = http.model_copy(update={"port": listeners[0].socket.getsockname()[1]})  # port 0: the chosen one
                 _announce(f"metrics on http://{bound}/metrics")
                 alone = (
@@ -317,13 +328,20 @@ async def run_broker(args: argparse.Namespace) -> int:
 
 async def _listen(nursery: trio.Nursery, serve: Any, address: Any) -> int:
     """Start a listener; an address in use or not ours is an OSError that names it."""
-    try:
+    with _naming(address):
         port: int = await nursery.start(serve, address.host, address.port)
+    return port
+
+
+@contextlib.contextmanager
+def _naming(address: Any) -> Iterator[None]:
+    """An OSError from starting a listener on ``address`` (in use, not ours) names it."""
+    try:
+        yield
     except* OSError as failed:
         error = failed.exceptions[0]
         reason = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
         raise OSError(getattr(error, "errno", None), f"cannot listen on {address}: {reason}") from None
-    return port
 
 
 def _wildcard(host: str) -> bool:

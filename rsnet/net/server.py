@@ -134,6 +134,7 @@ class Server:
         self._publishers: dict[str, _Entry] = {}
         self._sinks: dict[str, _Entry] = {}
         self.sessions: set[Session] = set()
+        self.sessions_opened = 0  # connections welcomed since start, however short (for metrics)
         self.unauthenticated = 0  # handshakes refused for a missing or wrong token (for metrics)
         self._accepting: list[trio.CancelScope] = []
         self._stopping = False
@@ -363,6 +364,7 @@ class Server:
         conn.send_welcome()
         session = Session(transport, conn, host=self._host or self, principal=principal)
         self.sessions.add(session)
+        self.sessions_opened += 1
         try:
             await session.run(events=events)
         finally:

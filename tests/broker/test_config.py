@@ -517,12 +517,17 @@ def test_errors_name_the_variable_that_set_the_value(tmp_path):
     found = problems(
         tmp_path,
         RULES,
-        env={"RSNET_BROKER__TOPICS__0__SLOW_SUBSCRIBER__MAX_LAG": "-1", "RSNET_BROKER__LISTEN__TPC": "x"},
+        env={
+            "RSNET_BROKER__TOPICS__0__SLOW_SUBSCRIBER__MAX_LAG": "-1",
+            "RSNET_BROKER__LISTEN__TPC": "x",
+            "RSNET_BROKER__LISTN__TCP": "127.0.0.1:7600",  # the table's own name misspelt
+        },
     )
     assert found == [
         "listen.tpc: Extra inputs are not permitted (from environment variable RSNET_BROKER__LISTEN__TPC)",
         "topics[0].slow_subscriber.max_lag: Input should be greater than 0 "
         "(from environment variable RSNET_BROKER__TOPICS__0__SLOW_SUBSCRIBER__MAX_LAG)",
+        "listn: Extra inputs are not permitted (from environment variable RSNET_BROKER__LISTN__TCP)",
     ]
 
 

@@ -26,6 +26,8 @@ from rsnet.broker.metrics import (
     serve_http,
 )
 
+from .support import broker_serving
+
 # -- the metrics ----------------------------------------------------------------------------
 
 
@@ -56,6 +58,30 @@ def test_connections_and_streams():
     assert value(metrics, "rsnet_broker_streams", kind="publish") == 1
     with pytest.raises(ValueError):
         metrics.stream_opened("sideways")  # type: ignore[arg-type]
+
+
+async def test_every_connection_is_counted_even_one_that_ended_between_two_scrapes():
+    from rsnet.broker.broker import Broker
+    from rsnet.broker.daemon import metrics_refresher
+
+    metrics, broker = BrokerMetrics(), Broker()
+    async with broker_serving(broker) as (url, server):
+        refresh = metrics_refresher(broker, server)
+        async with rsnet.connect(url):  # one stays open across the scrape
+            for _ in range(3):  # as CLI commands do: connect, ask, close, all between two scrapes
+                async with rsnet.connect(url) as conn:
+                    async for _topic in conn.subscribe("$topics"):
+                        pass
+            while len(server.sessions) > 1:  # the server has seen the three close
+                await trio.sleep(0.01)
+            refresh(metrics)
+            assert value(metrics, "rsnet_broker_connections_opened_total") == 4
+            assert value(metrics, "rsnet_broker_connections") == 1
+        while server.sessions:
+            await trio.sleep(0.01)
+        refresh(metrics)
+        assert value(metrics, "rsnet_broker_connections_opened_total") == 4
+        assert value(metrics, "rsnet_broker_connections") == 0
 
 
 def test_topic_counters_and_storage():

@@ -17,6 +17,13 @@ def test_a_port_in_use_names_the_address(demo):
     assert one_line(result.stderr) == f"rsnet broker: cannot listen on {taken}: Address already in use"
 
 
+def test_a_metrics_port_in_use_names_the_address(demo):
+    taken = demo.url.removeprefix("tcp://")
+    result = rsnet("broker", "--tcp", "127.0.0.1:0", "--metrics", taken)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1] == f"rsnet broker: cannot listen on {taken}: Address already in use"
+
+
 def startup_lines(environment: dict[str, str], cwd, **popen) -> list[str]:
     """What ``rsnet broker`` writes to stderr up to its last startup line, then it is killed."""
     process = subprocess.Popen([RSNET, "broker"], stderr=subprocess.PIPE, text=True, env=environment, cwd=cwd, **popen)
