@@ -48,6 +48,7 @@ from ..streams.rules import MAX_DEMAND, add_demand, check_subscriber, invalid_re
 from ..streams.subscriptions import deliver_safely
 from .admin import administer
 from .codes import BrokerCode
+from .fences import Fences
 from .names import (
     MAX_MATCH_PATTERNS,
     MAX_MATCH_WILDCARDS,
@@ -244,6 +245,7 @@ class Broker:
         self._memory_logs: dict[str, MemoryLog] = {}
         self._recent_budget = RecentBudget()  # encoded recent records, all topics together
         self._closed: dict[str, _ClosedTopic] = {}  # durable topics on disk whose log is closed
+        self.fences = Fences()  # producers a topic's failure refused, across its reopenings
         self._idle_since: dict[Topic, float] = {}
         self._failure_log = RateLimitedLog(log, TRACEBACKS_PER_MINUTE)  # failures a client can repeat
         self._nursery: trio.Nursery | None = None
@@ -486,6 +488,7 @@ class Broker:
             failure_log=self._failure_log,
             on_storage_failed=self._storage_failed,
             recent_budget=self._recent_budget,
+            fences=self.fences,
         )
         closed = self._closed.pop(name, None)
         if closed is not None:
@@ -626,6 +629,7 @@ class Broker:
                 topic.name, failure, f"{topic.name!r} was not deleted: its next offset cannot be kept: {failure}"
             ) from None
         self._memory_logs.pop(topic.name, None)
+        self.fences.forget_topic(topic.name)
         self._close_topic(topic)  # nothing more is written to its directory
         doomed = None
         if self.data_dir is not None and (self.data_dir / topic.name).exists():

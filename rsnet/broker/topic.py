@@ -40,6 +40,7 @@ from ..streams import Subscriber, Subscription
 from ..streams.rules import MAX_DEMAND, add_demand, check_signal_argument, invalid_request, validate_subscription
 from ..streams.subscriptions import DrainLoop, deliver_safely
 from .codes import BrokerCode
+from .fences import Fences
 from .recent import RecentBudget, RecentItems
 from .storage import OffsetDamaged, StorageError, TopicLog, WriteFailed
 
@@ -77,6 +78,7 @@ class Topic:
         failure_log: RateLimitedLog | None = None,
         on_storage_failed: Callable[[Topic, StreamError, list[str]], None] | None = None,
         recent_budget: RecentBudget | None = None,
+        fences: Fences | None = None,
     ) -> None:
         self.name = name
         self.log = log
@@ -100,6 +102,7 @@ class Topic:
         self._on_storage_failed = on_storage_failed  # the error and the producers refused (storage, or a record)
         self.storage_failure: str | None = None  # why the last append or sync failed, until an append succeeds
         self.storage_failures = 0  # appends and syncs that failed
+        self.fences = Fences() if fences is None else fences  # producers a failure refused (fences.py)
 
     @property
     def idle(self) -> bool:
@@ -214,7 +217,7 @@ class Topic:
         durable = self.log.durable_offset
         for sink in pending:
             values, sink.buffer = sink.buffer, []
-            if not values:
+            if not values or self._past_a_gap(sink):
                 continue
             size = self.log.size_bytes
             try:
@@ -256,6 +259,29 @@ class Topic:
             for reader in list(self.readers):
                 reader.appended(self)
 
+    def _past_a_gap(self, sink: TopicSink) -> bool:
+        """Whether ``sink``'s records come after a gap its producer's failure left (fences.py):
+        then they are refused, REJECTED on the offer and on the producer's ``$acks`` (its offer
+        may have completed already); else the producer's fence, if any, is lifted."""
+        producer = sink.producer
+        if producer is None or not self.fences.holds(self.name, producer):
+            return False
+        stored = self.log.last_sequence(producer)
+        resume = 0 if stored is None else stored + 1
+        if stored is not None and sink.next_sequence > resume:
+            refusal = StreamError(
+                ErrorCode.REJECTED,
+                f"records of producer {producer!r} after sequence {stored} were refused by a failure of"
+                f" {self.name!r} and not stored: offer again from sequence {resume}, not {sink.next_sequence}",
+                {"topic": self.name, "producer": producer, "sequence": resume},
+            )
+            sink.fail(refusal)
+            if self._on_storage_failed is not None:
+                self._on_storage_failed(self, refusal, [producer])
+            return True
+        self.fences.lift(self.name, producer)
+        return False
+
     def _storage_failed(self, failure: StorageError) -> None:
         """The log could not store (or sync) records: every producer of the topic is refused
         with STORAGE_FULL or STORAGE_ERROR and resends from its last acknowledged sequence.
@@ -287,6 +313,7 @@ class Topic:
                 refused.append(sink.producer)
             sink.fail(error)
         self._pending.clear()
+        self.fences.fence(self.name, refused)
         if self._on_storage_failed is not None:
             self._on_storage_failed(self, error, refused)
 
@@ -342,6 +369,7 @@ class Topic:
         Records a producer sent that are not acknowledged stay unacknowledged: the producer
         resends them (idempotently, by sequence) once the topic is open again.
         """
+        self.fences.fence(self.name, [sink.producer for sink in self.sinks if sink.producer is not None])
         for sink in list(self.sinks):
             sink.fail(error)
         self.sinks.clear()

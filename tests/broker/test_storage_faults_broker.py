@@ -28,6 +28,7 @@ from rsnet.broker.codes import BrokerCode
 from rsnet.broker.daemon import metrics_refresher
 from rsnet.broker.metrics import BrokerMetrics
 from rsnet.broker.storage import StorageError
+from rsnet.protocol import ErrorCode
 
 from .storage_faults import FaultyFiles
 from .support import broker_serving, served_url, start_daemon
@@ -84,6 +85,35 @@ async def test_a_full_disk_refuses_that_topics_producers_coded_and_appends_resum
         assert await read_all(conn, "full") == list(range(200))
         refresh(metrics)
         assert sample("rsnet_broker_storage_failing", {"topic": "full"}) == 0
+
+
+async def test_an_offer_past_the_records_a_full_disk_refused_is_refused_so_their_resend_is_stored(
+    tmp_path: pathlib.Path,
+) -> None:
+    # Attack round 4: a producer's offer of 100..139 was refused (full disk); its next offer,
+    # 140..179, sent before it heard, was stored once space was back; its resend of 100..179,
+    # as BROKER.md says, was then dropped up to 179 as duplicates and acknowledged: 100..139
+    # acknowledged and never stored.
+    faults = FaultyFiles()
+    broker = Broker(data_dir=tmp_path)
+    broker.storage_files = faults
+    async with broker_serving(broker) as (url, _), rsnet.connect(url) as conn:
+        await publish(conn, "t", list(range(100)), producer="p")
+        faults.fail("write_all", errno.ENOSPC, under=tmp_path / "t")
+        with pytest.raises(rsnet.StreamError) as refused:
+            await publish(conn, "t", list(range(100, 140)), producer="p", first_sequence=100)
+        assert refused.value.code == BrokerCode.STORAGE_FULL
+        faults.heal()
+        with pytest.raises(rsnet.StreamError) as gap:  # the pipelined offer, after the gap
+            await publish(conn, "t", list(range(140, 180)), producer="p", first_sequence=140)
+        assert gap.value.code == ErrorCode.REJECTED
+        assert gap.value.data == {"topic": "t", "producer": "p", "sequence": 100}
+        assert await read_all(conn, "t") == list(range(100))  # nothing of it was stored
+        await publish(conn, "t", list(range(100, 180)), producer="p", first_sequence=100)  # the resend
+        assert await read_all(conn, "t") == list(range(180))
+        await publish(conn, "t", list(range(200, 210)), producer="p", first_sequence=200)  # gaps as before
+        assert await read_all(conn, "t") == [*range(180), *range(200, 210)]
+        assert not broker.fences.holds("t", "p")
 
 
 async def test_a_topic_whose_storage_works_again_stops_failing_without_waiting_for_a_producer(
