@@ -1,7 +1,9 @@
 # The rsnet stream broker.
 #
 #   docker build -t rsnet .
-#   docker run -p 7600:7600 -p 7601:7601 -p 9100:9100 -v rsnet-data:/var/lib/rsnet rsnet
+#   docker run -p 7600:7600 -p 7601:7601 -p 127.0.0.1:9100:9100 -v rsnet-data:/var/lib/rsnet rsnet
+#
+# (the metrics port has no auth: publish it on the host's loopback only, as here)
 #
 # Configuration: /etc/rsnet/rsnet.toml (server/docker.toml: every topic durable on the volume,
 # listening on all interfaces, JSON logs; auth OFF until you mount your own file with tokens

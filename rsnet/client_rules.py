@@ -45,6 +45,7 @@ from .protocol import (
     ConnectionClosed,
     ErrorCode,
     Role,
+    Welcome,
 )
 
 SCHEMES = ("tcp", "tls", "ws", "wss")
@@ -158,6 +159,10 @@ def handshake_outcome(events: list[Any], wanted: type, peer: str) -> list[Any] |
             return events[index + 1 :]
         if isinstance(event, ConnectionClosed):
             reason = event.message or "closed during the handshake"
+            if event.code is None and wanted is Welcome:
+                # The server hung up without a word (no CONN_ERROR): a TLS listener does so at
+                # the plain bytes of a HELLO.
+                reason += " without an answer (if the server uses TLS: tls:// or wss://)"
             raise HandshakeError(f"handshake with {peer} failed: {reason}", event.code, event.data)
     return None
 

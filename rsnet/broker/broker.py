@@ -928,7 +928,11 @@ class Broker:
         topic = self.topic(name, create=False)
         if topic is None:  # only publishing creates a topic
             if not self.settings_for(name).wait_if_missing:
-                raise StreamError(ErrorCode.UNKNOWN_PUBLISHER, f"no topic named {name!r}")
+                raise StreamError(
+                    ErrorCode.UNKNOWN_PUBLISHER,
+                    f"no topic named {name!r} (subscribe_missing is fail for it: a subscription does not"
+                    " wait for its first record)",
+                )
             first = self.retired.get(name) or 0  # where it starts once created (retired.py)
             if until is not None and until <= (start if isinstance(start, int) else first):
                 return empty()  # an empty range
@@ -956,7 +960,11 @@ class Broker:
             raise StreamError(ErrorCode.REJECTED, f"sequence must be an integer from 0 to {MAX_SEQUENCE}")
         topic = self.topic(name, create=self.settings_for(name).auto_create)
         if topic is None:
-            raise StreamError(ErrorCode.UNKNOWN_PUBLISHER, f"no topic named {name!r}")
+            raise StreamError(
+                ErrorCode.UNKNOWN_PUBLISHER,
+                f"no topic named {name!r}, and publishing does not create it here (auto_create is"
+                " never for it): an admin creates it ($admin create; rsnet topics create)",
+            )
         return TopicSink(
             topic,
             window=self.sink_window,

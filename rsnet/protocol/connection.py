@@ -291,6 +291,11 @@ class Connection:
                     "the server answered in HTTP, not the rsnet protocol: is it a web port?",
                 )
                 return
+            if self._state is State.AWAIT_HELLO and not self._decoder.position and data[:1]:
+                guess = _not_rsnet(bytes(data[:1]))
+                if guess:  # (these bytes fail as frames anyway: the message says what they are)
+                    self._fail(ErrorCode.PROTOCOL_ERROR, guess)
+                    return
             receivers = _HANDSHAKING
         decoder = self._decoder
         frames = decoder.frames(data)
@@ -1057,6 +1062,17 @@ def _array_header(count: int) -> bytes:
     if count < 0x10000:
         return b"\xdc" + count.to_bytes(2, "big")
     return b"\xdd" + count.to_bytes(4, "big")
+
+
+def _not_rsnet(first: bytes) -> str | None:
+    """What a client's first byte says it speaks, when that is not rsnet (SPEC 6.1): an HTTP
+    request starts with a method's capital letter (a WebSocket client or a browser at the TCP
+    port), a TLS handshake with record type 22 (a ``tls://`` client at a plain port)."""
+    if first.isupper():
+        return "an HTTP request, not the rsnet protocol: WebSocket clients connect to the WebSocket port (ws://)"
+    if first == b"\x16":
+        return "a TLS handshake on a plain rsnet port: connect with tcp://, or turn TLS on ([listen.tls])"
+    return None
 
 
 def _violation(message: str) -> RemoteProtocolError:

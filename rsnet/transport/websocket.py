@@ -403,6 +403,11 @@ class WebSocketTransport(Transport):
                 pass  # the peer is gone: nothing left to protect
 
 
+class NotHttp(Exception):
+    """A WebSocket server's peer began with a byte no HTTP request begins with: rsnet's own
+    protocol (a ``tcp://`` client given the WebSocket port), most likely."""
+
+
 async def _handshake_events(
     stream: trio.abc.Stream, protocol: ServerProtocol | ClientProtocol, want: type[_Event]
 ) -> tuple[_Event, bytes]:
@@ -411,6 +416,7 @@ async def _handshake_events(
     since it would take frames that follow in the same read for its own, and the transport
     reads the frames."""
     tail = b""  # the end of what was read before: the blank line may be cut across reads
+    first = True
     while True:
         pending = protocol.data_to_send()
         if pending:
@@ -419,6 +425,9 @@ async def _handshake_events(
             if isinstance(event, want):
                 return event, b""
         data = await stream.receive_some(RECEIVE_SIZE)
+        if data and want is Request and first and not data[:1].isupper():
+            raise NotHttp  # (an HTTP request starts with its method's capital letter)
+        first = False
         if data:
             seen = tail + data
             end = seen.find(b"\r\n\r\n")
@@ -460,7 +469,15 @@ async def accept_websocket(
         logger=_quiet,
     )
     try:
-        request, received = await _handshake_events(stream, protocol, Request)
+        try:
+            request, received = await _handshake_events(stream, protocol, Request)
+        except NotHttp:
+            # Without this the HTTP parser would wait for a request line that never comes and the
+            # client's handshake would time out: an rsnet client reads this CONN_ERROR at once.
+            if conn_error is not None:
+                message = "this is an rsnet WebSocket port: connect with ws:// (rsnet over TCP has its own port)"
+                await stream.send_all(conn_error(ErrorCode.PROTOCOL_ERROR, message))
+            return None
         if path is not None and request.path.split("?", 1)[0] != path:
             response = protocol.reject(404, f"no rsnet endpoint at {request.path}\n")
         else:

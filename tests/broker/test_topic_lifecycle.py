@@ -65,7 +65,10 @@ async def test_a_subscription_to_a_missing_topic_fails_when_configured_so():
         with pytest.raises(rsnet.StreamError) as caught:
             await take(conn, "nothing.here", 1)
         assert caught.value.code == ErrorCode.UNKNOWN_PUBLISHER
-        assert "nothing.here" in caught.value.message
+        assert caught.value.message == (
+            "no topic named 'nothing.here' (subscribe_missing is fail for it: a subscription does not"
+            " wait for its first record)"
+        )
 
 
 @pytest.mark.parametrize("start", ["earliest", "latest", 0, {"timestamp": 0}])
@@ -104,6 +107,11 @@ async def test_publishing_to_a_missing_topic_is_refused_without_auto_create(tmp_
         with pytest.raises(rsnet.StreamError) as caught:
             await publish(conn, "orders.new", [1])
         assert caught.value.code == ErrorCode.UNKNOWN_PUBLISHER
+        # Says why, and who can create it: an operator, not a producer's retry.
+        assert caught.value.message == (
+            "no topic named 'orders.new', and publishing does not create it here (auto_create is never"
+            " for it): an admin creates it ($admin create; rsnet topics create)"
+        )
         assert list(tmp_path.iterdir()) == []
 
 

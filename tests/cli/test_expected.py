@@ -107,7 +107,8 @@ def test_a_broker_that_refuses_missing_topics_is_not_said_to_wait(tmp_path):
     assert refused.returncode == 1
     assert refused.stderr.splitlines()[-2:] == [
         "rsnet sub: topic 'orders.new' does not exist yet",
-        "rsnet sub: UNKNOWN_PUBLISHER: no topic named 'orders.new'",
+        "rsnet sub: UNKNOWN_PUBLISHER: no topic named 'orders.new' (subscribe_missing is fail for it:"
+        " a subscription does not wait for its first record)",
     ]
 
 

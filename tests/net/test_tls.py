@@ -53,3 +53,16 @@ async def test_a_client_that_does_not_trust_the_certificate_is_refused(tls):
             async with rsnet.connect(f"tls://127.0.0.1:{tcp}"):
                 pass
         nursery.cancel_scope.cancel()
+
+
+async def test_a_plain_client_at_a_tls_port_is_told_tls_may_be_why(tls):
+    server_context, _ = tls
+    server = demo_server()
+    async with trio.open_nursery() as nursery:
+        tcp = await nursery.start(
+            lambda task_status: server.serve_tcp("127.0.0.1", 0, ssl_context=server_context, task_status=task_status)
+        )
+        with pytest.raises(rsnet.HandshakeError, match=r"if the server uses TLS: tls:// or wss://"):
+            async with rsnet.connect(f"tcp://127.0.0.1:{tcp}", timeout=5):
+                pass
+        nursery.cancel_scope.cancel()

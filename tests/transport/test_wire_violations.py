@@ -111,6 +111,31 @@ async def test_tcp_a_peer_that_does_not_speak_rsnet_gets_conn_error(caplog) -> N
     no_tracebacks(caplog)
 
 
+async def test_a_client_at_the_wrong_port_is_told_which_port_it_reached_at_once() -> None:
+    """An rsnet client given the WebSocket port (tcp://) is answered with a CONN_ERROR at its
+    first byte, not left waiting for the HTTP request line until its handshake timed out; a
+    WebSocket client or browser at the TCP port is told that it sent an HTTP request."""
+    async with serving() as ports:
+        with trio.fail_after(5):  # the handshake timeout is 10 s
+            with pytest.raises(rsnet.HandshakeError) as caught:
+                async with rsnet.connect(f"tcp://127.0.0.1:{ports['ws']}"):
+                    pass
+        assert caught.value.code == ErrorCode.PROTOCOL_ERROR
+        assert "this is an rsnet WebSocket port: connect with ws://" in str(caught.value)
+        received = await tcp_exchange(ports["tcp"], b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert received.frames[-1].message == (
+            "an HTTP request, not the rsnet protocol: WebSocket clients connect to the WebSocket port (ws://)"
+        )
+
+
+def test_a_tls_handshake_at_a_plain_port_is_named() -> None:
+    server = Connection(Role.SERVER)
+    server.receive_data(b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03")  # a TLS ClientHello's start
+    (closed,) = server.events_received()
+    assert closed.code == ErrorCode.PROTOCOL_ERROR
+    assert closed.message == "a TLS handshake on a plain rsnet port: connect with tcp://, or turn TLS on ([listen.tls])"
+
+
 async def test_websocket_text_message_gets_conn_error_and_a_closing_handshake(caplog) -> None:
     """SPEC 2.2: a text message is a PROTOCOL_ERROR; the close code says "unsupported data"."""
     caplog.set_level(logging.INFO)
