@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import StreamError
 from ..protocol import ErrorCode
-from .overrides import KEYS, InvalidSettings, apply, effective, parse
+from .overrides import KEYS, InvalidSettings, effective, parse
 from .storage import StorageError
 from .topic import storage_refusal
 
@@ -168,7 +168,7 @@ def _alter(broker: Broker, name: str, asked: dict[str, Any], reset: list[str]) -
     values.update(asked)
     for key in reset:
         values.pop(key, None)
-    storage = effective(apply(broker.settings_for(name), values), broker.data_dir is not None)["storage"]
+    storage = asked.get("storage", before["storage"])  # (a reset keeps it: storage is fixed at creation)
     if storage != before["storage"]:
         raise StreamError(
             ErrorCode.REJECTED,

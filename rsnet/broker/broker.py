@@ -469,12 +469,36 @@ class Broker:
 
     def settings(self, name: str) -> TopicSettings:
         """The topic's effective settings: ``settings_for``'s, with those an administrator set
-        on the topic winning (:mod:`rsnet.broker.overrides`)."""
-        return self.overrides.apply(name, self.settings_for(name))
+        on the topic winning (:mod:`rsnet.broker.overrides`), and its storage as it was
+        created, whatever these say now (:meth:`fixed_storage`)."""
+        return self.fixed_storage(name, self.overrides.apply(name, self.settings_for(name)))
+
+    def fixed_storage(self, name: str, settings: TopicSettings) -> TopicSettings:
+        """``settings`` with the storage ``name`` was created with, if it exists: a topic
+        stored on disk stays durable and one in memory stays in memory when the configuration
+        or its settings file says otherwise since (a durable topic opened in memory would hide
+        its records and give their offsets to new ones)."""
+        if name in self._memory_logs:
+            durable = False
+        elif name in self._closed or (name in self.topics and isinstance(self.topics[name].log, SegmentLog)):
+            durable = True
+        elif self.data_dir is not None and _holds_a_log(self.data_dir / name):
+            durable = True  # found at start
+        else:
+            return settings  # not created yet: the settings decide
+        if durable == (settings.durable and self.data_dir is not None):
+            return settings
+        return dataclasses.replace(settings, durable=durable, sources={**settings.sources, "storage": "creation"})
 
     def _open_topic(self, name: str) -> Topic:
         self.overrides.reload_if_changed(name)  # an unusable settings file an operator fixed since
         settings = self.settings(name)
+        if settings.sources.get("storage") == "creation":
+            log.warning(
+                "topic %s: kept %s, as it was created; its configured storage applies to new topics only",
+                name,
+                "on disk" if settings.durable else "in memory",
+            )
         new = not self.exists(name)
         if settings.durable and self.data_dir is not None:
             self._make_room(name)
@@ -1100,6 +1124,17 @@ def _write_check(files: storage_files.FileOps, directory: str) -> None:
     finally:
         os.close(fd)
     files.unlink(probe)
+
+
+def _holds_a_log(directory: pathlib.Path) -> bool:
+    """Whether a topic's directory holds a durable log: anything but its settings (all a
+    memory topic's directory holds)."""
+    try:
+        return bool(set(os.listdir(directory)) - {SETTINGS_FILE, f"{SETTINGS_FILE}.tmp"})
+    except FileNotFoundError:  # not created
+        return False
+    except OSError:  # there, unreadable: opening it as a log says why
+        return True
 
 
 def _unfinished_creation(directory: pathlib.Path) -> bool:

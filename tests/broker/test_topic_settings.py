@@ -72,6 +72,30 @@ MEMORY_KEEPS_3 = {"storage": "memory", "retention": {"max_records": 3}}
 DROP_PAST_5 = {"slow_subscriber": {"policy": "drop", "max_lag": 5}}
 
 
+@pytest.mark.parametrize("changed_by", ["configuration", "settings file"])
+async def test_a_durable_topic_stays_on_disk_when_its_storage_is_changed_to_memory_later(tmp_path, changed_by, caplog):
+    # Attack round 4: opened in memory, the topic hid its 50 stored records and gave their
+    # offsets to new ones. Storage is fixed at creation, whoever says otherwise since.
+    async with configured(tmp_path) as (_, conn):
+        assert await publish(conn, "jobs.kept", list(range(50))) == 50
+    if changed_by == "configuration":
+        rule = {"pattern": "jobs.kept", "storage": "memory"}
+        later = configured(tmp_path, topics=[rule])
+    else:
+        (tmp_path / "jobs.kept" / "settings.json").write_text(
+            json.dumps({"format": "rsnet-topic-settings", "version": 1, "settings": {"storage": "memory"}})
+        )
+        later = configured(tmp_path)
+    async with later as (_, conn):
+        topic = (await listing(conn))["jobs.kept"]
+        assert topic["next_offset"] == 50
+        assert topic["settings"]["storage"] == "durable" and topic["settings_from"]["storage"] == "creation"
+        assert await publish(conn, "jobs.kept", ["new"], producer="p") == 1
+        records = await take(conn, "jobs.kept", 51, **{"from": "earliest"})
+        assert [(r["offset"], r["value"]) for r in records] == [*enumerate(range(50)), (50, "new")]
+    assert "topic jobs.kept: kept on disk, as it was created" in caplog.text
+
+
 async def test_settings_given_at_creation_win_over_the_configuration_after_a_restart(tmp_path):
     async with configured(tmp_path) as (broker, conn):
         answer = await admin(conn, "create", "jobs.recent", settings=MEMORY_KEEPS_3)
