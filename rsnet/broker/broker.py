@@ -566,7 +566,13 @@ class Broker:
             if report.damaged:
                 log.warning("topic %s: recovered with damage: %s", name, "; ".join(report.damaged))
             kept = self._cursors.get(name)  # from an earlier opening: it may have commits to write
-            cursors = kept if isinstance(kept, CursorStore) else self._open_cursors(self.data_dir / name / "cursors")
+            try:
+                cursors = (
+                    kept if isinstance(kept, CursorStore) else self._open_cursors(self.data_dir / name / "cursors")
+                )
+            except UncleanRecoveryNeeded:
+                segment_log.close()
+                raise
             if name in self._cursors_set_aside:
                 report.damaged.append(self._cursors_set_aside[name])
             committed = max(cursors.all().values(), default=0)
@@ -762,13 +768,26 @@ class Broker:
             return RetiredOffsets(str(data_dir))
 
     def _open_cursors(self, path: pathlib.Path) -> CursorStore:
-        """The topic's committed cursors; a corrupt file is moved aside, loudly, not trusted,
+        """The topic's committed cursors. A file that cannot be read stops the topic's opening
+        (at start, the start), as damage recovery cannot place does: without it, a consumer
+        resuming by its cursor would start at its ``from`` instead, skipping records or reading
+        them again, and no one would know. With ``unclean_recovery`` it is moved aside, loudly,
         and said in the topic's recovery report (which /health shows) while this process runs."""
         try:
             return CursorStore.open(path)
-        except CorruptData as damage:
+        except (CorruptData, OSError) as damage:
+            problem = f"{path}: the committed cursors cannot be read ({damage})"
+            if not self.unclean_recovery:
+                raise UncleanRecoveryNeeded(
+                    f"{problem}. Nothing was changed. Without them, consumers resuming by cursor would start "
+                    "from their 'from' instead, skipping records or reading them again. Restore the file, or set "
+                    "unclean_recovery = true in the broker's configuration for one start: it is then moved aside, "
+                    "and every cursor of the topic starts again."
+                ) from None
             aside = _set_aside(path)
-            problem = f"cursors are corrupt ({damage}); moved to {aside.name}, every cursor restarts"
+            problem = (
+                f"cursors could not be read ({damage}); unclean_recovery: moved to {aside.name}, every cursor restarts"
+            )
             log.error("%s: %s", path.parent.name, problem)
             self._cursors_set_aside[path.parent.name] = problem
             return CursorStore.open(path)

@@ -6,11 +6,12 @@ import os
 import pathlib
 
 import pytest
+import trio
 
 import rsnet
 from rsnet.broker.broker import Broker
 from rsnet.broker.client import commit, publish
-from rsnet.broker.storage import CorruptData, CursorStore
+from rsnet.broker.storage import CorruptData, CursorStore, UncleanRecoveryNeeded
 
 from .support import broker_running
 
@@ -103,18 +104,31 @@ def test_bytes_after_the_cursors_are_reported(tmp_path: pathlib.Path) -> None:
         CursorStore.open(path)
 
 
-async def test_a_corrupt_cursor_file_is_in_the_topics_recovery_report(tmp_path: pathlib.Path) -> None:
-    """A corrupt cursors file is moved aside and every cursor restarts: said in the log and in
-    the topic's recovery report, which /health shows (``recovered_damage``)."""
+@pytest.mark.parametrize("damage", ["a flipped bit", "a directory in its place"])
+async def test_unreadable_cursors_stop_the_start_unless_unclean_recovery(tmp_path: pathlib.Path, damage: str) -> None:
+    """Attack round 4: a damaged cursors file was set aside and the start went on, so a consumer
+    resuming by its cursor (committed at 5) started at its ``from`` instead, skipping records,
+    with /health at 200. Now it stops the start, as damage recovery cannot place does; with
+    ``unclean_recovery`` it is moved aside, said in the log and in the topic's recovery report
+    (which /health shows), and every cursor restarts."""
     async with broker_running(Broker(data_dir=tmp_path)) as url, rsnet.connect(url) as conn:
         await publish(conn, "jobs", list(range(10)))
         await commit(conn, "jobs", "workers", 5)
     cursors = tmp_path / "jobs" / "cursors"
-    data = bytearray(cursors.read_bytes())
-    data[-1] ^= 0xFF
-    cursors.write_bytes(bytes(data))
-    broker = Broker(data_dir=tmp_path)
+    if damage == "a flipped bit":
+        data = bytearray(cursors.read_bytes())
+        data[-1] ^= 0xFF
+        cursors.write_bytes(bytes(data))
+    else:
+        cursors.unlink()
+        cursors.mkdir()
+    async with trio.open_nursery() as nursery:
+        with pytest.raises(UncleanRecoveryNeeded, match=r"jobs/cursors: the committed cursors cannot be read"):
+            await nursery.start(Broker(data_dir=tmp_path).run)
+    assert cursors.exists() and not list(cursors.parent.glob("cursors.corrupt-*"))  # nothing was changed
+    broker = Broker(data_dir=tmp_path, unclean_recovery=True)
     async with broker_running(broker) as url, rsnet.connect(url) as conn:
         await publish(conn, "jobs", [10])  # opens the topic (and its cursors)
         (problem,) = broker.recovery["jobs"].damaged
-        assert problem.startswith("cursors are corrupt (") and problem.endswith("every cursor restarts")
+        assert problem.startswith("cursors could not be read (") and problem.endswith("every cursor restarts")
+    assert len(list(cursors.parent.glob("cursors.corrupt-*"))) == 1
