@@ -39,6 +39,7 @@ from ..broker.names import is_wildcard
 from ..errors import StreamError
 from ..net.client import Client, connect
 from ..protocol import ErrorCode
+from ..streams import Subscriber, Subscription
 from .common import (
     CommandError,
     add_connection_options,
@@ -243,6 +244,36 @@ async def broker_topics(conn: Client, match: str | None = None) -> dict[str, dic
         raise
 
 
+class Refusal(Subscriber[Any]):
+    """A stream opened with no demand, only to hear whether the server refuses it: the refusal
+    is an ERROR in place of ACCEPT (SPEC 7.2), which the server writes as it processes the
+    SUBSCRIBE, and it processes a connection's frames in order (SPEC 7.5). So once a stream
+    opened after this one has had its answer, the refusal, if any, has arrived: :meth:`check`
+    then raises it, or cancels the stream (it had no demand, so no item was sent)."""
+
+    def __init__(self) -> None:
+        self.subscription: Subscription | None = None
+        self.error: BaseException | None = None
+
+    def on_subscribe(self, subscription: Subscription) -> None:
+        self.subscription = subscription
+
+    def on_next(self, item: Any) -> None:  # never called: nothing was requested
+        pass
+
+    def on_error(self, error: BaseException) -> None:
+        self.error = error
+
+    def on_complete(self) -> None:
+        pass
+
+    def check(self) -> None:
+        if self.error is not None:
+            raise self.error
+        if self.subscription is not None:
+            self.subscription.cancel()
+
+
 async def _last_timestamp(conn: Client, topic: str, end: int) -> int:
     async with conn.subscribe(topic, {"from": end - 1}, prefetch=1) as records:
         async for record in records:
@@ -314,7 +345,17 @@ async def run(args: argparse.Namespace) -> int:
         ends: dict[str, int] | None = None
         # Only the topics the name or pattern covers; a name the broker refuses (not valid, or
         # not readable with this token) fails here, with its code, as the subscription would.
+        # A pattern is listed whatever the token's grants (as the topics the token may read),
+        # and --until-end may find nothing to read and never subscribe: a probe opened before
+        # the listing hears the broker's refusal of the subscription (UNAUTHORIZED) by its end.
+        probe = None
+        if args.until_end and is_wildcard(args.name):
+            probe = Refusal()
+            given = {} if args.start is None or isinstance(args.start, Before) else {"from": args.start}
+            conn.publisher(args.name, {**params, **given}).subscribe(probe)
         topics = None if args.name.startswith("$") else await broker_topics(conn, match=args.name)
+        if probe is not None and topics is not None:  # (not a broker: --until-end is refused below)
+            probe.check()
         start = args.start
         if topics is not None:
             start, ends = await _plan(conn, args, topics)

@@ -86,10 +86,20 @@ def test_until_end_fails_for_a_topic_the_token_may_not_read_or_an_invalid_name(t
             assert invalid.returncode == 1 and one_line(invalid.stderr).startswith("rsnet sub: REJECTED: "), (
                 invalid.stderr
             )
+        # A pattern beyond the grant: refused whether or not there is anything to read (from
+        # latest there never is, and no topic the token may read matches 'other.*').
+        for pattern in ("sensors.>", "other.*"):
+            for start in ("latest", "earliest"):
+                denied = rsnet("sub", broker.url, pattern, "--from", start, "--until-end", env=read_env)
+                assert denied.returncode == 1
+                assert one_line(denied.stderr) == f"rsnet sub: UNAUTHORIZED: not allowed to subscribe {pattern!r}"
         allowed = rsnet(
             "sub", broker.url, "sensors.a", "--from", "earliest", "--until-end", "-f", "value", env=read_env
         )
         assert (allowed.returncode, allowed.stdout) == (0, "1\n")
+        for start, read in (("latest", ""), ("earliest", "1\n")):
+            within = rsnet("sub", broker.url, "sensors.*", "--from", start, "-e", "-f", "value", env=read_env)
+            assert (within.returncode, within.stdout, within.stderr) == (0, read, "")
         # Refused for good: the closing line offers no resend, which would be refused the same way.
         unpublishable = rsnet("pub", broker.url, "sensors.a", stdin="2\n", env=read_env)
         assert unpublishable.returncode == 1
