@@ -43,7 +43,6 @@ from ..streams import Subscriber, Subscription
 from .common import (
     CommandError,
     add_connection_options,
-    fail_usage,
     parse_duration,
     positive_int,
     say,
@@ -54,6 +53,9 @@ from .common import (
 from .progress import Progress
 
 USAGE = "rsnet sub [URL] NAME [options]"
+
+FIELDS = ("topic", "offset", "timestamp", "time", "value")
+"""The fields a ``--format`` template may name: a topic record's, and ``time``."""
 
 FLUSH_INTERVAL = 0.05
 """Seconds printed lines may wait in stdout's buffer: output is written in blocks, yet a
@@ -90,8 +92,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     sub.add_argument(
         "-f",
         "--format",
+        type=format_spec,
         default="json",
-        help="json (default), value, raw, or a template like '{offset} {value}' (fields: topic offset timestamp time value)",
+        help=f"json (default), value, raw, or a template like '{{offset}} {{value}}' (fields: {' '.join(FIELDS)})",
     )
     sub.add_argument(
         "--prefetch",
@@ -167,11 +170,29 @@ def _text(value: Any) -> str:
     return value if isinstance(value, str) else _json(value)
 
 
+def format_spec(text: str) -> str:
+    """An argparse type for ``--format``: ``json``, ``value``, ``raw``, or a template naming
+    only :data:`FIELDS` (a misspelled field would print an empty line per item)."""
+    if text in ("json", "value", "raw"):
+        return text
+    fields = re.findall(r"{(\w+)}", text)
+    if not fields:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected json, value, raw or a template with {{fields}}")
+    unknown = next((field for field in fields if field not in FIELDS), None)
+    if unknown is not None:
+        close = difflib.get_close_matches(unknown, FIELDS, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: unknown field {unknown!r}{hint}; the fields are {', '.join(FIELDS)}"
+        )
+    return text
+
+
 def formatter(spec: str) -> Callable[[Any], bytes]:
-    """How one item is printed: ``json`` (the whole item), ``value`` (a topic record's value
-    as JSON; other items whole), ``raw`` (the value as text, binary values as their bytes),
-    or a template whose ``{field}``s are the record's fields as text (``time``: the
-    timestamp as an ISO time in UTC)."""
+    """How one item is printed, for a ``spec`` :func:`format_spec` accepted: ``json`` (the
+    whole item), ``value`` (a topic record's value as JSON; other items whole), ``raw`` (the
+    value as text, binary values as their bytes), or a template whose ``{field}``s are the
+    record's fields as text (``time``: the timestamp as an ISO time in UTC)."""
 
     def value_of(item: Any) -> Any:
         return item["value"] if _is_record(item) else item
@@ -188,8 +209,6 @@ def formatter(spec: str) -> Callable[[Any], bytes]:
 
         return raw
     fields = re.findall(r"{(\w+)}", spec)
-    if not fields:
-        fail_usage(f"--format {spec!r}: expected json, value, raw or a template with {{fields}}", USAGE)
 
     def template(item: Any) -> bytes:
         record = item if isinstance(item, dict) else {"value": item}

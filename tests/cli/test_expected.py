@@ -32,7 +32,14 @@ def test_until_end_exits_at_the_end_of_a_topic_and_of_a_pattern(broker):
 
 def test_a_format_that_is_no_template_is_wrong_usage_exit_2():
     bad = rsnet("sub", "tcp://127.0.0.1:1", "t", "--format", "{value")  # refused before connecting
-    assert bad.returncode == 2 and "--format '{value': expected json, value, raw or a template" in bad.stderr
+    assert bad.returncode == 2 and "--format: '{value': expected json, value, raw or a template" in bad.stderr
+    # A misspelled field is no empty column: refused, with the field and the known ones named.
+    typo = rsnet("sub", "tcp://127.0.0.1:1", "t", "--format", "{offst} {value}")
+    assert typo.returncode == 2
+    assert typo.stderr.splitlines()[-1].endswith(
+        "--format: '{offst} {value}': unknown field 'offst' (did you mean 'offset'?); "
+        "the fields are topic, offset, timestamp, time, value"
+    ), typo.stderr
 
 
 def test_from_a_duration_and_an_iso_time(broker):
