@@ -20,13 +20,18 @@ error code, 2 wrong usage, 130 Ctrl-C; a closed stdout ends ``sub`` quietly with
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib.metadata
 import logging
 import sys
 from collections.abc import Sequence
 
 from . import completion, pub, serve, sub, topics
-from .common import EXIT_FAILED, EXIT_OK, printing, run_command
+from .common import EXIT_FAILED, EXIT_OK, fail_usage, printing, run_command
+from .completion import COMPLETIONS
+
+BROKER_ACTIONS = ("hash-token",)
+"""What ``rsnet broker``'s optional positional may be (without one, it runs the broker)."""
 
 
 def _hash_token(generate: bool) -> int:
@@ -56,6 +61,7 @@ def parser() -> argparse.ArgumentParser:
     """The whole command line (``rsnet --help``)."""
     root = argparse.ArgumentParser(
         prog="rsnet",
+        allow_abbrev=False,
         description="Reactive Streams across the network: serve publishers, run a broker, publish and subscribe.",
         epilog="Defaults: $RSNET_URL (else tcp://127.0.0.1:7600), $RSNET_TOKEN. 'rsnet COMMAND --help' for more.",
     )
@@ -81,14 +87,30 @@ def parser() -> argparse.ArgumentParser:
         "--metrics", type=serve.address, help="HOST:PORT for HTTP: /metrics, /health and the live view at /"
     )
     broker.add_argument("--grace", type=float, default=5.0, help="seconds to drain streams on shutdown")
-    broker.add_argument(
+    # Not choices: a value left by a misspelled option (--metrix 127.0.0.1:9100) would be
+    # refused as an action before the option could be named (main checks the action).
+    action = broker.add_argument(
         "action",
         nargs="?",
-        choices=["hash-token"],
+        metavar="hash-token",
         help="hash-token: print the hash of a token read from stdin (for [[auth.tokens]])",
     )
+    setattr(action, COMPLETIONS, BROKER_ACTIONS)
     broker.add_argument("--generate", action="store_true", help="with hash-token: make a new random token")
+    for command in commands.choices.values():
+        # Options are never abbreviated (--form must not pass for --format), and each command
+        # keeps its parser for the usage errors found after parsing (common.fail_usage).
+        command.allow_abbrev = False
+        command.set_defaults(parser=command)
     return root
+
+
+def _unrecognized(args: argparse.Namespace, extra: list[str]) -> str:
+    """The error for words no argument took, with the option closest to a misspelled one."""
+    options = list(args.parser._option_string_actions)
+    given = (word.split("=", 1)[0] for word in extra if word.startswith("-"))
+    close = next((match for word in given for match in difflib.get_close_matches(word, options, 1, 0.75)), None)
+    return f"unrecognized arguments: {' '.join(extra)}" + (f" (did you mean {close}?)" if close else "")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -98,8 +120,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         # argparse takes a command's positionals in one run: those after an option
         # (``topics create --max-lag 100 TOPIC``) come back here, and are the command's too.
         if not hasattr(args, "target") or any(word.startswith("-") for word in extra):
-            commands.error(f"unrecognized arguments: {' '.join(extra)}")
+            fail_usage(args, _unrecognized(args, extra))
         args.target = [*args.target, *extra]
+    if args.command == "broker":
+        if args.action is not None and args.action not in BROKER_ACTIONS:
+            fail_usage(args, f"unknown action {args.action!r}: the broker's only action is hash-token")
     if args.command != "broker":  # the broker configures logging from its config
         logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     if args.command == "demo":

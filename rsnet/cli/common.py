@@ -124,24 +124,31 @@ def add_connection_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--token-file", metavar="FILE", help="read the auth token from the first line of FILE")
 
 
-def split_url(args: argparse.Namespace, positionals: list[str], names: tuple[str, ...], usage: str) -> None:
+def split_url(
+    args: argparse.Namespace, positionals: list[str], names: tuple[str, ...], command: str | None = None
+) -> None:
     """Accept ``[URL] NAME...``: a first positional containing ``://`` is the server's URL
-    (the form the README shows), the rest fill ``names`` in order."""
+    (the form the README shows), the rest fill ``names`` in order. ``command``: as in
+    :func:`fail_usage`."""
     values = list(positionals)
     if values and "://" in values[0]:
         if args.url:
-            fail_usage(f"the URL is given twice ({values[0]} and --url {args.url})", usage)
+            fail_usage(args, f"the URL is given twice ({values[0]} and --url {args.url})", command)
         args.url = values.pop(0)
     if len(values) != len(names):
         wanted = " ".join(n.upper() for n in names) or "nothing more"
-        fail_usage(f"expected {wanted}, got {' '.join(values) or 'nothing'}", usage)
+        fail_usage(args, f"expected {wanted}, got {' '.join(values) or 'nothing'}", command)
     for name, value in zip(names, values, strict=True):
         setattr(args, name, value)
 
 
-def fail_usage(message: str, usage: str) -> NoReturn:
-    print(f"usage: {usage}\nrsnet: error: {message}", file=sys.stderr)
-    raise SystemExit(EXIT_USAGE)
+def fail_usage(args: argparse.Namespace, message: str, command: str | None = None) -> NoReturn:
+    """Exit 2 as argparse does for a wrong argument found after parsing: the command's usage,
+    then ``rsnet COMMAND: error: message``. ``args.parser`` is the command's parser (every
+    command's default); ``command`` names it more precisely (``topics alter``)."""
+    parser: argparse.ArgumentParser = args.parser
+    parser.print_usage(sys.stderr)
+    parser.exit(EXIT_USAGE, f"{'rsnet ' + command if command else parser.prog}: error: {message}\n")
 
 
 def positive_int(text: str) -> int:

@@ -230,7 +230,7 @@ class Ledger:
 
 
 async def run(args: argparse.Namespace) -> int:
-    split_url(args, args.target, ("topic",), USAGE)
+    split_url(args, args.target, ("topic",))
     producer = args.producer or f"rsnet-pub-{uuid.uuid4().hex[:12]}"
     ledger = Ledger(args.sequence)
     progress = Progress("pub", quiet=args.quiet)

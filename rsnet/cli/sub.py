@@ -354,7 +354,7 @@ async def _plan(
 
 
 async def run(args: argparse.Namespace) -> int:
-    split_url(args, args.target, ("name",), USAGE)
+    split_url(args, args.target, ("name",))
     params = dict(args.param)
     write = formatter(args.format)
     progress = Progress("sub", quiet=args.quiet)

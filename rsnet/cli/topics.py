@@ -164,12 +164,12 @@ async def run(args: argparse.Namespace) -> int:
         return await administer(args)
     misplaced = next((word for word in args.target if word in ACTIONS), None)
     if misplaced is not None:
-        fail_usage(f"the action comes first: rsnet topics {misplaced} [URL] TOPIC", USAGE)
+        fail_usage(args, f"the action comes first: rsnet topics {misplaced} [URL] TOPIC")
     if args.target and "://" not in args.target[0]:
-        fail_usage(f"unknown action {args.target[0]!r}: create, alter, delete or purge (or a URL, to list)", USAGE)
-    split_url(args, args.target, (), USAGE)
+        fail_usage(args, f"unknown action {args.target[0]!r}: create, alter, delete or purge (or a URL, to list)")
+    split_url(args, args.target, ())
     if asked_settings(args) or args.reset:
-        fail_usage("settings are for create and alter: rsnet topics create|alter TOPIC --policy ...", USAGE)
+        fail_usage(args, "settings are for create and alter: rsnet topics create|alter TOPIC --policy ...")
     async with connect(url_from(args), token=token_from(args)) as conn:
         topics = await broker_topics(conn)
     if topics is None:
@@ -195,19 +195,24 @@ async def run(args: argparse.Namespace) -> int:
 
 async def administer(args: argparse.Namespace) -> int:
     action = args.target[0]
-    split_url(args, args.target[1:], ("topic",), USAGE)
+    command = f"topics {action}"
+    split_url(args, args.target[1:], ("topic",), command)
     settings = asked_settings(args)
     params: dict[str, Any] = {"action": action, "topic": args.topic}
     if action in ("delete", "purge"):
         if settings or args.reset:
-            fail_usage(f"{action} takes no settings (purge keeps the topic's)", USAGE)
+            fail_usage(args, f"{action} takes no settings (purge keeps the topic's)", command)
         if not args.yes:
-            fail_usage(f"{action} removes every record of {args.topic!r} for good: add --yes", USAGE)
+            fail_usage(args, f"{action} removes every record of {args.topic!r} for good: add --yes", command)
     if action == "create" and args.reset:
-        fail_usage("--reset is for alter (a new topic follows the broker's config for what is not given)", USAGE)
+        fail_usage(
+            args, "--reset is for alter (a new topic follows the broker's config for what is not given)", command
+        )
     if action == "alter":
         if not settings and not args.reset:
-            fail_usage("alter needs a setting to change (--policy, --max-lag, --retention) or --reset NAME", USAGE)
+            fail_usage(
+                args, "alter needs a setting to change (--policy, --max-lag, --retention) or --reset NAME", command
+            )
         if args.reset:
             params["reset"] = sorted({key for name in args.reset for key in RESETTABLE[name]})
     if settings:

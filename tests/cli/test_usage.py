@@ -1,0 +1,49 @@
+"""Wrong usage as a new user meets it (an outside test of the command line): each mistake is
+refused with exit 2 and one error line that names the command and what was wrong."""
+
+from __future__ import annotations
+
+import pytest
+
+from rsnet.cli import main
+
+NOWHERE = "tcp://127.0.0.1:1"  # nothing listens there: these are refused before connecting
+
+
+def usage_error(capsys: pytest.CaptureFixture[str], *args: str) -> str:
+    """``rsnet *args`` in this process, refused as wrong usage: its error line."""
+    with pytest.raises(SystemExit) as exited:
+        main(list(args))
+    assert exited.value.code == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0].startswith("usage: rsnet "), lines
+    return lines[-1]
+
+
+def test_an_abbreviated_option_is_not_taken_for_the_option_it_begins(capsys):
+    assert usage_error(capsys, "sub", NOWHERE, "numbers", "--form", "earliest") == (
+        "rsnet sub: error: unrecognized arguments: --form earliest (did you mean --format?)"
+    )
+    assert usage_error(capsys, "topics", NOWHERE, "--js") == (
+        "rsnet topics: error: unrecognized arguments: --js (did you mean --json?)"
+    )
+
+
+def test_a_misspelled_broker_option_is_named_not_its_value(capsys):
+    assert usage_error(capsys, "broker", "--data-dir=x", "--metrix", "127.0.0.1:9100") == (
+        "rsnet broker: error: unrecognized arguments: --metrix (did you mean --metrics?)"
+    )
+    assert usage_error(capsys, "broker", "hash-tokens") == (
+        "rsnet broker: error: unknown action 'hash-tokens': the broker's only action is hash-token"
+    )
+
+
+def test_errors_found_after_parsing_name_the_command_not_rsnet_alone(capsys):
+    assert usage_error(capsys, "sub", NOWHERE) == "rsnet sub: error: expected NAME, got nothing"
+    assert usage_error(capsys, "pub", NOWHERE, "a", "b") == "rsnet pub: error: expected TOPIC, got a b"
+    assert usage_error(capsys, "topics", "alter", NOWHERE, "t") == (
+        "rsnet topics alter: error: alter needs a setting to change (--policy, --max-lag, --retention) or --reset NAME"
+    )
+    assert usage_error(capsys, "topics", "purge", NOWHERE, "t") == (
+        "rsnet topics purge: error: purge removes every record of 't' for good: add --yes"
+    )
