@@ -125,6 +125,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "broker":
         if args.action is not None and args.action not in BROKER_ACTIONS:
             fail_usage(args, f"unknown action {args.action!r}: the broker's only action is hash-token")
+        if args.generate and args.action is None:
+            fail_usage(args, "--generate goes with hash-token: rsnet broker hash-token --generate")
     if args.command != "broker":  # the broker configures logging from its config
         logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     if args.command == "demo":

@@ -7,6 +7,8 @@ import pytest
 
 from rsnet.cli import main
 
+from .support import rsnet
+
 NOWHERE = "tcp://127.0.0.1:1"  # nothing listens there: these are refused before connecting
 
 
@@ -35,6 +37,14 @@ def test_a_misspelled_broker_option_is_named_not_its_value(capsys):
     )
     assert usage_error(capsys, "broker", "hash-tokens") == (
         "rsnet broker: error: unknown action 'hash-tokens': the broker's only action is hash-token"
+    )
+
+
+def test_generate_without_hash_token_is_refused_not_a_broker_started():
+    started = rsnet("broker", "--generate", "--tcp", "127.0.0.1:0", timeout=20)
+    assert started.returncode == 2
+    assert started.stderr.splitlines()[-1] == (
+        "rsnet broker: error: --generate goes with hash-token: rsnet broker hash-token --generate"
     )
 
 
