@@ -21,13 +21,14 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import getpass
 import importlib.metadata
 import logging
 import sys
 from collections.abc import Sequence
 
 from . import completion, pub, serve, sub, topics
-from .common import EXIT_FAILED, EXIT_OK, fail_usage, printing, run_command
+from .common import EXIT_FAILED, EXIT_OK, fail_usage, printing, run_command, say
 from .completion import COMPLETIONS
 
 BROKER_ACTIONS = ("hash-token",)
@@ -35,18 +36,31 @@ BROKER_ACTIONS = ("hash-token",)
 
 
 def _hash_token(generate: bool) -> int:
-    from ..broker.auth import generate_token, hash_token
+    """``rsnet broker hash-token``: the hash of the token on stdin's first line; on a terminal
+    the token is asked for on stderr and read without echo (it is a secret). ``--generate``:
+    a new token and its hash."""
+    from ..broker.auth import MIN_TOKEN_LENGTH, generate_token, hash_token
 
     if generate:
         token = generate_token()
         print(f"token: {token}\nhash:  {hash_token(token)}")
         return EXIT_OK
-    token = sys.stdin.readline().strip()
-    try:
-        print(hash_token(token))
-    except ValueError as error:
-        print(f"rsnet broker hash-token: {error}", file=sys.stderr)
+    if sys.stdin.isatty():
+        try:
+            token = getpass.getpass("token to hash (not shown): ", stream=sys.stderr).strip()
+        except EOFError:  # Ctrl-D
+            token = ""
+    else:
+        token = sys.stdin.readline().strip()
+    # Checked here, not left to hash_token: its message names the Python function to use.
+    if len(token.encode()) < MIN_TOKEN_LENGTH:
+        say(
+            "broker hash-token",
+            f"a token must be at least {MIN_TOKEN_LENGTH} characters of random data (got {len(token)}): "
+            "make one with rsnet broker hash-token --generate",
+        )
         return EXIT_FAILED
+    print(hash_token(token))
     return EXIT_OK
 
 
@@ -138,9 +152,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return run_command("demo", demo)
     if args.command == "completion":
-        return printing(lambda: print(completion.script(args.shell, parser()), end="") or EXIT_OK)
+        return printing("completion", lambda: print(completion.script(args.shell, parser()), end="") or EXIT_OK)
     if args.command == "broker" and args.action == "hash-token":
-        return printing(lambda: _hash_token(args.generate))
+        return printing("broker hash-token", lambda: _hash_token(args.generate))
     if args.command == "broker":
         from ..broker.daemon import run_broker
 

@@ -203,9 +203,10 @@ def _silence_stdout() -> None:
         pass
 
 
-def printing(function: Callable[[], int]) -> int:
+def printing(command: str, function: Callable[[], int]) -> int:
     """``function()``, for a command that prints and ends without trio: a reader of stdout that
-    went away (``| head -1``) ends it quietly, as :func:`run_command` does."""
+    went away (``| head -1``) ends it quietly and Ctrl-C is one line and 130, as in
+    :func:`run_command`."""
     try:
         code = function()
         sys.stdout.flush()  # here, not at exit: a closed pipe is found where it is handled
@@ -213,6 +214,11 @@ def printing(function: Callable[[], int]) -> int:
     except BrokenPipeError:
         _silence_stdout()
         return EXIT_OK
+    except KeyboardInterrupt:
+        if sys.stderr.isatty():
+            print(file=sys.stderr)  # below the line ^C was typed on (after a prompt, say)
+        say(command, "interrupted")
+        return EXIT_INTERRUPTED
 
 
 def run_command(command: str, function: Callable[..., Awaitable[int]], *args: Any) -> int:
