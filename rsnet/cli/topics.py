@@ -65,6 +65,16 @@ RESETTABLE = {
 RESETTABLE["all"] = [key for keys in RESETTABLE.values() for key in keys if key != "storage"]
 """``--reset`` names -> the broker's keys (storage is fixed at creation: reset only if it changes nothing)."""
 
+OPTION_OF = {
+    "storage": "--storage",
+    "slow_subscriber.policy": "--policy",
+    "slow_subscriber.max_lag": "--max-lag",
+    "retention.max_records": "--retention records",
+    "retention.max_bytes": "--retention bytes",
+    "retention.max_age_s": "--retention age",
+}
+"""The broker's keys -> the option that sets each (for messages)."""
+
 _SIZE = re.compile(r"(\d+)\s*([KMGT]?)(i?)B?", re.IGNORECASE)
 
 
@@ -159,6 +169,17 @@ def asked_settings(args: argparse.Namespace) -> dict[str, Any]:
     return settings
 
 
+def setting_keys(settings: dict[str, Any]) -> set[str]:
+    """The broker's keys (``slow_subscriber.policy``) of settings nested as :func:`asked_settings` gives them."""
+    keys: set[str] = set()
+    for top, value in settings.items():
+        if isinstance(value, dict):
+            keys.update(f"{top}.{inner}" for inner in value)
+        else:
+            keys.add(top)
+    return keys
+
+
 async def run(args: argparse.Namespace) -> int:
     if args.target and args.target[0] in ACTIONS:
         return await administer(args)
@@ -215,6 +236,16 @@ async def administer(args: argparse.Namespace) -> int:
             )
         if args.reset:
             params["reset"] = sorted({key for name in args.reset for key in RESETTABLE[name]})
+            # Both would reach the broker, and one would silently win over the other.
+            given = setting_keys(settings)
+            for name in args.reset:
+                both = next((key for key in RESETTABLE[name] if key in given), None)
+                if both is not None:
+                    fail_usage(
+                        args,
+                        f"{OPTION_OF[both]} and --reset {name} name the same setting: set it or reset it, not both",
+                        command,
+                    )
     if settings:
         params["settings"] = settings
     async with connect(url_from(args), token=token_from(args)) as conn:

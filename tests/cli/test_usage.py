@@ -57,3 +57,12 @@ def test_errors_found_after_parsing_name_the_command_not_rsnet_alone(capsys):
     assert usage_error(capsys, "topics", "purge", NOWHERE, "t") == (
         "rsnet topics purge: error: purge removes every record of 't' for good: add --yes"
     )
+
+
+def test_a_setting_both_set_and_reset_is_refused(capsys):
+    assert usage_error(capsys, "topics", "alter", NOWHERE, "t1", "--policy", "disconnect", "--reset", "policy") == (
+        "rsnet topics alter: error: --policy and --reset policy name the same setting: set it or reset it, not both"
+    )
+    assert usage_error(capsys, "topics", "alter", NOWHERE, "t1", "--retention", "age=1d", "--reset", "all") == (
+        "rsnet topics alter: error: --retention age and --reset all name the same setting: set it or reset it, not both"
+    )
