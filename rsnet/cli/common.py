@@ -20,6 +20,7 @@ import argparse
 import os
 import re
 import sys
+import textwrap
 import tomllib
 from collections.abc import Awaitable, Callable
 from typing import Any, NoReturn
@@ -140,6 +141,18 @@ def split_url(
         fail_usage(args, f"expected {wanted}, got {' '.join(values) or 'nothing'}", command)
     for name, value in zip(names, values, strict=True):
         setattr(args, name, value)
+
+
+def description(doc: str | None) -> str | None:
+    """A command's ``--help`` text from its module's docstring: what follows the first two
+    paragraphs (a summary and a usage block), as plain text: ``code`` and :role:`target` lose
+    their reStructuredText markup, which a terminal would show as it is, and each paragraph
+    is filled again."""
+    if doc is None:
+        return None
+    text = doc.split("\n\n", 2)[2]
+    text = re.sub(r"``(.+?)``", r"\1", re.sub(r":\w+:`([^`]+)`", r"\1", text), flags=re.DOTALL)
+    return "\n\n".join(textwrap.fill(" ".join(paragraph.split()), 92) for paragraph in text.split("\n\n"))
 
 
 def fail_usage(args: argparse.Namespace, message: str, command: str | None = None) -> NoReturn:

@@ -38,6 +38,7 @@ from .common import (
     EXIT_INTERRUPTED,
     add_connection_options,
     describe,
+    description,
     say,
     split_url,
     token_from,
@@ -66,7 +67,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "pub",
         help="publish lines from stdin to a broker topic (JSON, or --raw text)",
         usage=USAGE,
-        description=__doc__.split("\n\n", 2)[2] if __doc__ else None,
+        description=description(__doc__),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     pub.add_argument("target", nargs="+", metavar="[URL] TOPIC", help="broker URL (optional) and topic")

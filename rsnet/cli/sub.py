@@ -43,6 +43,7 @@ from ..streams import Subscriber, Subscription
 from .common import (
     CommandError,
     add_connection_options,
+    description,
     parse_duration,
     positive_int,
     say,
@@ -67,7 +68,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "sub",
         help="subscribe and print items (JSON lines by default)",
         usage=USAGE,
-        description=__doc__.split("\n\n", 2)[2] if __doc__ else None,
+        description=description(__doc__),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub.add_argument("target", nargs="+", metavar="[URL] NAME", help="server URL (optional) and publisher or topic")

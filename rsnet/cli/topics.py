@@ -34,6 +34,7 @@ from ..net.client import connect
 from .common import (
     CommandError,
     add_connection_options,
+    description,
     fail_usage,
     parse_duration,
     positive_int,
@@ -83,7 +84,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "topics",
         help="list a broker's topics (offsets, lag, settings); create, alter, delete, purge one",
         usage=USAGE,
-        description=__doc__.split("\n\n", 2)[2] if __doc__ else None,
+        description=description(__doc__),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     target = topics.add_argument(

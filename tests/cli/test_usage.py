@@ -3,6 +3,8 @@ refused with exit 2 and one error line that names the command and what was wrong
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from rsnet.cli import main
@@ -66,3 +68,20 @@ def test_a_setting_both_set_and_reset_is_refused(capsys):
     assert usage_error(capsys, "topics", "alter", NOWHERE, "t1", "--retention", "age=1d", "--reset", "all") == (
         "rsnet topics alter: error: --retention age and --reset all name the same setting: set it or reset it, not both"
     )
+
+
+def help_of(capsys: pytest.CaptureFixture[str], *command: str) -> str:
+    """``rsnet *command --help``, its lines joined by single spaces."""
+    with pytest.raises(SystemExit) as exited:
+        main([*command, "--help"])
+    assert exited.value.code == 0
+    return " ".join(capsys.readouterr().out.split())
+
+
+@pytest.mark.parametrize("command", ["sub", "pub", "topics"])
+def test_help_is_plain_text_not_restructuredtext(capsys, command):
+    shown = help_of(capsys, command)
+    assert "``" not in shown and not re.search(r":\w+:`", shown), shown
+    assert {"sub": "--count items arrived", "pub": "any but null", "topics": "$admin (rsnet.broker.admin:"}[
+        command
+    ] in shown
