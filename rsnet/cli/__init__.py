@@ -27,9 +27,11 @@ import logging
 import sys
 from collections.abc import Sequence
 
+from ..broker.config import BrokerConfig, ListenConfig
 from . import completion, pub, serve, sub, topics
 from .common import EXIT_FAILED, EXIT_OK, fail_usage, printing, run_command, say
 from .completion import COMPLETIONS
+from .serve import GRACE
 
 BROKER_ACTIONS = ("hash-token",)
 """What ``rsnet broker``'s optional positional may be (without one, it runs the broker)."""
@@ -94,13 +96,23 @@ def parser() -> argparse.ArgumentParser:
     broker = commands.add_parser("broker", help="run the stream broker")
     broker.add_argument("--config", help="TOML configuration file")
     broker.add_argument("--data-dir", help="directory for durable topics (default: in memory)")
-    broker.add_argument("--tcp", type=serve.address, help="HOST:PORT for TCP")
-    broker.add_argument("--ws", type=serve.address, help="HOST:PORT for WebSocket")
-    broker.add_argument("--fsync", choices=["always", "interval", "never"], help="fsync policy of durable topics")
     broker.add_argument(
-        "--metrics", type=serve.address, help="HOST:PORT for HTTP: /metrics, /health and the live view at /"
+        "--tcp", type=serve.address, help=f"HOST:PORT for TCP (default: the config's, else {ListenConfig().tcp})"
     )
-    broker.add_argument("--grace", type=float, default=5.0, help="seconds to drain streams on shutdown")
+    broker.add_argument("--ws", type=serve.address, help="HOST:PORT for WebSocket (default: the config's, else off)")
+    broker.add_argument(
+        "--fsync",
+        choices=["always", "interval", "never"],
+        help=f"fsync policy of durable topics (default: the config's, else {BrokerConfig().fsync})",
+    )
+    broker.add_argument(
+        "--metrics",
+        type=serve.address,
+        help="HOST:PORT for HTTP: /metrics, /health and the live view at / (default: the config's, else off)",
+    )
+    broker.add_argument(
+        "--grace", type=float, default=GRACE, help=f"seconds to drain streams on shutdown (default {GRACE:g})"
+    )
     # Not choices: a value left by a misspelled option (--metrix 127.0.0.1:9100) would be
     # refused as an action before the option could be named (main checks the action).
     action = broker.add_argument(

@@ -85,3 +85,13 @@ def test_help_is_plain_text_not_restructuredtext(capsys, command):
     assert {"sub": "--count items arrived", "pub": "any but null", "topics": "$admin (rsnet.broker.admin:"}[
         command
     ] in shown
+
+
+def test_broker_and_serve_help_show_the_defaults(capsys):
+    broker = help_of(capsys, "broker")
+    assert "--tcp TCP HOST:PORT for TCP (default: the config's, else 127.0.0.1:7600)" in broker
+    assert "--grace GRACE seconds to drain streams on shutdown (default 5)" in broker
+    assert (
+        "--fsync {always,interval,never} fsync policy of durable topics (default: the config's, else always)" in broker
+    )
+    assert "--grace GRACE seconds to drain streams on shutdown (default 5)" in help_of(capsys, "serve")
