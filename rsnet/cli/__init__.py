@@ -24,6 +24,7 @@ import difflib
 import getpass
 import importlib.metadata
 import logging
+import math
 import sys
 from collections.abc import Sequence
 
@@ -35,6 +36,18 @@ from .serve import GRACE
 
 BROKER_ACTIONS = ("hash-token",)
 """What ``rsnet broker``'s optional positional may be (without one, it runs the broker)."""
+
+
+def _demo_seconds(text: str) -> float:
+    """An argparse type for ``demo --seconds``: the demo shows a row every half second and its
+    slow subscriber leaves half way, so at least 1 (and finite)."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not 1 <= seconds < math.inf:
+        raise argparse.ArgumentTypeError(f"must be at least 1 (and finite), got {text}")
+    return seconds
 
 
 def _hash_token(generate: bool) -> int:
@@ -85,7 +98,7 @@ def parser() -> argparse.ArgumentParser:
     commands = root.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     demo = commands.add_parser("demo", help="run the live demo")
-    demo.add_argument("--seconds", type=float, default=6.0, help="how long to run")
+    demo.add_argument("--seconds", type=_demo_seconds, default=6.0, help="how long to run (at least 1; default 6)")
 
     serve.add_parser(commands)
     sub.add_parser(commands)

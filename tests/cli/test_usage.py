@@ -95,3 +95,10 @@ def test_broker_and_serve_help_show_the_defaults(capsys):
         "--fsync {always,interval,never} fsync policy of durable topics (default: the config's, else always)" in broker
     )
     assert "--grace GRACE seconds to drain streams on shutdown (default 5)" in help_of(capsys, "serve")
+
+
+@pytest.mark.parametrize("seconds", ["-1", "0", "0.5", "inf", "nan"])
+def test_demo_refuses_a_run_too_short_to_show_anything(capsys, seconds):
+    assert usage_error(capsys, "demo", "--seconds", seconds) == (
+        f"rsnet demo: error: argument --seconds: must be at least 1 (and finite), got {seconds}"
+    )
