@@ -138,7 +138,8 @@ def split_url(
         args.url = values.pop(0)
     if len(values) != len(names):
         wanted = " ".join(n.upper() for n in names) or "nothing more"
-        fail_usage(args, f"expected {wanted}, got {' '.join(values) or 'nothing'}", command)
+        hint = url_hint(values[0]) if values else ""
+        fail_usage(args, f"expected {wanted}, got {' '.join(values) or 'nothing'}{hint}", command)
     for name, value in zip(names, values, strict=True):
         setattr(args, name, value)
 
@@ -153,6 +154,17 @@ def description(doc: str | None) -> str | None:
     text = doc.split("\n\n", 2)[2]
     text = re.sub(r"``(.+?)``", r"\1", re.sub(r":\w+:`([^`]+)`", r"\1", text), flags=re.DOTALL)
     return "\n\n".join(textwrap.fill(" ".join(paragraph.split()), 92) for paragraph in text.split("\n\n"))
+
+
+_HOST_PORT = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[\w.-]+):\d{1,5}")
+
+
+def url_hint(word: str) -> str:
+    """For a word that looks like ``HOST:PORT`` where a URL could stand: how to write it as one
+    (``tcp://`` or ``ws://``), to end an error message; else empty."""
+    if not _HOST_PORT.fullmatch(word):
+        return ""
+    return f"; {word} is no URL: write tcp://{word} (or ws://{word}/ for WebSocket)"
 
 
 def fail_usage(args: argparse.Namespace, message: str, command: str | None = None) -> NoReturn:

@@ -41,6 +41,7 @@ from .common import (
     split_url,
     token_from,
     url_from,
+    url_hint,
 )
 from .completion import COMPLETIONS
 from .sub import broker_topics
@@ -188,7 +189,11 @@ async def run(args: argparse.Namespace) -> int:
     if misplaced is not None:
         fail_usage(args, f"the action comes first: rsnet topics {misplaced} [URL] TOPIC")
     if args.target and "://" not in args.target[0]:
-        fail_usage(args, f"unknown action {args.target[0]!r}: create, alter, delete or purge (or a URL, to list)")
+        fail_usage(
+            args,
+            f"unknown action {args.target[0]!r}: create, alter, delete or purge (or a URL, to list)"
+            + url_hint(args.target[0]),
+        )
     split_url(args, args.target, ())
     if asked_settings(args) or args.reset:
         fail_usage(args, "settings are for create and alter: rsnet topics create|alter TOPIC --policy ...")

@@ -102,3 +102,18 @@ def test_demo_refuses_a_run_too_short_to_show_anything(capsys, seconds):
     assert usage_error(capsys, "demo", "--seconds", seconds) == (
         f"rsnet demo: error: argument --seconds: must be at least 1 (and finite), got {seconds}"
     )
+
+
+def test_a_host_and_port_without_a_scheme_is_told_how_to_write_it(capsys):
+    assert usage_error(capsys, "sub", "127.0.0.1:7600", "numbers") == (
+        "rsnet sub: error: expected NAME, got 127.0.0.1:7600 numbers; "
+        "127.0.0.1:7600 is no URL: write tcp://127.0.0.1:7600 (or ws://127.0.0.1:7600/ for WebSocket)"
+    )
+    assert usage_error(capsys, "pub", "[::1]:7600", "t").endswith(
+        "[::1]:7600 is no URL: write tcp://[::1]:7600 (or ws://[::1]:7600/ for WebSocket)"
+    )
+    assert usage_error(capsys, "topics", "localhost:7600") == (
+        "rsnet topics: error: unknown action 'localhost:7600': create, alter, delete or purge (or a URL, to list); "
+        "localhost:7600 is no URL: write tcp://localhost:7600 (or ws://localhost:7600/ for WebSocket)"
+    )
+    assert usage_error(capsys, "sub", "a", "b") == "rsnet sub: error: expected NAME, got a b"  # no address: no hint
