@@ -5,10 +5,13 @@ from __future__ import annotations
 import json
 import os
 import pty
+import re
 import socket
 import subprocess
 
 import pytest
+
+from rsnet.cli.progress import duration
 
 from .support import RSNET, Daemon, auth_config, env, one_line, rsnet
 
@@ -228,6 +231,17 @@ def test_the_live_line_is_redrawn_while_items_arrive(demo):
     live = [part for part in drawn.split("\r\x1b[2K") if part.strip()]
     assert any(part.endswith("/s") and " records " in part for part in live), drawn
     assert live[-1].startswith("rsnet sub: 40 records received in ")
+
+
+def test_a_summary_s_time_has_the_digits_its_rate_needs(demo):
+    drawn = run_on_a_terminal("sub", demo.url, "range", "-p", "count=3", stdin="")
+    summary = re.search(r"rsnet sub: 3 records received in ([\d.]+) (ms|s) \(([\d,]+)/s\)", drawn)
+    assert summary is not None, drawn
+    seconds = float(summary[1]) / (1000 if summary[2] == "ms" else 1)
+    # The rate is 3 / the time unrounded: the time shown must be within its rounding of it.
+    assert seconds > 0 and abs(3 / seconds / int(summary[3].replace(",", "")) - 1) < 0.02, drawn
+    shown = [duration(s) for s in (0.0025, 0.0117, 0.25, 0.9996, 12.345)]
+    assert shown == ["2.50 ms", "11.7 ms", "250 ms", "1000 ms", "12.3 s"]
 
 
 def test_bash_completion_offers_commands_and_each_commands_options(tmp_path):
