@@ -291,9 +291,9 @@ async def run(args: argparse.Namespace) -> int:
             failure = failure.exceptions[0]
     progress.clear()
     refused = isinstance(failure, StreamError) and failure.code in REFUSED_FOR_GOOD
-    account = ledger.account(
-        args.topic, producer, rest_unread=failure is not None and not stdin_ended, resend=not refused
-    )
+    # An invalid line stops the reading too: it and the lines after it are the rest to send.
+    rest_unread = bool(invalid) or (failure is not None and not stdin_ended)
+    account = ledger.account(args.topic, producer, rest_unread=rest_unread, resend=not refused)
     if failure is not None:
         say("pub", f"not every record was acknowledged: {describe(failure)}; {account}")
         return EXIT_FAILED
