@@ -20,6 +20,7 @@ import argparse
 import os
 import re
 import sys
+import textwrap
 import tomllib
 from collections.abc import Awaitable, Callable
 from typing import Any, NoReturn
@@ -124,24 +125,55 @@ def add_connection_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--token-file", metavar="FILE", help="read the auth token from the first line of FILE")
 
 
-def split_url(args: argparse.Namespace, positionals: list[str], names: tuple[str, ...], usage: str) -> None:
+def split_url(
+    args: argparse.Namespace, positionals: list[str], names: tuple[str, ...], command: str | None = None
+) -> None:
     """Accept ``[URL] NAME...``: a first positional containing ``://`` is the server's URL
-    (the form the README shows), the rest fill ``names`` in order."""
+    (the form the README shows), the rest fill ``names`` in order. ``command``: as in
+    :func:`fail_usage`."""
     values = list(positionals)
     if values and "://" in values[0]:
         if args.url:
-            fail_usage(f"the URL is given twice ({values[0]} and --url {args.url})", usage)
+            fail_usage(args, f"the URL is given twice ({values[0]} and --url {args.url})", command)
         args.url = values.pop(0)
     if len(values) != len(names):
         wanted = " ".join(n.upper() for n in names) or "nothing more"
-        fail_usage(f"expected {wanted}, got {' '.join(values) or 'nothing'}", usage)
+        hint = url_hint(values[0]) if values else ""
+        fail_usage(args, f"expected {wanted}, got {' '.join(values) or 'nothing'}{hint}", command)
     for name, value in zip(names, values, strict=True):
         setattr(args, name, value)
 
 
-def fail_usage(message: str, usage: str) -> NoReturn:
-    print(f"usage: {usage}\nrsnet: error: {message}", file=sys.stderr)
-    raise SystemExit(EXIT_USAGE)
+def description(doc: str | None) -> str | None:
+    """A command's ``--help`` text from its module's docstring: what follows the first two
+    paragraphs (a summary and a usage block), as plain text: ``code`` and :role:`target` lose
+    their reStructuredText markup, which a terminal would show as it is, and each paragraph
+    is filled again."""
+    if doc is None:
+        return None
+    text = doc.split("\n\n", 2)[2]
+    text = re.sub(r"``(.+?)``", r"\1", re.sub(r":\w+:`([^`]+)`", r"\1", text), flags=re.DOTALL)
+    return "\n\n".join(textwrap.fill(" ".join(paragraph.split()), 92) for paragraph in text.split("\n\n"))
+
+
+_HOST_PORT = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[\w.-]+):\d{1,5}")
+
+
+def url_hint(word: str) -> str:
+    """For a word that looks like ``HOST:PORT`` where a URL could stand: how to write it as one
+    (``tcp://`` or ``ws://``), to end an error message; else empty."""
+    if not _HOST_PORT.fullmatch(word):
+        return ""
+    return f"; {word} is no URL: write tcp://{word} (or ws://{word}/ for WebSocket)"
+
+
+def fail_usage(args: argparse.Namespace, message: str, command: str | None = None) -> NoReturn:
+    """Exit 2 as argparse does for a wrong argument found after parsing: the command's usage,
+    then ``rsnet COMMAND: error: message``. ``args.parser`` is the command's parser (every
+    command's default); ``command`` names it more precisely (``topics alter``)."""
+    parser: argparse.ArgumentParser = args.parser
+    parser.print_usage(sys.stderr)
+    parser.exit(EXIT_USAGE, f"{'rsnet ' + command if command else parser.prog}: error: {message}\n")
 
 
 def positive_int(text: str) -> int:
@@ -196,9 +228,10 @@ def _silence_stdout() -> None:
         pass
 
 
-def printing(function: Callable[[], int]) -> int:
+def printing(command: str, function: Callable[[], int]) -> int:
     """``function()``, for a command that prints and ends without trio: a reader of stdout that
-    went away (``| head -1``) ends it quietly, as :func:`run_command` does."""
+    went away (``| head -1``) ends it quietly and Ctrl-C is one line and 130, as in
+    :func:`run_command`."""
     try:
         code = function()
         sys.stdout.flush()  # here, not at exit: a closed pipe is found where it is handled
@@ -206,6 +239,11 @@ def printing(function: Callable[[], int]) -> int:
     except BrokenPipeError:
         _silence_stdout()
         return EXIT_OK
+    except KeyboardInterrupt:
+        if sys.stderr.isatty():
+            print(file=sys.stderr)  # below the line ^C was typed on (after a prompt, say)
+        say(command, "interrupted")
+        return EXIT_INTERRUPTED
 
 
 def run_command(command: str, function: Callable[..., Awaitable[int]], *args: Any) -> int:

@@ -61,6 +61,17 @@ class Progress:
         """``rsnet pub: 1,234 records stored in t`` (with the time and rate on a terminal)."""
         self.clear()
         elapsed = max(time.monotonic() - self._started, 1e-9)
-        timing = f" in {elapsed:.1f} s ({self.count / elapsed:,.0f}/s)" if self.enabled else ""
+        timing = f" in {duration(elapsed)} ({self.count / elapsed:,.0f}/s)" if self.enabled else ""
         unit = self.unit.removesuffix("s") if self.count == 1 else self.unit
         print(f"rsnet {self.command}: {self.count} {unit} {verb}{timing}", file=sys.stderr, flush=True)
+
+
+def duration(seconds: float) -> str:
+    """``12.3 s``; under a second in milliseconds with three digits (``250 ms``, ``11.7 ms``,
+    ``2.50 ms``): enough for the rate shown beside it to follow from it (``0.0 s`` beside
+    256/s did not)."""
+    if seconds >= 1:
+        return f"{seconds:.1f} s"
+    milliseconds = seconds * 1000
+    decimals = 0 if milliseconds >= 100 else 1 if milliseconds >= 10 else 2
+    return f"{milliseconds:.{decimals}f} ms"

@@ -38,6 +38,7 @@ from .common import (
     EXIT_INTERRUPTED,
     add_connection_options,
     describe,
+    description,
     say,
     split_url,
     token_from,
@@ -66,7 +67,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "pub",
         help="publish lines from stdin to a broker topic (JSON, or --raw text)",
         usage=USAGE,
-        description=__doc__.split("\n\n", 2)[2] if __doc__ else None,
+        description=description(__doc__),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     pub.add_argument("target", nargs="+", metavar="[URL] TOPIC", help="broker URL (optional) and topic")
@@ -230,7 +231,7 @@ class Ledger:
 
 
 async def run(args: argparse.Namespace) -> int:
-    split_url(args, args.target, ("topic",), USAGE)
+    split_url(args, args.target, ("topic",))
     producer = args.producer or f"rsnet-pub-{uuid.uuid4().hex[:12]}"
     ledger = Ledger(args.sequence)
     progress = Progress("pub", quiet=args.quiet)
@@ -290,9 +291,9 @@ async def run(args: argparse.Namespace) -> int:
             failure = failure.exceptions[0]
     progress.clear()
     refused = isinstance(failure, StreamError) and failure.code in REFUSED_FOR_GOOD
-    account = ledger.account(
-        args.topic, producer, rest_unread=failure is not None and not stdin_ended, resend=not refused
-    )
+    # An invalid line stops the reading too: it and the lines after it are the rest to send.
+    rest_unread = bool(invalid) or (failure is not None and not stdin_ended)
+    account = ledger.account(args.topic, producer, rest_unread=rest_unread, resend=not refused)
     if failure is not None:
         say("pub", f"not every record was acknowledged: {describe(failure)}; {account}")
         return EXIT_FAILED

@@ -32,6 +32,9 @@ from ..net.gc_tuning import tune_for_serving
 from ..net.server import DEFAULT_MAX_CONNECTIONS, Server, connection_limit
 from .common import EXIT_USAGE, CommandError, say
 
+GRACE = 5.0
+"""Seconds open streams get to end on shutdown, unless ``--grace`` says otherwise (serve, broker)."""
+
 
 def address(text: str) -> tuple[str, int]:
     """An argparse type: ``HOST:PORT`` as the broker's config reads it."""
@@ -53,7 +56,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         help="host the demo publishers: range (start=0, count), ticks (interval=1.0 seconds: 0, 1, 2... forever), fail (n=0: n items, then an application error)",
     )
     serve.add_argument("--token", help="require this auth token from clients")
-    serve.add_argument("--grace", type=float, default=5.0, help="seconds to drain streams on shutdown")
+    serve.add_argument(
+        "--grace", type=float, default=GRACE, help=f"seconds to drain streams on shutdown (default {GRACE:g})"
+    )
     serve.add_argument(
         "--keepalive",
         type=float,

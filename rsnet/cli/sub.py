@@ -39,10 +39,11 @@ from ..broker.names import is_wildcard
 from ..errors import StreamError
 from ..net.client import Client, connect
 from ..protocol import ErrorCode
+from ..streams import Subscriber, Subscription
 from .common import (
     CommandError,
     add_connection_options,
-    fail_usage,
+    description,
     parse_duration,
     positive_int,
     say,
@@ -54,6 +55,9 @@ from .progress import Progress
 
 USAGE = "rsnet sub [URL] NAME [options]"
 
+FIELDS = ("topic", "offset", "timestamp", "time", "value")
+"""The fields a ``--format`` template may name: a topic record's, and ``time``."""
+
 FLUSH_INTERVAL = 0.05
 """Seconds printed lines may wait in stdout's buffer: output is written in blocks, yet a
 reader (``| head``, a terminal) sees each line within this time."""
@@ -64,7 +68,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "sub",
         help="subscribe and print items (JSON lines by default)",
         usage=USAGE,
-        description=__doc__.split("\n\n", 2)[2] if __doc__ else None,
+        description=description(__doc__),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub.add_argument("target", nargs="+", metavar="[URL] NAME", help="server URL (optional) and publisher or topic")
@@ -89,8 +93,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     sub.add_argument(
         "-f",
         "--format",
+        type=format_spec,
         default="json",
-        help="json (default), value, raw, or a template like '{offset} {value}' (fields: topic offset timestamp time value)",
+        help=f"json (default), value, raw, or a template like '{{offset}} {{value}}' (fields: {' '.join(FIELDS)})",
     )
     sub.add_argument(
         "--prefetch",
@@ -166,11 +171,29 @@ def _text(value: Any) -> str:
     return value if isinstance(value, str) else _json(value)
 
 
+def format_spec(text: str) -> str:
+    """An argparse type for ``--format``: ``json``, ``value``, ``raw``, or a template naming
+    only :data:`FIELDS` (a misspelled field would print an empty line per item)."""
+    if text in ("json", "value", "raw"):
+        return text
+    fields = re.findall(r"{(\w+)}", text)
+    if not fields:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected json, value, raw or a template with {{fields}}")
+    unknown = next((field for field in fields if field not in FIELDS), None)
+    if unknown is not None:
+        close = difflib.get_close_matches(unknown, FIELDS, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: unknown field {unknown!r}{hint}; the fields are {', '.join(FIELDS)}"
+        )
+    return text
+
+
 def formatter(spec: str) -> Callable[[Any], bytes]:
-    """How one item is printed: ``json`` (the whole item), ``value`` (a topic record's value
-    as JSON; other items whole), ``raw`` (the value as text, binary values as their bytes),
-    or a template whose ``{field}``s are the record's fields as text (``time``: the
-    timestamp as an ISO time in UTC)."""
+    """How one item is printed, for a ``spec`` :func:`format_spec` accepted: ``json`` (the
+    whole item), ``value`` (a topic record's value as JSON; other items whole), ``raw`` (the
+    value as text, binary values as their bytes), or a template whose ``{field}``s are the
+    record's fields as text (``time``: the timestamp as an ISO time in UTC)."""
 
     def value_of(item: Any) -> Any:
         return item["value"] if _is_record(item) else item
@@ -187,8 +210,6 @@ def formatter(spec: str) -> Callable[[Any], bytes]:
 
         return raw
     fields = re.findall(r"{(\w+)}", spec)
-    if not fields:
-        fail_usage(f"--format {spec!r}: expected json, value, raw or a template with {{fields}}", USAGE)
 
     def template(item: Any) -> bytes:
         record = item if isinstance(item, dict) else {"value": item}
@@ -241,6 +262,36 @@ async def broker_topics(conn: Client, match: str | None = None) -> dict[str, dic
         if error.code == ErrorCode.UNKNOWN_PUBLISHER:
             return None
         raise
+
+
+class Refusal(Subscriber[Any]):
+    """A stream opened with no demand, only to hear whether the server refuses it: the refusal
+    is an ERROR in place of ACCEPT (SPEC 7.2), which the server writes as it processes the
+    SUBSCRIBE, and it processes a connection's frames in order (SPEC 7.5). So once a stream
+    opened after this one has had its answer, the refusal, if any, has arrived: :meth:`check`
+    then raises it, or cancels the stream (it had no demand, so no item was sent)."""
+
+    def __init__(self) -> None:
+        self.subscription: Subscription | None = None
+        self.error: BaseException | None = None
+
+    def on_subscribe(self, subscription: Subscription) -> None:
+        self.subscription = subscription
+
+    def on_next(self, item: Any) -> None:  # never called: nothing was requested
+        pass
+
+    def on_error(self, error: BaseException) -> None:
+        self.error = error
+
+    def on_complete(self) -> None:
+        pass
+
+    def check(self) -> None:
+        if self.error is not None:
+            raise self.error
+        if self.subscription is not None:
+            self.subscription.cancel()
 
 
 async def _last_timestamp(conn: Client, topic: str, end: int) -> int:
@@ -304,7 +355,7 @@ async def _plan(
 
 
 async def run(args: argparse.Namespace) -> int:
-    split_url(args, args.target, ("name",), USAGE)
+    split_url(args, args.target, ("name",))
     params = dict(args.param)
     write = formatter(args.format)
     progress = Progress("sub", quiet=args.quiet)
@@ -314,7 +365,17 @@ async def run(args: argparse.Namespace) -> int:
         ends: dict[str, int] | None = None
         # Only the topics the name or pattern covers; a name the broker refuses (not valid, or
         # not readable with this token) fails here, with its code, as the subscription would.
+        # A pattern is listed whatever the token's grants (as the topics the token may read),
+        # and --until-end may find nothing to read and never subscribe: a probe opened before
+        # the listing hears the broker's refusal of the subscription (UNAUTHORIZED) by its end.
+        probe = None
+        if args.until_end and is_wildcard(args.name):
+            probe = Refusal()
+            given = {} if args.start is None or isinstance(args.start, Before) else {"from": args.start}
+            conn.publisher(args.name, {**params, **given}).subscribe(probe)
         topics = None if args.name.startswith("$") else await broker_topics(conn, match=args.name)
+        if probe is not None and topics is not None:  # (not a broker: --until-end is refused below)
+            probe.check()
         start = args.start
         if topics is not None:
             start, ends = await _plan(conn, args, topics)

@@ -34,12 +34,14 @@ from ..net.client import connect
 from .common import (
     CommandError,
     add_connection_options,
+    description,
     fail_usage,
     parse_duration,
     positive_int,
     split_url,
     token_from,
     url_from,
+    url_hint,
 )
 from .completion import COMPLETIONS
 from .sub import broker_topics
@@ -65,6 +67,16 @@ RESETTABLE = {
 RESETTABLE["all"] = [key for keys in RESETTABLE.values() for key in keys if key != "storage"]
 """``--reset`` names -> the broker's keys (storage is fixed at creation: reset only if it changes nothing)."""
 
+OPTION_OF = {
+    "storage": "--storage",
+    "slow_subscriber.policy": "--policy",
+    "slow_subscriber.max_lag": "--max-lag",
+    "retention.max_records": "--retention records",
+    "retention.max_bytes": "--retention bytes",
+    "retention.max_age_s": "--retention age",
+}
+"""The broker's keys -> the option that sets each (for messages)."""
+
 _SIZE = re.compile(r"(\d+)\s*([KMGT]?)(i?)B?", re.IGNORECASE)
 
 
@@ -73,7 +85,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "topics",
         help="list a broker's topics (offsets, lag, settings); create, alter, delete, purge one",
         usage=USAGE,
-        description=__doc__.split("\n\n", 2)[2] if __doc__ else None,
+        description=description(__doc__),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     target = topics.add_argument(
@@ -159,17 +171,32 @@ def asked_settings(args: argparse.Namespace) -> dict[str, Any]:
     return settings
 
 
+def setting_keys(settings: dict[str, Any]) -> set[str]:
+    """The broker's keys (``slow_subscriber.policy``) of settings nested as :func:`asked_settings` gives them."""
+    keys: set[str] = set()
+    for top, value in settings.items():
+        if isinstance(value, dict):
+            keys.update(f"{top}.{inner}" for inner in value)
+        else:
+            keys.add(top)
+    return keys
+
+
 async def run(args: argparse.Namespace) -> int:
     if args.target and args.target[0] in ACTIONS:
         return await administer(args)
     misplaced = next((word for word in args.target if word in ACTIONS), None)
     if misplaced is not None:
-        fail_usage(f"the action comes first: rsnet topics {misplaced} [URL] TOPIC", USAGE)
+        fail_usage(args, f"the action comes first: rsnet topics {misplaced} [URL] TOPIC")
     if args.target and "://" not in args.target[0]:
-        fail_usage(f"unknown action {args.target[0]!r}: create, alter, delete or purge (or a URL, to list)", USAGE)
-    split_url(args, args.target, (), USAGE)
+        fail_usage(
+            args,
+            f"unknown action {args.target[0]!r}: create, alter, delete or purge (or a URL, to list)"
+            + url_hint(args.target[0]),
+        )
+    split_url(args, args.target, ())
     if asked_settings(args) or args.reset:
-        fail_usage("settings are for create and alter: rsnet topics create|alter TOPIC --policy ...", USAGE)
+        fail_usage(args, "settings are for create and alter: rsnet topics create|alter TOPIC --policy ...")
     async with connect(url_from(args), token=token_from(args)) as conn:
         topics = await broker_topics(conn)
     if topics is None:
@@ -195,21 +222,36 @@ async def run(args: argparse.Namespace) -> int:
 
 async def administer(args: argparse.Namespace) -> int:
     action = args.target[0]
-    split_url(args, args.target[1:], ("topic",), USAGE)
+    command = f"topics {action}"
+    split_url(args, args.target[1:], ("topic",), command)
     settings = asked_settings(args)
     params: dict[str, Any] = {"action": action, "topic": args.topic}
     if action in ("delete", "purge"):
         if settings or args.reset:
-            fail_usage(f"{action} takes no settings (purge keeps the topic's)", USAGE)
+            fail_usage(args, f"{action} takes no settings (purge keeps the topic's)", command)
         if not args.yes:
-            fail_usage(f"{action} removes every record of {args.topic!r} for good: add --yes", USAGE)
+            fail_usage(args, f"{action} removes every record of {args.topic!r} for good: add --yes", command)
     if action == "create" and args.reset:
-        fail_usage("--reset is for alter (a new topic follows the broker's config for what is not given)", USAGE)
+        fail_usage(
+            args, "--reset is for alter (a new topic follows the broker's config for what is not given)", command
+        )
     if action == "alter":
         if not settings and not args.reset:
-            fail_usage("alter needs a setting to change (--policy, --max-lag, --retention) or --reset NAME", USAGE)
+            fail_usage(
+                args, "alter needs a setting to change (--policy, --max-lag, --retention) or --reset NAME", command
+            )
         if args.reset:
             params["reset"] = sorted({key for name in args.reset for key in RESETTABLE[name]})
+            # Both would reach the broker, and one would silently win over the other.
+            given = setting_keys(settings)
+            for name in args.reset:
+                both = next((key for key in RESETTABLE[name] if key in given), None)
+                if both is not None:
+                    fail_usage(
+                        args,
+                        f"{OPTION_OF[both]} and --reset {name} name the same setting: set it or reset it, not both",
+                        command,
+                    )
     if settings:
         params["settings"] = settings
     async with connect(url_from(args), token=token_from(args)) as conn:

@@ -243,15 +243,21 @@ def test_serve_keeps_the_servers_own_token_and_limits(tmp_path):
     assert both.returncode == 1 and "are Servers with different settings" in both.stderr
 
 
-def test_a_null_line_is_reported_with_its_number_and_what_was_stored(broker):
-    result = rsnet("pub", broker.url, "nulls", stdin='{"a": 1}\n\n2\nnull\n4\n')
+def test_a_null_line_is_reported_with_its_number_what_was_stored_and_how_to_send_the_rest(broker):
+    lines = '{"a": 1}\n\n2\nnull\n4\n'
+    result = rsnet("pub", broker.url, "nulls", "--producer", "feeder", stdin=lines)
     assert result.returncode == 1
     assert one_line(result.stderr) == (
         "rsnet pub: line 4: null is not a record (a record is any JSON value except null); "
-        "stopped there: 2 records stored in nulls (lines 1-3)"
+        "stopped there: 2 records stored in nulls (lines 1-3); lines from 4 on were not sent: "
+        "send them with --producer feeder --sequence 2 (no duplicates)"
     )
+    # As told, once line 4 is mended: the rest follows, nothing twice.
+    rest = "\n".join(lines.splitlines()[3:]).replace("null", "3")
+    sent = rsnet("pub", broker.url, "nulls", "--producer", "feeder", "--sequence", "2", stdin=rest)
+    assert sent.returncode == 0, sent.stderr
     records = rsnet("sub", broker.url, "nulls", "--from", "earliest", "--until-end", "--format", "value")
-    assert records.stdout == '{"a": 1}\n2\n'
+    assert records.stdout == '{"a": 1}\n2\n3\n4\n'
 
 
 def test_an_integer_beyond_64_bits_is_refused_before_anything_is_sent(broker):

@@ -5,10 +5,13 @@ from __future__ import annotations
 import json
 import os
 import pty
+import re
 import socket
 import subprocess
 
 import pytest
+
+from rsnet.cli.progress import duration
 
 from .support import RSNET, Daemon, auth_config, env, one_line, rsnet
 
@@ -32,7 +35,14 @@ def test_until_end_exits_at_the_end_of_a_topic_and_of_a_pattern(broker):
 
 def test_a_format_that_is_no_template_is_wrong_usage_exit_2():
     bad = rsnet("sub", "tcp://127.0.0.1:1", "t", "--format", "{value")  # refused before connecting
-    assert bad.returncode == 2 and "--format '{value': expected json, value, raw or a template" in bad.stderr
+    assert bad.returncode == 2 and "--format: '{value': expected json, value, raw or a template" in bad.stderr
+    # A misspelled field is no empty column: refused, with the field and the known ones named.
+    typo = rsnet("sub", "tcp://127.0.0.1:1", "t", "--format", "{offst} {value}")
+    assert typo.returncode == 2
+    assert typo.stderr.splitlines()[-1].endswith(
+        "--format: '{offst} {value}': unknown field 'offst' (did you mean 'offset'?); "
+        "the fields are topic, offset, timestamp, time, value"
+    ), typo.stderr
 
 
 def test_from_a_duration_and_an_iso_time(broker):
@@ -86,10 +96,20 @@ def test_until_end_fails_for_a_topic_the_token_may_not_read_or_an_invalid_name(t
             assert invalid.returncode == 1 and one_line(invalid.stderr).startswith("rsnet sub: REJECTED: "), (
                 invalid.stderr
             )
+        # A pattern beyond the grant: refused whether or not there is anything to read (from
+        # latest there never is, and no topic the token may read matches 'other.*').
+        for pattern in ("sensors.>", "other.*"):
+            for start in ("latest", "earliest"):
+                denied = rsnet("sub", broker.url, pattern, "--from", start, "--until-end", env=read_env)
+                assert denied.returncode == 1
+                assert one_line(denied.stderr) == f"rsnet sub: UNAUTHORIZED: not allowed to subscribe {pattern!r}"
         allowed = rsnet(
             "sub", broker.url, "sensors.a", "--from", "earliest", "--until-end", "-f", "value", env=read_env
         )
         assert (allowed.returncode, allowed.stdout) == (0, "1\n")
+        for start, read in (("latest", ""), ("earliest", "1\n")):
+            within = rsnet("sub", broker.url, "sensors.*", "--from", start, "-e", "-f", "value", env=read_env)
+            assert (within.returncode, within.stdout, within.stderr) == (0, read, "")
         # Refused for good: the closing line offers no resend, which would be refused the same way.
         unpublishable = rsnet("pub", broker.url, "sensors.a", stdin="2\n", env=read_env)
         assert unpublishable.returncode == 1
@@ -212,6 +232,17 @@ def test_the_live_line_is_redrawn_while_items_arrive(demo):
     live = [part for part in drawn.split("\r\x1b[2K") if part.strip()]
     assert any(part.endswith("/s") and " records " in part for part in live), drawn
     assert live[-1].startswith("rsnet sub: 40 records received in ")
+
+
+def test_a_summary_s_time_has_the_digits_its_rate_needs(demo):
+    drawn = run_on_a_terminal("sub", demo.url, "range", "-p", "count=3", stdin="")
+    summary = re.search(r"rsnet sub: 3 records received in ([\d.]+) (ms|s) \(([\d,]+)/s\)", drawn)
+    assert summary is not None, drawn
+    seconds = float(summary[1]) / (1000 if summary[2] == "ms" else 1)
+    # The rate is 3 / the time unrounded: the time shown must be within its rounding of it.
+    assert seconds > 0 and abs(3 / seconds / int(summary[3].replace(",", "")) - 1) < 0.02, drawn
+    shown = [duration(s) for s in (0.0025, 0.0117, 0.25, 0.9996, 12.345)]
+    assert shown == ["2.50 ms", "11.7 ms", "250 ms", "1000 ms", "12.3 s"]
 
 
 def test_bash_completion_offers_commands_and_each_commands_options(tmp_path):
