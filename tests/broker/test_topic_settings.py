@@ -537,6 +537,15 @@ DAMAGE = {
         b'{"format": "rsnet-topic-settings", "version": 1, "settings": {"retention": {"max_records": -3}}}',
         "settings.retention.max_records: must be a whole number",
     ),
+    # Valid JSON, crafted (attack round 4): a traceback and a stopped start, or a start stopped
+    # without naming the file.
+    "nested 5,000 deep": (b"[" * 5000 + b"]" * 5000, "JSON nested too deep"),
+    "an integer of 5,000 digits": (
+        b'{"format": "rsnet-topic-settings", "version": 1, "settings": {"retention": {"max_records": '
+        + b"9" * 5000
+        + b"}}}",
+        "not valid JSON (Exceeds the limit (4300 digits)",
+    ),
 }
 
 

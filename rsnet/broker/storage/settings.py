@@ -63,8 +63,10 @@ def read_settings(directory: str | os.PathLike[str]) -> dict[str, Any] | None:
         raise SettingsUnreadable(path, f"larger than {MAX_BYTES} bytes: not a settings file")
     try:
         document = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+    except ValueError as error:  # not UTF-8, not JSON, or an integer of more digits than int() takes
         raise SettingsUnreadable(path, f"not valid JSON ({error})") from None
+    except RecursionError:  # nested deeper than the parser's stack: no settings file is
+        raise SettingsUnreadable(path, "not a settings file (JSON nested too deep)") from None
     if not isinstance(document, dict) or document.get("format") != FORMAT:
         raise SettingsUnreadable(path, f'not a settings file (expected a JSON object with "format": "{FORMAT}")')
     version = document.get("version")
