@@ -26,6 +26,7 @@ from rsnet.broker.storage import (
     RecoveryReport,
     Retention,
     SegmentLog,
+    StorageError,
     UncleanRecoveryNeeded,
     synced_mark,
 )
@@ -371,18 +372,66 @@ def test_damage_running_to_the_end_of_a_sealed_segment_ends_at_the_next_segment(
         check_damaged(log, last_in_second, int(names[2][:-4]), 60)
 
 
-def test_a_sealed_segment_with_a_damaged_header_becomes_one_damaged_range(written: Written) -> None:
+def test_a_sealed_segment_with_a_damaged_header_keeps_its_records(written: Written) -> None:
+    # Attack round 4: a bit flipped in a sealed segment's header made all of its records
+    # OFFSET_DAMAGED, every one intact on disk with its own CRC and offset.
     names = written.segments()
     written.flip(names[-2], 12 + 8 + 3)  # inside the header frame's body
-    base, end = int(names[-2][:-4]), int(names[-1][:-4])
+    base = int(names[-2][:-4])
+    header_end = written.start_of(base)
     log, report = written.reopen()
     with log:
         assert report.damaged[0].startswith(
-            f"{names[-2]}: offsets {base} to {end - 1} are damaged (bytes 0 to "
-            f"{os.path.getsize(written.path(names[-2])) - 1}: header at byte 12: CRC mismatch"
+            f"{names[-2]}: header unreadable (bytes 0 to {header_end - 1}: header at byte 12: CRC mismatch"
         )
-        assert log.last_sequence("p") == 59  # the next segment's header and records still know it
-        check_damaged(log, base, end, 60)
+        assert report.damaged[0].endswith(
+            "); every record after it is intact and kept; only the producers' sequences it held as of the segment's "
+            "creation are lost"
+        )
+        assert log.damaged_ranges == []
+        assert [(r.offset, r.value["n"]) for r in log.read(0, 10**6)] == [(n, n) for n in range(written.count)]
+        assert log.last_sequence("p") == written.count - 1
+        assert log.append(["after recovery"], timestamp_ms=0) == [written.count]
+
+
+def test_damage_from_a_sealed_segments_header_into_its_records_costs_those_records(written: Written) -> None:
+    names = written.segments()
+    base = int(names[-2][:-4])
+    for position in (12 + 8 + 3, written.start_of(base + 1) + 6):  # the header, and the second record
+        written.flip(names[-2], position)
+    log, report = written.reopen()
+    with log:
+        assert f"{names[-2]}: offsets {base} to {base + 1} are damaged (bytes 0 to " in report.damaged[0]
+        assert "header: header at byte 12: CRC mismatch" in report.damaged[0]
+        check_damaged(log, base, base + 2, written.count)
+
+
+@pytest.mark.parametrize("which", ["sealed", "newest"])
+def test_a_flipped_bit_in_a_segments_format_version(written: Written, which: str) -> None:
+    """A version no rsnet wrote under a later segment of this version is damage, not another
+    rsnet's segment: the header is damaged, the records are kept. On the newest segment it
+    cannot be told from a newer rsnet's: the open stops, changing nothing, unless
+    unclean_recovery."""
+    names = written.segments()
+    name = names[-2] if which == "sealed" else names[-1]
+    written.flip(name, 11)  # version 1 reads 65
+    if which == "sealed":
+        log, report = written.reopen()
+        with log:
+            assert report.damaged[0].startswith(
+                f"{name}: header unreadable (bytes 0 to {written.start_of(int(name[:-4])) - 1}: format version "
+                f"field reads 65, damaged (a later segment, {names[-1]}, is version 1)); every record after it is intact"
+            )
+            assert [r.offset for r in log.read(0, 10**6)] == list(range(written.count))
+        return
+    before = written.snapshot()
+    with pytest.raises(StorageError, match=r"format version 65.*newer rsnet.*or its header is damaged"):
+        written.reopen()
+    assert written.snapshot() == before
+    log, report = written.reopen(unclean=True)
+    with log:  # the active segment's header: how many records it held is unknown, so it goes
+        assert report.damaged[0].startswith(f"{name}: format version 65 where this rsnet reads 1")
+        assert log.next_offset == int(name[:-4])
 
 
 def test_when_the_only_segment_is_unreadable_the_open_stops_until_unclean_recovery(tmp_path: pathlib.Path) -> None:

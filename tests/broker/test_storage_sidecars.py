@@ -234,8 +234,8 @@ def test_a_sealed_segment_changed_in_place_is_scanned_despite_its_sidecar(tmp_pa
 def test_an_unknown_segment_version_stops_the_open_even_with_a_sidecar(tmp_path: pathlib.Path) -> None:
     write(tmp_path)
     segments = files(tmp_path, ".log")
-    path = tmp_path / segments[1]
-    wrong_version(path)
+    for name in segments:  # as a newer rsnet leaves them (one version only under a later v1 is damage)
+        wrong_version(tmp_path / name)
     before = {name: (tmp_path / name).read_bytes() for name in os.listdir(tmp_path) if name != "lock"}
     with pytest.raises(StorageError, match="format version 99"):
         open_log(tmp_path)

@@ -99,7 +99,13 @@ else is bit rot, a bad disk or a hand edit, and must cost no more than the damag
   log is cut there as before damaged ranges existed: the segments from the damage on are
   moved to ``quarantine/``, and their offsets may be given to new records.
 - A segment in a format version this code does not know stops the open with a
-  :class:`StorageError` and nothing is changed.
+  :class:`StorageError` and nothing is changed, unless a later segment is in this code's
+  version: then its version field is damaged (an older rsnet never goes on past a newer
+  segment), and it is a damaged header. A sealed segment's damaged header costs only the
+  offsets whose records are damaged too: its records are found after it by their frames, as
+  past any damage; what the header alone held (the producers' sequences as of the
+  segment's creation) is lost. ``unclean_recovery`` treats an unknown version on the newest
+  segment as damage.
 
 Compared with Kafka: its log recovery truncates at the first invalid batch, and only scans
 the segments written since the last flush checkpoint (damage older than that is found when a

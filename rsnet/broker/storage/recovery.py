@@ -5,7 +5,8 @@ each a function below:
 
 1. :func:`_list` sorts the directory's names: segments, sidecars, temporaries.
 2. :func:`_plan` reads every segment (or its trusted sidecar) and decides what is kept and
-   what goes, changing nothing: a format version this code does not know stops the open here.
+   what goes, changing nothing: a format version this code does not know stops the open here
+   (unless a later segment shows it is a damaged version field, or ``unclean``).
 3. :func:`_repair` changes the files as planned: what follows damage goes before the damaged
    segment is cut, so a crash in between cannot leave a cut segment followed by stale ones.
 4. :func:`_rebuild` turns what is kept into the log's state (segments, producers' sequences,
@@ -22,8 +23,19 @@ import re
 
 from . import segment_file, sidecars, synced_mark
 from .files import FileOps, unlink_if_present
-from .log import DamagedRange, ProducerState, UncleanRecoveryNeeded
-from .segment_file import NO_TIMESTAMP, SCAN_CHUNK, SEGMENT_NAME, Damage, Scan, Segment, file_crc
+from .log import DamagedRange, ProducerState, StorageError, UncleanRecoveryNeeded
+from .segment_file import (
+    FORMAT_VERSION,
+    MAGIC,
+    NO_TIMESTAMP,
+    PREAMBLE,
+    SCAN_CHUNK,
+    SEGMENT_NAME,
+    Damage,
+    Scan,
+    Segment,
+    file_crc,
+)
 from .sidecars import SIDECAR_NAME, sidecar_name
 
 TEMPORARY_NAME = re.compile(r"\d{20}\.(log|idx)\.tmp")
@@ -134,6 +146,8 @@ def _plan(directory: str, names: list[str], unclean: bool) -> _Plan:
             break
         path = os.path.join(directory, name)
         found = _read_segment(plan, path, base, sealed=index < len(names) - 1)
+        if found.unknown_version is not None:
+            _check_version(directory, names, index, found, unclean)
         if found.header_problem is not None:
             if index == len(names) - 1:
                 _cannot_place(
@@ -147,7 +161,9 @@ def _plan(directory: str, names: list[str], unclean: bool) -> _Plan:
                 if not kept:
                     plan.restart_at = base
                 break
-            found = _whole_segment_damaged(found, int(names[index + 1][:20]))
+            note = segment_file.scan_past_header(found, int(names[index + 1][:20]))
+            if note is not None:
+                plan.damaged.append(note)
         kept.append(found)
     plan.after_damage_bytes = sum(os.stat(os.path.join(directory, name)).st_size for name in plan.after_damage)
     if plan.after_damage:
@@ -192,16 +208,31 @@ def _follows(plan: _Plan, directory: str, name: str, base: int, unclean: bool) -
     return True
 
 
-def _whole_segment_damaged(found: Scan, next_base: int) -> Scan:
-    """A sealed segment whose header is unreadable: all of it is a damaged range up to the
-    next segment's first offset (its records cannot be located without the header)."""
-    segment = Segment(found.path, found.base_offset, found.file_bytes)
-    assert found.header_problem is not None
-    segment.skip_damage(Damage(found.base_offset, next_base, 0, found.file_bytes, found.header_problem))
-    found.segment = segment
-    found.valid_bytes = found.file_bytes
-    found.header_problem = None
-    return found
+def _check_version(directory: str, names: list[str], index: int, found: Scan, unclean: bool) -> None:
+    """A segment whose preamble names a format version this code does not know: written by
+    another rsnet, or its version field is damaged. If a later segment is in this code's
+    version, the field is damaged (each rsnet writes its own version, and an older one never
+    went on past a newer segment: this check stopped it), and the segment is a damaged header
+    like any other. Otherwise the open stops, changing nothing, unless ``unclean`` (then it
+    is damage too)."""
+    for later in names[index + 1 :]:
+        try:
+            with open(os.path.join(directory, later), "rb") as file:
+                preamble = file.read(PREAMBLE.size)
+        except OSError:
+            continue
+        if len(preamble) == PREAMBLE.size and PREAMBLE.unpack(preamble) == (MAGIC, FORMAT_VERSION):
+            found.header_problem = (
+                f"format version field reads {found.unknown_version}, damaged (a later segment, {later}, is "
+                f"version {FORMAT_VERSION})"
+            )
+            return
+    if not unclean:
+        raise StorageError(
+            f"{found.path}: segment format version {found.unknown_version}, but this rsnet reads version "
+            f"{FORMAT_VERSION}: written by a newer rsnet (run that one), or its header is damaged (then start once "
+            "with unclean_recovery = true, which treats it as damage); nothing was changed"
+        )
 
 
 def _check_synced_mark(plan: _Plan, directory: str, unclean: bool) -> None:

@@ -37,7 +37,7 @@ from typing import Any
 import msgpack
 
 from .files import FileOps, replace_atomically
-from .log import ProducerState, StorageError
+from .log import ProducerState
 from .records import FRAME_HEAD, BadRecord, check_frame, decode_fields, frame, stored_offset, unpack
 
 MAGIC = b"rsnetlog"
@@ -199,6 +199,7 @@ class Scan:
     problem: str | None = None  # what ended the valid records early
     valid_bytes: int = 0
     from_sidecar: bool = False  # taken from its checked sidecar, not scanned
+    unknown_version: int | None = None  # the preamble's format version, if not FORMAT_VERSION
 
     @property
     def name(self) -> str:
@@ -206,41 +207,79 @@ class Scan:
 
 
 def scan(path: str, base_offset: int) -> Scan:
-    """Read a segment file through; the valid records end at the first damaged one.
-
-    Raises StorageError, changing nothing, for a format version this code does not know.
-    """
+    """Read a segment file through; the valid records end at the first damaged one. An
+    unreadable header (a format version this code does not know included) leaves
+    ``found.header_problem`` set and no records read: :func:`scan_past_header` may look on."""
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
         found = Scan(path, base_offset, os.fstat(fd).st_size)
         records = read_header(fd, found)
-        if records is None:
-            return found
-        segment = found.segment
-        sequences, written = found.sequences, found.written
-        while True:
-            try:
-                for position, body in records:
-                    offset, timestamp_ms, _, producer, sequence = decode_fields(body)
-                    if offset != segment.next_offset:
-                        raise BadRecord(f"record holds offset {offset} where {segment.next_offset} was expected")
-                    segment.add(position, timestamp_ms, FRAME_HEAD.size + len(body))
-                    if sequence is not None:
-                        sequences[producer] = sequence
-                        written[producer] = timestamp_ms
-                break
-            except BadRecord as exc:
-                intact = resync(fd, segment.size, found.file_bytes, segment.next_offset)
-                if intact is None:  # nothing intact follows: the damage runs to the end of the file
-                    found.problem = str(exc)
-                    break
-                position, offset = intact
-                segment.skip_damage(Damage(segment.next_offset, offset, segment.size, position, str(exc)))
-                records = frames(fd, position, found.file_bytes, SCAN_CHUNK)
-        found.valid_bytes = segment.size
+        if records is not None:
+            _read_records(fd, found, records)
         return found
     finally:
         os.close(fd)
+
+
+def scan_past_header(found: Scan, next_base: int) -> str | None:
+    """A sealed segment whose header is unreadable (``found.header_problem``), followed by a
+    segment starting at ``next_base``: find its first intact record after the preamble and
+    read on from there, as :func:`scan` does. Offsets from ``base_offset`` to that record are a
+    damaged range (with the header's bytes); if no intact record is found, the whole segment
+    is, up to ``next_base``. Only what the header alone held is lost otherwise: the producers'
+    sequences as of the segment's creation. Returns what to report when no offset was lost
+    (the damage is then in the header alone), else None (the damaged range says it)."""
+    problem = found.header_problem
+    assert problem is not None
+    found.header_problem = None
+    fd = os.open(found.path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        intact = resync(fd, 0, found.file_bytes, found.base_offset - 1)
+        if intact is None or intact[1] >= next_base:
+            found.segment = Segment(found.path, found.base_offset, found.file_bytes)
+            found.segment.skip_damage(Damage(found.base_offset, next_base, 0, found.file_bytes, problem))
+            found.valid_bytes = found.file_bytes
+            return None
+        position, offset = intact
+        found.segment = Segment(found.path, found.base_offset, position)
+        if offset > found.base_offset:
+            found.segment.skip_damage(Damage(found.base_offset, offset, 0, position, f"header: {problem}"))
+        _read_records(fd, found, frames(fd, position, found.file_bytes, SCAN_CHUNK))
+    finally:
+        os.close(fd)
+    if offset > found.base_offset:
+        return None
+    return (
+        f"{found.name}: header unreadable (bytes 0 to {position - 1}: {problem}); every record after it is intact "
+        "and kept; only the producers' sequences it held as of the segment's creation are lost"
+    )
+
+
+def _read_records(fd: int, found: Scan, records: Iterator[tuple[int, bytes]]) -> None:
+    """Read ``found.segment``'s records from ``records`` on, past damaged ones where an intact
+    record follows; the valid records end at damage that runs to the end of the file."""
+    segment = found.segment
+    sequences, written = found.sequences, found.written
+    while True:
+        try:
+            for position, body in records:
+                offset, timestamp_ms, _, producer, sequence = decode_fields(body)
+                if offset != segment.next_offset:
+                    raise BadRecord(f"record holds offset {offset} where {segment.next_offset} was expected")
+                segment.add(position, timestamp_ms, FRAME_HEAD.size + len(body))
+                if sequence is not None:
+                    sequences[producer] = sequence
+                    written[producer] = timestamp_ms
+            break
+        except BadRecord as exc:
+            intact = resync(fd, segment.size, found.file_bytes, segment.next_offset)
+            if intact is None:  # nothing intact follows: the damage runs to the end of the file
+                found.problem = str(exc)
+                break
+            position, offset = intact
+            segment.skip_damage(Damage(segment.next_offset, offset, segment.size, position, str(exc)))
+            records = frames(fd, position, found.file_bytes, SCAN_CHUNK)
+    found.valid_bytes = segment.size
 
 
 def resync(fd: int, start: int, end: int, expected: int) -> tuple[int, int] | None:
@@ -284,7 +323,7 @@ def _record_offset(view: memoryview, position: int) -> int | None:
 def read_header(fd: int, found: Scan) -> Iterator[tuple[int, bytes]] | None:
     """Check the segment's preamble and header; then ``found.segment`` holds no records yet and
     the frames after the header are returned. None (and ``found.header_problem`` set) if the
-    header is unreadable. Raises StorageError for a format version this code does not know."""
+    header is unreadable or of a format version this code does not know (``unknown_version``)."""
     path, base_offset = found.path, found.base_offset
     preamble = os.pread(fd, PREAMBLE.size, 0)
     if len(preamble) < PREAMBLE.size or not preamble.startswith(MAGIC):
@@ -294,11 +333,10 @@ def read_header(fd: int, found: Scan) -> Iterator[tuple[int, bytes]] | None:
             found.header_problem = "not a segment file (wrong magic bytes at byte 0)"
         return None
     _, version = PREAMBLE.unpack(preamble)
-    if version != FORMAT_VERSION:
-        raise StorageError(
-            f"{path}: segment format version {version}, but this rsnet reads version {FORMAT_VERSION}; "
-            "nothing was changed"
-        )
+    if version != FORMAT_VERSION:  # written by another rsnet, or damaged: recovery tells which
+        found.unknown_version = version
+        found.header_problem = f"format version {version} where this rsnet reads {FORMAT_VERSION}"
+        return None
     records = frames(fd, PREAMBLE.size, found.file_bytes, SCAN_CHUNK)
     try:
         _, body = next(records)
