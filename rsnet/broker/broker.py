@@ -246,6 +246,9 @@ class Broker:
         self._recent_budget = RecentBudget()  # encoded recent records, all topics together
         self._closed: dict[str, _ClosedTopic] = {}  # durable topics on disk whose log is closed
         self.fences = Fences()  # producers a topic's failure refused, across its reopenings
+        # Topics that exist and whose log could not be opened the last time it was tried, and
+        # why (for /health): at most one entry per topic, removed when it opens.
+        self.unopenable: dict[str, str] = {}
         self._idle_since: dict[Topic, float] = {}
         self._failure_log = RateLimitedLog(log, TRACEBACKS_PER_MINUTE)  # failures a client can repeat
         self._nursery: trio.Nursery | None = None
@@ -460,12 +463,16 @@ class Broker:
                     {"topic": name, "max_topics": self.max_topics},
                 )
         try:
-            return self._open_topic(name)
+            topic = self._open_topic(name)
         except StorageError as failure:  # e.g. no space for a new topic's directory: refuse this stream only
             # Rate-limited: a client retrying a publish to a topic a full disk cannot create
             # would otherwise write a line per attempt (2,000 in 0.8 s, measured).
             self._failure_log.log(logging.ERROR, "topic %s cannot be opened: %s", name, failure)
+            if self.exists(name):  # (one that could not be created does not exist: its refusal says it)
+                self.unopenable[name] = f"cannot be opened: {failure}"
             raise storage_refusal(name, failure, f"topic {name!r} cannot be opened: {failure}") from None
+        self.unopenable.pop(name, None)
+        return topic
 
     def settings(self, name: str) -> TopicSettings:
         """The topic's effective settings: ``settings_for``'s, with those an administrator set
@@ -513,6 +520,7 @@ class Broker:
             on_storage_failed=self._storage_failed,
             recent_budget=self._recent_budget,
             fences=self.fences,
+            on_damage_found=self._damage_found,
         )
         closed = self._closed.pop(name, None)
         if closed is not None:
@@ -646,6 +654,28 @@ class Broker:
             )
         )
 
+    def _damage_found(self, topic: Topic) -> None:
+        """A read of the topic found records damaged since its log was opened: close it (after
+        the reader that found them has ended its stream with the error), so that the next
+        request opens it again, and recovery places the damage as a damaged range, as at a
+        start (or, if it cannot, the topic is refused and /health says why)."""
+        assert self._nursery is not None, "the broker is not running"
+        self._nursery.start_soon(self._reopen_damaged, topic)
+
+    async def _reopen_damaged(self, topic: Topic) -> None:
+        if self.topics.get(topic.name) is not topic:
+            return  # closed already (another reader found the damage too, or it went idle)
+        log.error("topic %s: damaged records found while reading; closing it to place the damage", topic.name)
+        self._close_topic(topic)
+        topic.fail(
+            StreamError(
+                BrokerCode.STORAGE_ERROR,
+                f"topic {topic.name!r}: damaged records were found while reading; it is opened again, with the "
+                "damage placed, on the next request: subscribe (or offer) again",
+                {"topic": topic.name},
+            )
+        )
+
     def delete_topic(self, topic: Topic) -> None:
         """Remove the (open) topic and everything stored of it (records, cursors); its
         producers, their ``$acks`` and its readers (a pattern reader too) end with
@@ -660,6 +690,7 @@ class Broker:
             ) from None
         self._memory_logs.pop(topic.name, None)
         self.fences.forget_topic(topic.name)
+        self.unopenable.pop(topic.name, None)
         self._close_topic(topic)  # nothing more is written to its directory
         doomed = None
         if self.data_dir is not None and (self.data_dir / topic.name).exists():

@@ -250,6 +250,7 @@ async def run_broker(args: argparse.Namespace) -> int:
     def health() -> dict[str, Any]:
         damaged = {name: report.damaged for name, report in broker.recovery.items() if report.damaged}
         failing = {name: topic.storage_failure for name, topic in broker.topics.items() if topic.storage_failure}
+        failing.update(broker.unopenable)  # a topic that cannot be opened refuses everyone
         return {
             "healthy": not failing,  # a topic that cannot store refuses its producers
             "topics": broker.topic_count,

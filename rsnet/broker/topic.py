@@ -42,7 +42,7 @@ from ..streams.subscriptions import DrainLoop, deliver_safely
 from .codes import BrokerCode
 from .fences import Fences
 from .recent import RecentBudget, RecentItems
-from .storage import OffsetDamaged, StorageError, TopicLog, WriteFailed
+from .storage import CorruptData, OffsetDamaged, StorageError, TopicLog, WriteFailed
 
 log = logging.getLogger("rsnet.broker")
 
@@ -79,6 +79,7 @@ class Topic:
         on_storage_failed: Callable[[Topic, StreamError, list[str]], None] | None = None,
         recent_budget: RecentBudget | None = None,
         fences: Fences | None = None,
+        on_damage_found: Callable[[Topic], None] | None = None,
     ) -> None:
         self.name = name
         self.log = log
@@ -103,6 +104,7 @@ class Topic:
         self.storage_failure: str | None = None  # why the last append or sync failed, until an append succeeds
         self.storage_failures = 0  # appends and syncs that failed
         self.fences = Fences() if fences is None else fences  # producers a failure refused (fences.py)
+        self.on_damage_found = on_damage_found  # a read found records damaged since the log opened
 
     @property
     def idle(self) -> bool:
@@ -732,9 +734,14 @@ class TopicReader(DrainLoop, Subscription):
                 break
             except StorageError as failure:  # e.g. bytes damaged since start-up (CorruptData)
                 self._failure = storage_refusal(
-                    topic.name, failure, f"reading {topic.name!r} at offset {position} failed: {failure}"
+                    topic.name,
+                    failure,
+                    f"reading {topic.name!r} at offset {position} failed: {failure}; it is opened again, with the"
+                    " damage placed, on the next request: subscribe again",
                 )
                 self._missed = True
+                if isinstance(failure, CorruptData) and topic.on_damage_found is not None:
+                    topic.on_damage_found(topic)
                 break
             if not fields:
                 continue

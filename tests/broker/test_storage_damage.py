@@ -26,6 +26,7 @@ from rsnet.broker.storage import FsyncPolicy, OffsetDamaged, Retention, SegmentL
 from rsnet.protocol import ErrorCode
 
 from .support import broker_serving, served_url, start_daemon
+from .test_broker_security import http_get
 
 COUNT = 20_000
 DAMAGED = 10_003  # the 10,004th record
@@ -45,6 +46,16 @@ def write(directory: pathlib.Path, segment_bytes: int) -> None:
 
 def flip_inside(directory: pathlib.Path, offset: int) -> tuple[str, int, int]:
     """Flip one byte inside the body of the record with ``offset``; (segment, its start, its end)."""
+    name, position, end = record_at(directory, offset)
+    path = directory / name
+    damaged = bytearray(path.read_bytes())
+    damaged[position + 10] ^= 0x01
+    path.write_bytes(damaged)
+    return name, position, end
+
+
+def record_at(directory: pathlib.Path, offset: int) -> tuple[str, int, int]:
+    """(segment, start, end) of the record with ``offset`` in the (closed) log in ``directory``."""
     log, _ = SegmentLog.open(directory, Retention(), FsyncPolicy.NEVER)
     with log:
         segment = next(s for s in reversed(log._segments) if s.base_offset <= offset)
@@ -56,11 +67,7 @@ def flip_inside(directory: pathlib.Path, offset: int) -> tuple[str, int, int]:
         while here < offset:
             position += 8 + int.from_bytes(data[position : position + 4], "big")
             here += 1
-    end = position + 8 + int.from_bytes(data[position : position + 4], "big")
-    damaged = bytearray(data)
-    damaged[position + 10] ^= 0x01
-    (directory / name).write_bytes(damaged)
-    return name, position, end
+    return name, position, position + 8 + int.from_bytes(data[position : position + 4], "big")
 
 
 @pytest.mark.parametrize("segment_bytes", [64 << 20, 64 << 10], ids=["active segment", "sealed segment"])
@@ -199,23 +206,82 @@ async def test_the_broker_refuses_to_start_on_damage_it_cannot_place_until_told_
     assert (tmp_path / "events" / "quarantine" / segment.name).read_bytes() == data
 
 
-async def test_bytes_damaged_while_the_broker_runs_end_that_subscription_coded_and_nothing_else(
+async def until_closed(broker: Broker, name: str) -> None:
+    """The broker closes a topic whose read found damage just after that read's stream ended."""
+    with trio.fail_after(10):
+        while name in broker.topics:
+            await trio.sleep(0.01)
+
+
+async def test_bytes_damaged_inside_the_log_while_the_broker_runs_become_a_damaged_range(
     tmp_path: pathlib.Path,
 ) -> None:
-    async with broker_serving(Broker(data_dir=tmp_path)) as (url, _), rsnet.connect(url) as conn:
+    # Attack round 4: a read that met damage made since start-up ended its subscription with
+    # STORAGE_ERROR, and every later one at the same place too, until a restart; /health and
+    # $topics said nothing. Now the topic is opened again, and its recovery places the damage.
+    broker = Broker(data_dir=tmp_path)
+    async with broker_serving(broker) as (url, _), rsnet.connect(url) as conn:
         await publish(conn, "events", [{"n": n} for n in range(100)], producer="p")
-        (segment,) = sorted((tmp_path / "events").glob("*.log"))
-        data = bytearray(segment.read_bytes())
-        data[-20] ^= 0xFF  # inside the last record, behind the broker's back
-        segment.write_bytes(data)
+        broker._close_topic(broker.topics["events"])
+        name, position, _ = record_at(tmp_path / "events", 40)
+        broker.topic("events", create=False)  # open again, with nothing in memory: readers read the file
+        damaged = bytearray((tmp_path / "events" / name).read_bytes())
+        damaged[position + 10] ^= 0x01  # behind the broker's back
+        (tmp_path / "events" / name).write_bytes(damaged)
         received = []
         with pytest.raises(rsnet.StreamError) as raised:
             async with subscribe(conn, "events", {"from": 0}) as items:
                 async for record in items:
                     received.append(record["value"]["n"])
-        assert raised.value.code == BrokerCode.STORAGE_ERROR and "corrupt data" in raised.value.message
-        assert received == list(range(len(received))) and len(received) < 100
-        assert len(await read_range(conn, "events", 0, 50)) == 50  # the broker serves what it can
+        assert raised.value.code == BrokerCode.STORAGE_ERROR and "subscribe again" in raised.value.message
+        assert received == list(range(40))
+        await until_closed(broker, "events")
+        with pytest.raises(rsnet.StreamError) as raised:  # opened again: the damage is placed
+            await read_range(conn, "events", 40, 41)
+        assert raised.value.code == BrokerCode.OFFSET_DAMAGED and raised.value.data["next_intact"] == 41
+        assert [r["value"]["n"] for r in await read_range(conn, "events", 41, 100)] == list(range(41, 100))
+        (listed,) = [t async for t in conn.subscribe("$topics")]
+        assert [(d["first"], d["end"]) for d in listed["damaged"]] == [(40, 41)]
+        await publish(conn, "events", [{"n": 100}], producer="p", first_sequence=100)
+        assert [r["offset"] for r in await read_range(conn, "events", 100, 101)] == [100]
+
+
+async def test_damage_the_broker_cannot_place_while_it_runs_refuses_the_topic_and_says_so_in_health(
+    tmp_path: pathlib.Path,
+) -> None:
+    # The last record, which a sync covered: at a start that is damage recovery cannot place,
+    # and at run time the same holds: the topic is refused (its other readers and producers
+    # too), naming why, and /health says so (it said 200); other topics go on.
+    (tmp_path / "events").mkdir()
+    write(tmp_path / "events", 64 << 20)
+    flags = ("--data-dir", str(tmp_path), "--tcp", "127.0.0.1:0", "--metrics", "127.0.0.1:0")
+    broker, printed = await start_daemon(*flags, announces=b"metrics on")
+    try:
+        port = int(printed.split("metrics on http://", 1)[1].split("/", 1)[0].rsplit(":", 1)[1])
+        async with rsnet.connect(served_url(printed)) as conn:
+            await publish(conn, "other", [1, 2, 3], producer="p")
+            (segment,) = sorted((tmp_path / "events").glob("*.log"))
+            data = bytearray(segment.read_bytes())
+            data[-5] ^= 0xFF  # inside the last record, behind the broker's back
+            segment.write_bytes(data)
+            with pytest.raises(rsnet.StreamError) as raised:
+                await read_range(conn, "events", 0, COUNT)
+            assert raised.value.code == BrokerCode.STORAGE_ERROR
+            with trio.fail_after(10):
+                while True:  # closed just after that stream ended, then refused
+                    with pytest.raises(rsnet.StreamError) as raised:
+                        await read_range(conn, "events", 0, 1)
+                    if "cannot be opened" in raised.value.message:
+                        break
+                    await trio.sleep(0.05)
+            assert "unclean_recovery" in raised.value.message
+            assert [r["value"] for r in await read_range(conn, "other", 0, 3)] == [1, 2, 3]
+        health = await http_get(port, "/health")
+        assert " 503 " in health.split("\r\n", 1)[0]
+        assert '"events": "cannot be opened: ' in health
+    finally:
+        broker.terminate()
+        await broker.wait()
 
 
 async def test_a_closed_topic_whose_oldest_record_is_damaged_still_gets_its_age_retention(
