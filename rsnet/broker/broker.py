@@ -871,6 +871,7 @@ class Broker:
                     try:
                         await trio.to_thread.run_sync(store.write, cursors, limiter=self.sync_threads)
                     except OSError as failure:
+                        store.failed(cursors)
                         refusal = storage_refusal(
                             name, failure, f"the cursors of {name!r} could not be stored: {failure.strerror or failure}"
                         )

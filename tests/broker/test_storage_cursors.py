@@ -132,3 +132,19 @@ async def test_unreadable_cursors_stop_the_start_unless_unclean_recovery(tmp_pat
         (problem,) = broker.recovery["jobs"].damaged
         assert problem.startswith("cursors could not be read (") and problem.endswith("every cursor restarts")
     assert len(list(cursors.parent.glob("cursors.corrupt-*"))) == 1
+
+
+async def test_a_commit_that_could_not_be_stored_is_not_stored_by_the_next_write(tmp_path: pathlib.Path) -> None:
+    # Attack round 4: a commit refused with STORAGE_FULL stayed staged, and the next commit's
+    # write stored it after all; BROKER.md says a refused commit is not stored.
+    broker = Broker(data_dir=tmp_path)
+    async with broker_running(broker) as url, rsnet.connect(url) as conn:
+        await publish(conn, "jobs", list(range(10)))
+        await commit(conn, "jobs", "workers", 2)
+        blocker = tmp_path / "jobs" / "cursors.tmp"
+        blocker.mkdir()  # the cursor file's safe write cannot open its temporary file
+        with pytest.raises(rsnet.StreamError, match="could not be stored"):
+            await commit(conn, "jobs", "workers", 5)
+        blocker.rmdir()
+        await commit(conn, "jobs", "others", 7)
+    assert CursorStore.open(tmp_path / "jobs" / "cursors").all() == {"workers": 2, "others": 7}

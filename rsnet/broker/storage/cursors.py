@@ -102,6 +102,12 @@ class CursorStore:
         self._cursors = cursors
         self._staged = {name: offset for name, offset in self._staged.items() if cursors.get(name) != offset}
 
+    def failed(self, cursors: dict[str, int]) -> None:
+        """:meth:`write` of ``cursors`` (from :meth:`staged`) failed: the commits it carried
+        were refused, so they are not staged any more (a later write must not store them after
+        all). Commits staged since stay staged."""
+        self._staged = {name: offset for name, offset in self._staged.items() if cursors.get(name) != offset}
+
     def delete(self, name: str) -> bool:
         """Forget ``name``, durably; False if there was no such cursor."""
         if name not in self._cursors:
