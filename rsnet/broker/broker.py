@@ -230,7 +230,7 @@ class Broker:
         self.sync_threads = trio.CapacityLimiter(sync_threads)  # fsyncs running at once, all topics
         self.storage_files = storage_files.REAL  # how durable logs change their files (tests inject faults)
         self.topics: dict[str, Topic] = {}  # the open ones; see also _closed
-        self.recovery: dict[str, Any] = {}  # topic -> RecoveryReport of its log
+        self.recovery: dict[str, Any] = {}  # topic -> RecoveryReport of its log (the last with damage)
         self.retired = RetiredOffsets(None)  # loaded from data_dir by run()
         # topic -> why its cursors file was set aside (at an opening of this process), kept in
         # its report from then on: reopening finds a good (new) file, the damage stays said.
@@ -570,7 +570,10 @@ class Broker:
                 file_ops=self.storage_files,
                 unclean_recovery=self.unclean_recovery,
             )
-            self.recovery[name] = report
+            if report.damaged or name not in self.recovery:
+                # A report of damage stays while this process runs (/health shows it): opening
+                # the topic again finds nothing where the first repair was (a rewritten mark).
+                self.recovery[name] = report
             if report.damaged:
                 log.warning("topic %s: recovered with damage: %s", name, "; ".join(report.damaged))
             kept = self._cursors.get(name)  # from an earlier opening: it may have commits to write

@@ -350,3 +350,22 @@ async def test_a_cursor_cannot_be_committed_past_the_last_stored_record(tmp_path
         with pytest.raises(rsnet.StreamError) as rejected:
             await commit(conn, "events", "g", 4)
         assert rejected.value.code == ErrorCode.REJECTED and "at most 3" in rejected.value.message
+
+
+async def test_damage_found_at_start_stays_in_the_report_when_the_topic_is_opened_again(
+    tmp_path: pathlib.Path,
+) -> None:
+    # Attack round 4: a damaged synced mark was logged, but by the time the topic had been
+    # closed and opened again, /health's recovered_damage was empty (the repaired mark left
+    # nothing to find): the report of damage stays while the process runs.
+    async with broker_serving(Broker(data_dir=tmp_path)) as (url, _), rsnet.connect(url) as conn:
+        await publish(conn, "events", [{"n": n} for n in range(10)], producer="p")
+    (tmp_path / "events" / "synced").write_bytes(b"\xff" * 24)
+    broker = Broker(data_dir=tmp_path)
+    async with broker_serving(broker) as (url, _):
+        found = list(broker.recovery["events"].damaged)
+        assert found and any("synced" in problem for problem in found)
+        broker.topic("events", create=False)
+        broker._close_topic(broker.topics["events"])
+        broker.topic("events", create=False)  # opened again: nothing left to find
+        assert broker.recovery["events"].damaged == found
