@@ -29,6 +29,8 @@ To choose the code a local publisher's failure is sent with, fail it with a
 from __future__ import annotations
 
 import contextlib
+import os
+import ssl
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -77,6 +79,20 @@ class HandshakeError(ConnectionLost):
 class TransportClosed(ConnectionLost):
     """The transport failed or was closed under us (reset, TLS failure, WebSocket close), or
     could not be opened at all."""
+
+
+def cannot_connect(peer: str, error: BaseException) -> TransportClosed:
+    """What a failed attempt to reach ``peer`` raises, saying why as the system does ("cannot
+    connect to HOST:PORT: Connection refused"), the same from the trio client (whose
+    "all attempts to connect ... failed" holds the reasons) and the blocking one."""
+    reason: BaseException = error
+    if isinstance(error.__cause__, BaseExceptionGroup):  # trio: one failure per address tried
+        reason = next((e for e in error.__cause__.exceptions if isinstance(e, OSError)), error)
+    if isinstance(reason, OSError) and not isinstance(reason, ssl.SSLError) and reason.errno:
+        text = os.strerror(reason.errno)  # (trio's own text repeats the address)
+    else:
+        text = str(reason) or type(reason).__name__
+    return TransportClosed(f"cannot connect to {peer}: {text}")
 
 
 _APPLICATION_CODE_NAMES: dict[int, str] = {}

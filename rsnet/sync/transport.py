@@ -28,7 +28,7 @@ from websockets.typing import Subprotocol
 from websockets.uri import parse_uri
 
 from ..client_rules import parse_endpoint
-from ..errors import TransportClosed
+from ..errors import TransportClosed, cannot_connect
 
 RECEIVE_SIZE = 65536
 SUBPROTOCOL = Subprotocol("rsnet")
@@ -215,7 +215,7 @@ def open_transport(
     try:
         sock = socket.create_connection((host, port), timeout=max(deadline - time.monotonic(), 0.001))
     except OSError as error:
-        raise TransportClosed(f"cannot connect to {peer}: {error}") from error
+        raise cannot_connect(peer, error) from error
     try:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # REQUEST frames are latency
         if secure:

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 import trio
 
+from ..errors import cannot_connect
 from .base import Bytes, Transport, TransportClosed
 
 RECEIVE_SIZE = 65536
@@ -173,7 +174,7 @@ async def open_stream(host: str, port: int, ssl_context: ssl.SSLContext | None =
     except (OSError, ssl.SSLError, trio.BrokenResourceError) as error:
         # trio reports a failed TLS handshake as BrokenResourceError caused by the SSLError
         reason = error.__cause__ if isinstance(error, trio.BrokenResourceError) and error.__cause__ else error
-        raise TransportClosed(f"cannot connect to {host}:{port}: {reason}") from error
+        raise cannot_connect(f"{host}:{port}", reason) from error
     return stream
 
 

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import socket
+
 import pydantic
 import pytest
 import trio
 import trio.testing
 
 import rsnet
+import rsnet.sync
 from rsnet import ops
 from rsnet.errors import HandshakeError
 from rsnet.protocol import ErrorCode
@@ -616,3 +619,19 @@ async def test_the_server_can_subscribe_to_a_publisher_the_client_hosts():
                         pass
                 assert caught.value.code == ErrorCode.UNKNOWN_PUBLISHER
             await until(lambda: not server.sessions)
+
+
+async def test_both_clients_say_why_a_server_cannot_be_reached_in_the_same_words():
+    # The trio client said "cannot connect to 127.0.0.1:P: all attempts to connect to
+    # 127.0.0.1:P failed", the blocking one "[Errno 111] Connection refused".
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # nobody listens there once it is closed
+    expected = f"cannot connect to 127.0.0.1:{port}: Connection refused"
+    with pytest.raises(rsnet.ConnectionLost) as trio_client:
+        async with rsnet.connect(f"tcp://127.0.0.1:{port}"):
+            pass
+    with pytest.raises(rsnet.ConnectionLost) as blocking_client:
+        with rsnet.sync.connect(f"tcp://127.0.0.1:{port}"):
+            pass
+    assert str(trio_client.value).endswith(expected) and str(blocking_client.value).endswith(expected)
