@@ -114,6 +114,7 @@ def produce(url: str, topic: str, token: str | None, rate: float) -> None:
     producer = f"sensors-{random.getrandbits(32):08x}"
     sequence = 0
     with rsnet.sync.connect(url, token=token) as client:
+        print(f"publishing 3 readings every {1 / rate:g} s to {topic} at {url} (Ctrl-C stops)", file=sys.stderr)
         while True:
             now = int(time.time() * 1000)
             readings = [
@@ -137,10 +138,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--available-now", action="store_true", help="run: process what is there, then stop")
     args = parser.parse_args(argv)
     if args.command == "produce":
+        from rsnet import RsnetError
+
         try:
             produce(args.url, args.source, args.token, args.rate)
         except KeyboardInterrupt:
             pass
+        except RsnetError as error:  # no broker there, a refused token...: said in a line
+            print(f"spark_pipeline produce: {error}", file=sys.stderr)
+            return 1
         return 0
     spark = session()
     query = start(

@@ -67,3 +67,20 @@ def test_without_pyspark_the_import_says_which_extra_to_install():
             f"ModuleNotFoundError: rsnet.spark needs {missing}: install rsnet with the spark extra "
             "(in a clone: pip install -e '.[spark]'), which brings pyspark 4.x and pyarrow"
         )
+
+
+def test_the_producer_says_in_a_line_that_it_cannot_reach_the_broker():
+    # It ended in a TransportClosed traceback.
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # nobody listens there once it is closed
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLE), "produce", "--url", f"tcp://127.0.0.1:{port}"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1
+    assert done.stderr == f"spark_pipeline produce: cannot connect to 127.0.0.1:{port}: Connection refused\n"
