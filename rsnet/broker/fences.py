@@ -8,9 +8,12 @@ may reach the topic once the disk takes writes again. Stored, it would put the p
 highest sequence past the records that were refused, and their resend would then be dropped
 as duplicates and acknowledged: acknowledged, never stored.
 
-So a refused producer is *fenced* on its topic: until it offers again from at most the
-sequence after its last stored one, its records after such a gap are refused (REJECTED),
-and its first offer that does not leave one lifts the fence. A fence is the broker's, not
+So a refused producer is *fenced* on its topic: until it offers again from at most the first
+sequence its refused offers had not had acknowledged (or, if records after that were kept,
+the one after its highest stored sequence), its records after such a gap are refused
+(REJECTED), and its first offer that does not leave one lifts the fence. (Not the highest
+stored sequence alone: a producer that never stored a record has none, and one that skipped
+sequences on purpose may resume past it.) A fence is the broker's, not
 one topic object's: it outlasts a topic reopened after a failure. At most ``MAX_FENCES`` are
 kept; past that the oldest is forgotten (that producer is then treated as any other).
 """
@@ -23,22 +26,26 @@ MAX_FENCES = 10_000
 
 
 class Fences:
-    """The fenced (topic, producer) pairs, oldest first."""
+    """The fenced (topic, producer) pairs, oldest first, each with the sequence its producer
+    resumes from: the first its refused offers had not had acknowledged."""
 
     def __init__(self, limit: int = MAX_FENCES) -> None:
         self._limit = limit
-        self._fenced: dict[tuple[str, str], None] = {}
+        self._fenced: dict[tuple[str, str], int] = {}
 
-    def fence(self, topic: str, producers: list[str]) -> None:
-        """``producers`` were refused by a failure of ``topic``."""
-        for producer in producers:
-            self._fenced.pop((topic, producer), None)  # (newest last)
-            self._fenced[(topic, producer)] = None
+    def fence(self, topic: str, resume: dict[str, int]) -> None:
+        """The producers in ``resume`` were refused by a failure of ``topic``; each is to offer
+        again from its sequence there."""
+        for producer, sequence in resume.items():
+            key = (topic, producer)
+            earlier = self._fenced.pop(key, None)  # (newest last)
+            self._fenced[key] = sequence if earlier is None else min(earlier, sequence)
         while len(self._fenced) > self._limit:
             del self._fenced[next(iter(self._fenced))]
 
-    def holds(self, topic: str, producer: str) -> bool:
-        return (topic, producer) in self._fenced
+    def resume(self, topic: str, producer: str) -> int | None:
+        """Where a fenced producer is to offer again from; None if it is not fenced."""
+        return self._fenced.get((topic, producer))
 
     def lift(self, topic: str, producer: str) -> None:
         self._fenced.pop((topic, producer), None)

@@ -27,7 +27,7 @@ import errno
 import logging
 import reprlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, Protocol, runtime_checkable
 
 import msgpack
@@ -266,14 +266,16 @@ class Topic:
         then they are refused, REJECTED on the offer and on the producer's ``$acks`` (its offer
         may have completed already); else the producer's fence, if any, is lifted."""
         producer = sink.producer
-        if producer is None or not self.fences.holds(self.name, producer):
+        resume = None if producer is None else self.fences.resume(self.name, producer)
+        if producer is None or resume is None:
             return False
-        stored = self.log.last_sequence(producer)
-        resume = 0 if stored is None else stored + 1
-        if stored is not None and sink.next_sequence > resume:
+        stored = self.log.last_sequence(producer)  # records of a refused offer may have been kept
+        if stored is not None:
+            resume = max(resume, stored + 1)
+        if sink.next_sequence > resume:
             refusal = StreamError(
                 ErrorCode.REJECTED,
-                f"records of producer {producer!r} after sequence {stored} were refused by a failure of"
+                f"records of producer {producer!r} from sequence {resume} on were refused by a failure of"
                 f" {self.name!r} and not stored: offer again from sequence {resume}, not {sink.next_sequence}",
                 {"topic": self.name, "producer": producer, "sequence": resume},
             )
@@ -307,6 +309,7 @@ class Topic:
         self.recent.clear()  # offsets not acknowledged may now go to other records
         self._awaited.clear()  # (the same: those records may be gone)
         refused = []
+        resume = _first_unacknowledged(list(self.sinks) + self._pending)
         for sink in list(self.sinks) + self._pending:
             sink.buffer.clear()
             sink.sent_offsets.clear()
@@ -315,7 +318,7 @@ class Topic:
                 refused.append(sink.producer)
             sink.fail(error)
         self._pending.clear()
-        self.fences.fence(self.name, refused)
+        self.fences.fence(self.name, resume)
         if self._on_storage_failed is not None:
             self._on_storage_failed(self, error, refused)
 
@@ -371,7 +374,7 @@ class Topic:
         Records a producer sent that are not acknowledged stay unacknowledged: the producer
         resends them (idempotently, by sequence) once the topic is open again.
         """
-        self.fences.fence(self.name, [sink.producer for sink in self.sinks if sink.producer is not None])
+        self.fences.fence(self.name, _first_unacknowledged(self.sinks))
         for sink in list(self.sinks):
             sink.fail(error)
         self.sinks.clear()
@@ -379,6 +382,18 @@ class Topic:
         self.recent.clear()
         for reader in list(self.readers):
             reader.fail(error)
+
+
+def _first_unacknowledged(sinks: Iterable[TopicSink]) -> dict[str, int]:
+    """Per producer among ``sinks``, the first sequence none of them had acknowledged: what
+    it is to offer again from once they are refused (appended but not yet durable counts as
+    not acknowledged; a failed sync takes such records back)."""
+    resume: dict[str, int] = {}
+    for sink in sinks:
+        if sink.producer is not None:
+            first = sink.next_sequence - len(sink.sent_offsets)
+            resume[sink.producer] = min(first, resume.get(sink.producer, first))
+    return resume
 
 
 @runtime_checkable

@@ -113,7 +113,27 @@ async def test_an_offer_past_the_records_a_full_disk_refused_is_refused_so_their
         assert await read_all(conn, "t") == list(range(180))
         await publish(conn, "t", list(range(200, 210)), producer="p", first_sequence=200)  # gaps as before
         assert await read_all(conn, "t") == [*range(180), *range(200, 210)]
-        assert not broker.fences.holds("t", "p")
+        assert broker.fences.resume("t", "p") is None
+
+
+async def test_a_new_producers_offer_past_its_refused_first_records_is_refused_too(tmp_path: pathlib.Path) -> None:
+    # Re-check of the fence: a producer that had never stored a record has no highest
+    # sequence to resume after; its pipelined 40..79 was stored and its resend of 0..79
+    # acknowledged with 0..39 missing. The fence holds where its refused offer began.
+    faults = FaultyFiles()
+    broker = Broker(data_dir=tmp_path)
+    broker.storage_files = faults
+    async with broker_serving(broker) as (url, _), rsnet.connect(url) as conn:
+        await publish(conn, "t", ["q"], producer="q")
+        faults.fail("write_all", errno.ENOSPC, under=tmp_path / "t")
+        with pytest.raises(rsnet.StreamError):
+            await publish(conn, "t", list(range(40)), producer="p")
+        faults.heal()
+        with pytest.raises(rsnet.StreamError) as gap:
+            await publish(conn, "t", list(range(40, 80)), producer="p", first_sequence=40)
+        assert gap.value.code == ErrorCode.REJECTED and gap.value.data["sequence"] == 0
+        await publish(conn, "t", list(range(80)), producer="p")
+        assert await read_all(conn, "t") == ["q", *range(80)]
 
 
 async def test_a_topic_whose_storage_works_again_stops_failing_without_waiting_for_a_producer(
