@@ -68,6 +68,7 @@ from .storage import (
     CursorStore,
     FsyncPolicy,
     MemoryLog,
+    RecoveryReport,
     Retention,
     SegmentLog,
     StorageError,
@@ -576,37 +577,9 @@ class Broker:
                 self.recovery[name] = report
             if report.damaged:
                 log.warning("topic %s: recovered with damage: %s", name, "; ".join(report.damaged))
-            kept = self._cursors.get(name)  # from an earlier opening: it may have commits to write
-            try:
-                cursors = (
-                    kept if isinstance(kept, CursorStore) else self._open_cursors(self.data_dir / name / "cursors")
-                )
-            except UncleanRecoveryNeeded:
-                segment_log.close()
-                raise
-            if name in self._cursors_set_aside:
-                report.damaged.append(self._cursors_set_aside[name])
-            committed = max(cursors.all().values(), default=0)
-            if committed > segment_log.next_offset and self.fsync is not FsyncPolicy.NEVER:
-                # A commit never passes what was stored (durable_offset), so the log lost records
-                # it had: its newest segment deleted by hand, say, which leaves no other trace.
-                # Going on would give their offsets to new records, and these cursors would skip
-                # them. (Under NEVER an OS crash may take back stored records: its accepted risk.)
-                problem = (
-                    f"{self.data_dir / name}: cursors were committed up to offset {committed}, but the log ends at "
-                    f"{segment_log.next_offset}: its newest records are missing (a segment file deleted by hand?)"
-                )
-                if not self.unclean_recovery:
-                    segment_log.close()
-                    raise UncleanRecoveryNeeded(
-                        f"{problem}. Nothing was changed. To start anyway, giving those offsets to new records "
-                        "(cursors beyond the end then skip them), set unclean_recovery = true in the broker's "
-                        "configuration for one start."
-                    )
-                log.warning("topic %s: %s; unclean_recovery: new records get those offsets", name, problem)
-            try:
-                self._go_on_from_retired(name, segment_log)
-            except StorageError:
+            try:  # whatever stops the opening from here, the log it opened is closed again
+                cursors = self._cursors_beside(name, segment_log, report)
+            except BaseException:
                 segment_log.close()
                 raise
             self._cursors[name] = cursors
@@ -617,6 +590,36 @@ class Broker:
         self._go_on_from_retired(name, memory_log)
         memory_log.max_record_bytes = self.max_record_bytes
         return memory_log
+
+    def _cursors_beside(self, name: str, segment_log: SegmentLog, report: RecoveryReport) -> CursorStore:
+        """The cursors of a durable topic whose log was just opened, checked against it, and the
+        log moved on to a deleted namesake's next offset (``retired.py``). Raises
+        UncleanRecoveryNeeded (cursors that cannot be read, or past the log's end) or
+        StorageError, as the opening must stop."""
+        assert self.data_dir is not None
+        kept = self._cursors.get(name)  # from an earlier opening: it may have commits to write
+        cursors = kept if isinstance(kept, CursorStore) else self._open_cursors(self.data_dir / name / "cursors")
+        if name in self._cursors_set_aside:
+            report.damaged.append(self._cursors_set_aside[name])
+        committed = max(cursors.all().values(), default=0)
+        if committed > segment_log.next_offset and self.fsync is not FsyncPolicy.NEVER:
+            # A commit never passes what was stored (durable_offset), so the log lost records
+            # it had: its newest segment deleted by hand, say, which leaves no other trace.
+            # Going on would give their offsets to new records, and these cursors would skip
+            # them. (Under NEVER an OS crash may take back stored records: its accepted risk.)
+            problem = (
+                f"{self.data_dir / name}: cursors were committed up to offset {committed}, but the log ends at "
+                f"{segment_log.next_offset}: its newest records are missing (a segment file deleted by hand?)"
+            )
+            if not self.unclean_recovery:
+                raise UncleanRecoveryNeeded(
+                    f"{problem}. Nothing was changed. To start anyway, giving those offsets to new records "
+                    "(cursors beyond the end then skip them), set unclean_recovery = true in the broker's "
+                    "configuration for one start."
+                )
+            log.warning("topic %s: %s; unclean_recovery: new records get those offsets", name, problem)
+        self._go_on_from_retired(name, segment_log)
+        return cursors
 
     def _go_on_from_retired(self, name: str, topic_log: TopicLog) -> None:
         """A topic created under a deleted one's name starts at the offset that one had reached

@@ -308,19 +308,16 @@ class Topic:
         self.storage_failures += 1
         self.recent.clear()  # offsets not acknowledged may now go to other records
         self._awaited.clear()  # (the same: those records may be gone)
-        refused = []
-        resume = _first_unacknowledged(list(self.sinks) + self._pending)
+        resume = _first_unacknowledged(list(self.sinks) + self._pending)  # by producer: those refused
         for sink in list(self.sinks) + self._pending:
             sink.buffer.clear()
             sink.sent_offsets.clear()
             sink.in_flight = 0
-            if sink.producer is not None:
-                refused.append(sink.producer)
             sink.fail(error)
         self._pending.clear()
         self.fences.fence(self.name, resume)
         if self._on_storage_failed is not None:
-            self._on_storage_failed(self, error, refused)
+            self._on_storage_failed(self, error, list(resume))
 
     def _settle(self) -> None:
         """Records below the log's durable offset are stored: acknowledge and refill."""
