@@ -95,8 +95,8 @@ def hash_token(token: str | bytes) -> str:
     raw = token.encode() if isinstance(token, str) else bytes(token)
     if len(raw) < MIN_TOKEN_LENGTH:
         raise ValueError(
-            f"a token must be at least {MIN_TOKEN_LENGTH} characters of random data; "
-            "use generate_token() (rsnet broker hash-token --generate)"
+            f"a token must be at least {MIN_TOKEN_LENGTH} characters of random data (got {len(raw)}): "
+            "make one with rsnet broker hash-token --generate (in Python: generate_token())"
         )
     return HASH_PREFIX + hashlib.sha256(raw).hexdigest()
 

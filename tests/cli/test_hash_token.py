@@ -76,12 +76,12 @@ def test_ctrl_c_at_the_prompt_is_one_line_and_exit_130():
         os.close(controller)
 
 
-def test_a_token_too_short_points_to_generate_not_a_python_function():
+def test_a_token_too_short_points_to_the_clis_own_way_to_make_one():
     short = rsnet("broker", "hash-token", stdin="short\n")
     assert short.returncode == 1
     assert one_line(short.stderr) == (
         "rsnet broker hash-token: a token must be at least 16 characters of random data (got 5): "
-        "make one with rsnet broker hash-token --generate"
+        "make one with rsnet broker hash-token --generate (in Python: generate_token())"
     )
     piped = rsnet("broker", "hash-token", stdin=f"{TOKEN}\n")
     assert (piped.returncode, piped.stdout, piped.stderr) == (0, f"{hash_token(TOKEN)}\n", "")
