@@ -38,6 +38,13 @@ def subscribe(conn: rsnet.Client, topic: str, params: dict[str, Any]) -> Any:
     return conn.subscribe(topic, params, prefetch=1024)
 
 
+def faulty_broker(data_dir: pathlib.Path, **settings: Any) -> tuple[Broker, FaultyFiles]:
+    """A broker on ``data_dir`` whose logs are opened through a :class:`FaultyFiles`."""
+    broker = Broker(data_dir=data_dir, **settings)
+    broker.storage_files = faults = FaultyFiles()
+    return broker, faults
+
+
 async def read_all(conn: rsnet.Client, topic: str) -> list[Any]:
     topics = {t["topic"]: t async for t in conn.subscribe("$topics")}
     end = topics[topic]["next_offset"]
@@ -55,9 +62,7 @@ async def read_all(conn: rsnet.Client, topic: str) -> list[Any]:
 async def test_a_full_disk_refuses_that_topics_producers_coded_and_appends_resume_when_space_is_back(
     tmp_path: pathlib.Path,
 ) -> None:
-    faults = FaultyFiles()
-    broker = Broker(data_dir=tmp_path)
-    broker.storage_files = faults
+    broker, faults = faulty_broker(tmp_path)
     metrics = BrokerMetrics()
     async with broker_serving(broker) as (url, server), rsnet.connect(url) as conn:
         refresh = metrics_refresher(broker, server)
@@ -94,9 +99,7 @@ async def test_an_offer_past_the_records_a_full_disk_refused_is_refused_so_their
     # 140..179, sent before it heard, was stored once space was back; its resend of 100..179,
     # as BROKER.md says, was then dropped up to 179 as duplicates and acknowledged: 100..139
     # acknowledged and never stored.
-    faults = FaultyFiles()
-    broker = Broker(data_dir=tmp_path)
-    broker.storage_files = faults
+    broker, faults = faulty_broker(tmp_path)
     async with broker_serving(broker) as (url, _), rsnet.connect(url) as conn:
         await publish(conn, "t", list(range(100)), producer="p")
         faults.fail("write_all", errno.ENOSPC, under=tmp_path / "t")
@@ -120,9 +123,7 @@ async def test_a_new_producers_offer_past_its_refused_first_records_is_refused_t
     # Re-check of the fence: a producer that had never stored a record has no highest
     # sequence to resume after; its pipelined 40..79 was stored and its resend of 0..79
     # acknowledged with 0..39 missing. The fence holds where its refused offer began.
-    faults = FaultyFiles()
-    broker = Broker(data_dir=tmp_path)
-    broker.storage_files = faults
+    broker, faults = faulty_broker(tmp_path)
     async with broker_serving(broker) as (url, _), rsnet.connect(url) as conn:
         await publish(conn, "t", ["q"], producer="q")
         faults.fail("write_all", errno.ENOSPC, under=tmp_path / "t")
@@ -141,9 +142,7 @@ async def test_a_topic_whose_storage_works_again_stops_failing_without_waiting_f
 ) -> None:
     # /health stayed 503 after a spell of descriptors running out, until someone published to
     # that topic again: the sweep now checks a failing topic's storage and clears it.
-    faults = FaultyFiles()
-    broker = Broker(data_dir=tmp_path, retention_sweep_s=0.05)
-    broker.storage_files = faults
+    broker, faults = faulty_broker(tmp_path, retention_sweep_s=0.05)
     async with broker_serving(broker) as (url, _), rsnet.connect(url) as conn:
         await publish(conn, "full", list(range(10)), producer="p")
         faults.fail("write_all", errno.ENOSPC, under=tmp_path / "full")
@@ -167,9 +166,7 @@ async def test_a_topic_whose_storage_works_again_stops_failing_without_waiting_f
 async def test_a_topic_no_disk_space_lets_create_logs_a_bounded_number_of_lines(tmp_path: pathlib.Path, caplog) -> None:
     # A client retrying a publish to a topic the full disk cannot create wrote one ERROR line
     # per attempt (2,000 in 0.8 s).
-    faults = FaultyFiles()
-    broker = Broker(data_dir=tmp_path)
-    broker.storage_files = faults
+    broker, faults = faulty_broker(tmp_path)
     async with broker_serving(broker) as (url, _), rsnet.connect(url) as conn:
         faults.fail("makedirs", errno.ENOSPC, under=tmp_path / "new")
         with caplog.at_level(logging.ERROR, "rsnet.broker"):
@@ -182,9 +179,7 @@ async def test_a_topic_no_disk_space_lets_create_logs_a_bounded_number_of_lines(
 
 
 async def test_a_failing_fsync_refuses_producers_and_loses_nothing_acknowledged(tmp_path: pathlib.Path) -> None:
-    faults = FaultyFiles()
-    broker = Broker(data_dir=tmp_path)
-    broker.storage_files = faults
+    broker, faults = faulty_broker(tmp_path)
     async with broker_serving(broker) as (url, _), rsnet.connect(url) as conn:
         await publish(conn, "events", list(range(50)), producer="p")
         faults.fail("datasync", errno.EIO, under=tmp_path / "events")
