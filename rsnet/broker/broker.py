@@ -1052,6 +1052,7 @@ class Broker:
             window_bytes=self.sink_window_bytes,
             producer=producer,
             first_sequence=sequence,
+            connection=context.nursery,  # the session's: one per connection
         )
 
     def describe_topic(self, name: str) -> dict[str, Any] | None:

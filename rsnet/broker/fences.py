@@ -1,7 +1,7 @@
 """Producers a failure refused, held to resume where their stored records end.
 
 When a topic refuses its producers (its disk is full or failing, or it stopped on an
-unexpected error), nothing after each producer's last stored sequence was stored
+unexpected error) or one producer (a record it cannot store), nothing after each producer's last stored sequence was stored
 (protocol/BROKER.md, "Publishing"), and the producer is to offer those records again. But an
 offer it sent before it heard of the failure (a pipelined one, the next records' sequences)
 may reach the topic once the disk takes writes again. Stored, it would put the producer's

@@ -89,6 +89,9 @@ class Topic:
         self.max_lag = max_lag
         self.readers: set[TopicReader] = set()
         self.sinks: set[TopicSink] = set()
+        # Open offers of one producer on one connection, oldest first: only the first gets
+        # demand (TopicSink.in_line).
+        self.offer_lines: dict[tuple[str, object], list[TopicSink]] = {}
         self.records_in = 0
         self.records_out = 0
         self.dropped = 0
@@ -245,8 +248,10 @@ class Topic:
                     {"topic": self.name, "producer": sink.producer},
                 )
                 sink.fail(refusal)
-                if sink.producer is not None and self._on_storage_failed is not None:
-                    self._on_storage_failed(self, refusal, [sink.producer])
+                if sink.producer is not None:  # its next offer, pipelined, is past a gap now
+                    self.fences.fence(self.name, {sink.producer: sink.next_sequence})
+                    if self._on_storage_failed is not None:
+                        self._on_storage_failed(self, refusal, [sink.producer])
                 continue
             self.storage_failure = None
             if recent is not None:
@@ -419,16 +424,32 @@ class TopicSink(Subscriber[Any]):
     in flight once. Records count as acknowledged (``settle``) once the log's fsync policy
     made them durable. ``producer`` and the running ``sequence`` make retries idempotent: the
     log drops a (producer, sequence) it already stored.
+
+    Offers of one producer on one ``connection`` are taken one at a time, in the order they
+    opened: a later one gets demand once the earlier ones ended. Deduplication keeps each
+    producer's highest stored sequence, so records of a later offer stored first would make
+    the rest of an earlier one duplicates, dropped and acknowledged, never stored. Offers of
+    one producer on different connections are not held back (a producer that reconnected
+    before its old connection is known dead; two attempts of one Spark task, which send the
+    same records under the same keys).
     """
 
     def __init__(
-        self, topic: Topic, *, window: int, window_bytes: int, producer: str | None, first_sequence: int = 0
+        self,
+        topic: Topic,
+        *,
+        window: int,
+        window_bytes: int,
+        producer: str | None,
+        first_sequence: int = 0,
+        connection: object = None,
     ) -> None:
         self.topic = topic
         self.window = window
         self.window_bytes = window_bytes
         self.record_bytes = ASSUMED_RECORD_BYTES  # what one record takes in the log, as last stored
         self.producer = producer
+        self.connection = connection
         self.next_sequence = first_sequence  # sequence of the next record handed to the log
         self.subscription: Subscription | None = None
         self.in_flight = 0  # granted (or received), not yet appended to the log
@@ -443,7 +464,14 @@ class TopicSink(Subscriber[Any]):
             return  # rule 2.5
         self.subscription = subscription
         self.topic.sinks.add(self)
+        if self.producer is not None:
+            self.topic.offer_lines.setdefault((self.producer, self.connection), []).append(self)
         self.refill()
+
+    @property
+    def in_line(self) -> bool:
+        """Whether an earlier offer of this producer on this connection is still open."""
+        return self.producer is not None and self.topic.offer_lines[self.producer, self.connection][0] is not self
 
     def on_next(self, item: Any) -> None:
         check_signal_argument(item, "on_next")
@@ -475,6 +503,22 @@ class TopicSink(Subscriber[Any]):
             self.done = True
             self.error = error
             self._leave_when_settled()
+            self._leave_the_line()
+
+    def _leave_the_line(self) -> None:
+        # Its records, if any wait for the writer, are queued before the next offer's can be:
+        # that one may have demand now.
+        if self.producer is None:
+            return
+        key = (self.producer, self.connection)
+        line = self.topic.offer_lines.get(key)
+        if line is None or self not in line:
+            return  # not subscribed yet
+        line.remove(self)
+        if line:
+            line[0].refill()
+        else:
+            del self.topic.offer_lines[key]
 
     def fail(self, error: StreamError) -> None:
         """Refuse the rest of the producer's records: its stream ends with ``error`` (a coded
@@ -511,7 +555,7 @@ class TopicSink(Subscriber[Any]):
         self.refill()
 
     def refill(self) -> None:
-        if self.done or self.subscription is None:
+        if self.done or self.subscription is None or self.in_line:
             return
         window = min(self.window, max(1, self.window_bytes // self.record_bytes))
         amount = min(window - self.in_flight, self.topic.capacity())
