@@ -636,6 +636,11 @@ class TopicReader(DrainLoop, Subscription):
         self._shared = self._encoded is not None and not (shape.arrays or shape.stored)
         self.shares_arrays = self._encoded is not None and shape.arrays and not (shape.stored or shape.with_topic)
         self._as_stored = self._encoded is not None and shape.stored  # the stored bytes as the items
+        # A network subscriber's connection has room for so many bytes (Session.room): this
+        # reads for it only while there is some, so that a peer that reads nothing holds its
+        # connection's window, not a record per stream of its (up to 1,024 x 1 MiB).
+        self._room: Callable[[], int] | None = getattr(subscriber, "room", None)
+        self.waits_for_room = False
 
     def add_topic(self, topic: Topic, position: int) -> None:
         if self.cancelled:
@@ -690,7 +695,7 @@ class TopicReader(DrainLoop, Subscription):
 
     def appended(self, topic: Topic) -> None:
         lag = self.lag(topic)
-        if lag > topic.max_lag and not self.requested:
+        if lag > topic.max_lag and (not self.requested or self.waits_for_room):
             if topic.policy is SlowPolicy.DROP:
                 self._skip(topic, lag - topic.max_lag // 2)
             elif topic.policy is SlowPolicy.DISCONNECT and self._failure is None:
@@ -750,6 +755,11 @@ class TopicReader(DrainLoop, Subscription):
         only = self._only
         for _ in range(1 if only is not None else len(self._ready)):  # each once at most
             if not self.requested or self.cancelled or self._failure is not None:
+                break
+            if self._room is not None and self._room() <= 0:
+                if not self.waits_for_room:
+                    self.waits_for_room = True
+                    self.subscriber.wait_for_room(self._room_freed)  # type: ignore[union-attr]
                 break
             topic = only if only is not None else next(iter(self._ready))
             log = topic.log
@@ -834,6 +844,10 @@ class TopicReader(DrainLoop, Subscription):
             topic.reader_moved()
         self.delivered += emitted
         return emitted
+
+    def _room_freed(self) -> None:
+        self.waits_for_room = False
+        self.drain()
 
     def _deliver(self, topic: Topic, position: int, items: list[Any], many: Callable[[list[Any]], None] | None) -> int:
         """Hand ``items`` (the records from ``position`` on) to the subscriber, in one call

@@ -36,6 +36,7 @@ of them end with the connection.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import math
 import time
@@ -109,7 +110,9 @@ DEFAULT_CONNECTION_WINDOW_BYTES = 16 << 20
 its open streams at ``send_window_bytes`` each would come to more, each stream's byte window is
 an equal share of this (and at least one item). A peer that opens ``max_streams`` streams and
 reads none then makes the server hold this much, or one item per stream if that is more; it
-held ``max_streams`` full windows, 4 GiB at the defaults."""
+held ``max_streams`` full windows, 4 GiB at the defaults. Publishers that can wait (the
+broker's subscriptions) also deliver only while the connection holds less than this unwritten
+(:meth:`Session.room`), which takes the item per stream away."""
 
 BATCH_ITEMS = 256
 """The most items one BATCH frame carries (a hosted publisher's items go out in BATCH frames)."""
@@ -194,6 +197,7 @@ class _Outbound(Subscriber[Any]):
         "local",
         "on_end",
         "pending",
+        "pending_bytes",
         "remote",
         "stream_id",
         "subscription",
@@ -218,6 +222,7 @@ class _Outbound(Subscriber[Any]):
         self.on_end = on_end
         self._refill_queued = False
         self.pending: list[Any] = []  # items taken, not yet encoded (at most one window)
+        self.pending_bytes = 0  # what they will take encoded: exact for Encoded ones, else estimated
         self.encoded = False  # whether pending items may be Encoded (see on_next_encoded)
         self.item_bytes = 0  # encoded size of an item as measured at the last flush; 0: none yet
 
@@ -268,12 +273,23 @@ class _Outbound(Subscriber[Any]):
         if not pending or not self._refill_queued:
             self._taken(first=not pending)
         pending.append(item)
+        self._hold(self.item_bytes or self._session.conn.peer_max_frame_size)
         self.local -= 1
         if self.remote != MAX_DEMAND:
             self.remote -= 1
 
     def on_next_many(self, items: list[Any]) -> None:
         """``on_next`` for each of ``items``, in order, in one call (the sources use it)."""
+        self._take(items, 0)
+
+    def on_next_encoded(self, items: list[Encoded]) -> None:
+        """``on_next_many`` for items already encoded (the broker shares each recent record's
+        bytes among its subscribers this way): they go on the wire as they are."""
+        self.encoded = True
+        self._take(items, sum(map(len, items)))
+
+    def _take(self, items: list[Any], nbytes: int) -> None:
+        """``on_next_many``, the items' encoded size known (``nbytes``) or not (0)."""
         if any(map(is_, items, repeat(None))):
             check_signal_argument(None, "on_next")  # raises: rule 2.13
         if self.done:
@@ -281,22 +297,30 @@ class _Outbound(Subscriber[Any]):
         count = len(items)
         if count > self.local:
             if self.local:
-                self.on_next_many(items[: self.local])
+                self._take(items[: self.local], 0)
             self._cut_off(ErrorCode.FLOW_CONTROL, "rule 1.1: the publisher emitted more items than requested")
             return
         pending = self.pending
         if not pending or not self._refill_queued:
             self._taken(first=not pending)
         pending += items
+        self._hold(nbytes or count * (self.item_bytes or self._session.conn.peer_max_frame_size))
         self.local -= count
         if self.remote != MAX_DEMAND:
             self.remote -= count
 
-    def on_next_encoded(self, items: list[Encoded]) -> None:
-        """``on_next_many`` for items already encoded (the broker shares each recent record's
-        bytes among its subscribers this way): they go on the wire as they are."""
-        self.encoded = True
-        self.on_next_many(items)
+    def _hold(self, nbytes: int) -> None:
+        self.pending_bytes += nbytes
+        self._session._pending_bytes += nbytes
+
+    def room(self) -> int:
+        """Bytes the connection may still be handed before the peer reads what it holds (see
+        :meth:`Session.room`): a publisher that can wait delivers only while it is positive."""
+        return self._session.room()
+
+    def wait_for_room(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` (once) when :meth:`room` is positive again."""
+        self._session._room_waiters.append(callback)
 
     def _taken(self, first: bool) -> None:
         """Items were taken: the first since the last flush (``first``: encode them before the
@@ -340,7 +364,10 @@ class _Outbound(Subscriber[Any]):
         items never make one huge frame to re-split). Before the stream's last frame (COMPLETE
         or ERROR) it is called alone: no window is sized for items that end the stream."""
         items, self.pending = self.pending, []
-        conn, stream_id = self._session.conn, self.stream_id
+        session = self._session
+        session._pending_bytes -= self.pending_bytes  # in the output now, as it is counted
+        self.pending_bytes = 0
+        conn, stream_id = session.conn, self.stream_id
         for start in range(0, len(items), BATCH_ITEMS):
             chunk = items if len(items) <= BATCH_ITEMS else items[start : start + BATCH_ITEMS]
             try:
@@ -412,6 +439,8 @@ class _Outbound(Subscriber[Any]):
             return
         self.done = True
         self.pending = []  # the stream is closed: nothing more goes out on it
+        self._session._pending_bytes -= self.pending_bytes
+        self.pending_bytes = 0
         if self.subscription is not None:
             self.subscription.cancel()
         if self.on_end is not None:
@@ -646,6 +675,11 @@ class Session:
         self._answers = 0
         self._written: trio.Event | None = None
         self._sending = False  # the writer task is in transport.send
+        # What the connection holds for the peer (room): items taken and not yet encoded, and
+        # bytes handed to the transport and not yet known written (the output buffer aside).
+        self._pending_bytes = 0
+        self._in_transport = 0
+        self._room_waiters: collections.deque[Callable[[], None]] = collections.deque()
         self._unfinished = False  # send_nowait left bytes that the writer's next send writes
         self._closed = trio.Event()
         self._writer_done = trio.Event()
@@ -826,6 +860,22 @@ class Session:
 
     # -- bookkeeping called by the stream objects ---------------------------------------------------
 
+    def room(self) -> int:
+        """Bytes the connection may still be handed for the peer: ``connection_window_bytes``
+        less what it holds that the peer has not read yet (items taken and not yet encoded,
+        encoded and not yet written, written to the transport and still there). Stream windows
+        bound what publishers are asked for, but at least one item per stream: a publisher that
+        can wait (the broker's subscriptions) also delivers only while this is positive, so a
+        peer with many streams that reads nothing holds about this window, not an item per
+        stream. Whoever waits for room (``_Outbound.wait_for_room``) is called, oldest first,
+        as writes free it."""
+        return self.connection_window_bytes - (self._pending_bytes + self.conn.buffered + self._in_transport)
+
+    def _room_freed(self) -> None:
+        waiters = self._room_waiters
+        while waiters and self.room() > 0:
+            waiters.popleft()()
+
     def _window_bytes(self) -> int:
         """A stream's byte window: ``send_window_bytes``, or its equal share of
         ``connection_window_bytes`` when the open outbound streams would hold more together."""
@@ -917,8 +967,11 @@ class Session:
             if self.transport.send_nowait(chunks):
                 self._keepalive.last_sent = self._now()
                 self._answers = 0
+                if self._room_waiters:
+                    self._room_freed()
             else:
                 self._unfinished = True
+                self._in_transport += sum(map(len, chunks))
         if self._refill and not self._unfinished and not any(map(_Outbound.refill_wanted, self._refill)):
             # Written, and no window to top up (the peer's demand is all taken, as in
             # stop-and-wait): settle the refills here instead of waking the writer for them.
@@ -971,6 +1024,7 @@ class Session:
             if chunks or self._unfinished:
                 self._unfinished = False  # send writes what send_nowait left first
                 self._sending = True
+                self._in_transport += sum(map(len, chunks))
                 try:
                     await self._send(chunks)
                 except ConnectionLost as error:  # broken, or the peer fell silent (see _send)
@@ -979,9 +1033,12 @@ class Session:
                     return
                 finally:
                     self._sending = False
+                self._in_transport = 0  # (what send_nowait left went first)
                 self._keepalive.last_sent = self._now()
                 self._answers = 0
                 self._release_reader()
+                if self._room_waiters:
+                    self._room_freed()
             refill, self._refill = self._refill, []
             if conn.state is not _CLOSED:
                 # Once this side has written CONN_ERROR nothing more goes out: a window topped

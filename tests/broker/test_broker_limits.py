@@ -4,16 +4,22 @@ topic, echoed values in errors, what a producer may send before it is stored."""
 
 from __future__ import annotations
 
+import pathlib
+import socket
+
 import pytest
+import trio
+import trio.testing
 
 import rsnet
 from rsnet.broker.broker import DEFAULT_MAX_RECORD_BYTES, MAX_ID_LENGTH, Broker, TopicSettings
 from rsnet.broker.client import commit, publish
 from rsnet.broker.storage import Retention
 from rsnet.broker.topic import TopicSink
-from rsnet.protocol import ErrorCode, Next, Offer, Request
+from rsnet.net.session import DEFAULT_CONNECTION_WINDOW_BYTES
+from rsnet.protocol import ErrorCode, Hello, Next, Offer, Request, Subscribe, Welcome
 
-from .support import RawClient, broker_running, take
+from .support import RawClient, broker_running, broker_serving, take
 
 
 async def refused(coroutine) -> rsnet.StreamError:
@@ -179,3 +185,70 @@ async def test_a_record_too_large_to_deliver_is_refused_to_its_producer(tmp_path
                 item["value"] if isinstance(item, dict) else item[2] for item in await take(conn, name, 2, **params)
             ]
             assert values == [fits, "after"], (name, params)  # and the record after it too
+
+
+async def held_by_a_peer_that_reads_nothing(broker: Broker, topic: str, streams: int) -> tuple[int, rsnet.Server]:
+    """Open ``streams`` subscriptions to ``topic`` from its first record, on one connection
+    with a small receive window that then reads nothing; the bytes of records the broker has
+    handed to that connection (beyond the socket, they are in its memory)."""
+    async with broker_serving(broker) as (url, server):
+        sock = trio.socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before connecting: a small window
+        await sock.connect(("127.0.0.1", int(url.rsplit(":", 1)[1])))
+        raw = RawClient(trio.SocketStream(sock))
+        await raw.send(Hello("rsnet", [1], {}))
+        assert isinstance(await raw.next_frame(), Welcome)
+        await raw.send(*(Subscribe(2 * i + 1, topic, {"from": "earliest"}, 1_000, {}) for i in range(streams)))
+        (session,) = server.sessions
+        with trio.fail_after(10):
+            while len(session._outbound) < streams:
+                await trio.sleep(0.01)
+        await trio.testing.wait_all_tasks_blocked(0.05)  # the server's writer waits for the peer
+        readers = broker.topic(topic, create=False).readers
+        held = sum(reader.delivered for reader in readers) * RECORD_BYTES
+        await raw.aclose()
+        return held, server
+
+
+RECORD_BYTES = 256 * 1024
+
+
+async def test_a_peer_with_many_subscriptions_that_reads_nothing_holds_the_connection_window():
+    """Each stream may be sent at least one record whatever its share of the connection's
+    window: 256 subscriptions to 256 KiB records took 64 MiB (1 GiB with 1,024 streams of 1 MiB
+    records) from a peer that read none. The broker now reads for a connection only while
+    what it holds unwritten is within the connection window (16 MiB), one read beyond at most."""
+    broker = Broker()
+    async with broker_running(broker) as url, rsnet.connect(url) as conn:
+        await publish(conn, "big", [b"r" * (RECORD_BYTES - 64)] * 100, producer="p")
+    held, _ = await held_by_a_peer_that_reads_nothing(broker, "big", 256)
+    kernel = int(pathlib.Path("/proc/sys/net/ipv4/tcp_wmem").read_text().split()[2])  # the socket's buffer
+    assert held <= DEFAULT_CONNECTION_WINDOW_BYTES + kernel + 4 * RECORD_BYTES
+
+
+async def test_subscriptions_waiting_for_their_connections_room_all_go_on_as_the_peer_reads():
+    """The same window, a peer that reads: every subscription gets every record, and quiet
+    subscriptions (waiting for records, holding nothing) hold no one back."""
+    broker = Broker()
+    async with broker_running(broker) as url, rsnet.connect(url) as conn:
+        await publish(conn, "big", [b"r" * (RECORD_BYTES - 64)] * 30, producer="p")
+        await publish(conn, "quiet", ["q"], producer="p")
+        counts: list[int] = []
+
+        async def read_all(topic: str, count: int) -> None:
+            async with conn.subscribe(topic, {"from": "earliest", "items": "arrays"}) as records:
+                async for offset, _, _ in records:
+                    if offset == count - 1:
+                        counts.append(count)
+                        return
+
+        async with trio.open_nursery() as nursery:
+            for _ in range(200):
+                nursery.start_soon(read_all, "quiet", 2)  # the second record never comes
+            await trio.testing.wait_all_tasks_blocked()
+            with trio.fail_after(60):
+                async with trio.open_nursery() as busy:
+                    for _ in range(16):
+                        busy.start_soon(read_all, "big", 30)
+            nursery.cancel_scope.cancel()
+        assert counts == [30] * 16
