@@ -117,6 +117,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from ..client_rules import keepalive_ms
+from ..net.session import DEFAULT_OUTPUT_BUDGET_BYTES
 from ..protocol import MAX_SETTING
 from .auth import is_token_hash
 from .names import InvalidName, is_wildcard, pattern_covers, topic_matches, validate_pattern, validate_topic
@@ -257,6 +258,10 @@ class ListenConfig(_Model):
     """Connections served at once over both listeners; one more gets CONN_ERROR GOING_AWAY. At
     most half the process's file descriptor limit less 32 (``rsnet.net.server.connection_limit``):
     a larger value is lowered, with a warning."""
+    output_budget_bytes: Count = DEFAULT_OUTPUT_BUDGET_BYTES
+    """What the connections may hold together of records read for subscribers and not yet taken
+    by their peers: each connection an equal share of it, at most 16 MiB
+    (``rsnet.net.session.OutputBudget``)."""
 
 
 class RetentionConfig(_Model):

@@ -243,6 +243,7 @@ async def run_broker(args: argparse.Namespace) -> int:
         authenticate=authorizer.authenticate,
         keepalive_interval=config.listen.keepalive_interval_s,
         max_connections=max_connections,
+        output_budget_bytes=config.listen.output_budget_bytes,
     )
     metrics = BrokerMetrics()
     metrics.add_refresher(metrics_refresher(broker, server))

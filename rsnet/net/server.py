@@ -53,7 +53,15 @@ from ..transport import TcpTransport, Transport, accept_websocket
 from ..transport.tcp import describe_peer
 from .failures import CONNECTION_LINES_PER_MINUTE, RateLimitedLog, failure_log
 from .listening import accept_within
-from .session import Host, Session, StreamContext, complete_handshake, conn_error_frame
+from .session import (
+    DEFAULT_OUTPUT_BUDGET_BYTES,
+    Host,
+    OutputBudget,
+    Session,
+    StreamContext,
+    complete_handshake,
+    conn_error_frame,
+)
 
 log = logging.getLogger("rsnet.net.server")
 
@@ -99,6 +107,9 @@ class Server:
     :data:`REFUSAL_SLOTS` sockets more are accepted at once (handshakes under way, refusals), the
     rest wait to be accepted. Each accepted socket is a file descriptor: keep ``max_connections``
     well below the process's descriptor limit (:func:`connection_limit`).
+    ``output_budget_bytes`` bounds what all connections together hold unwritten for peers that
+    do not read, for publishers that wait for room (the broker's subscriptions: see
+    :class:`rsnet.net.session.OutputBudget`).
     """
 
     def __init__(
@@ -112,6 +123,7 @@ class Server:
         keepalive_interval: float = DEFAULT_KEEPALIVE,
         handshake_timeout: float = HANDSHAKE_TIMEOUT,
         max_connections: int = DEFAULT_MAX_CONNECTIONS,
+        output_budget_bytes: int = DEFAULT_OUTPUT_BUDGET_BYTES,
     ) -> None:
         self._token = token
         self._authenticate = authenticate
@@ -134,6 +146,7 @@ class Server:
         self._publishers: dict[str, _Entry] = {}
         self._sinks: dict[str, _Entry] = {}
         self.sessions: set[Session] = set()
+        self._output_budget = OutputBudget(output_budget_bytes)  # raises ValueError below 1
         self.sessions_opened = 0  # connections welcomed since start, however short (for metrics)
         self.unauthenticated = 0  # handshakes refused for a missing or wrong token (for metrics)
         self._accepting: list[trio.CancelScope] = []
@@ -152,6 +165,7 @@ class Server:
             "keepalive_interval": self._keepalive_ms / 1000,
             "handshake_timeout": self._handshake_timeout,
             "max_connections": self._max_connections,
+            "output_budget_bytes": self._output_budget.total,
         }
 
     # -- registry ------------------------------------------------------------------------------
@@ -362,12 +376,15 @@ class Server:
             await transport.send([conn.data_to_send()])
             return
         conn.send_welcome()
-        session = Session(transport, conn, host=self._host or self, principal=principal)
+        budget = self._output_budget
+        session = Session(transport, conn, host=self._host or self, principal=principal, output_budget=budget)
         self.sessions.add(session)
         self.sessions_opened += 1
+        budget.connections += 1
         try:
             await session.run(events=events)
         finally:
+            budget.connections -= 1
             self.sessions.discard(session)
 
     async def shutdown(self, grace: float = 5.0) -> None:

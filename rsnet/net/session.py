@@ -114,6 +114,28 @@ held ``max_streams`` full windows, 4 GiB at the defaults. Publishers that can wa
 broker's subscriptions) also deliver only while the connection holds less than this unwritten
 (:meth:`Session.room`), which takes the item per stream away."""
 
+DEFAULT_OUTPUT_BUDGET_BYTES = 256 << 20
+"""Bytes a server's connections may hold unwritten for their peers, in all (:class:`OutputBudget`)."""
+
+
+class OutputBudget:
+    """What a server's connections may hold, in all, for peers that have not read it: each
+    connection's :meth:`Session.room` counts against an equal share of ``total`` (and against
+    its own ``connection_window_bytes``), so peers that read nothing hold about ``total``
+    together, however many they are, not ``connection_window_bytes`` each."""
+
+    __slots__ = ("connections", "total")
+
+    def __init__(self, total: int = DEFAULT_OUTPUT_BUDGET_BYTES) -> None:
+        if total < 1:
+            raise ValueError(f"an output budget must be at least 1 byte, got {total!r}")
+        self.total = total
+        self.connections = 0  # open connections that share it
+
+    def share(self) -> int:
+        return self.total // max(1, self.connections)
+
+
 BATCH_ITEMS = 256
 """The most items one BATCH frame carries (a hosted publisher's items go out in BATCH frames)."""
 
@@ -645,12 +667,14 @@ class Session:
         send_window: int = DEFAULT_SEND_WINDOW,
         send_window_bytes: int = DEFAULT_SEND_WINDOW_BYTES,
         connection_window_bytes: int = DEFAULT_CONNECTION_WINDOW_BYTES,
+        output_budget: OutputBudget | None = None,
         keepalive_fallback: float = 0.0,
     ) -> None:
         self.transport = transport
         self.send_window = send_window
         self.send_window_bytes = send_window_bytes
         self.connection_window_bytes = connection_window_bytes
+        self.output_budget = output_budget  # shared with the server's other connections, if any
         self.conn = conn
         self.host: Host = host if host is not None else NoHost()
         self.principal = principal
@@ -862,14 +886,17 @@ class Session:
 
     def room(self) -> int:
         """Bytes the connection may still be handed for the peer: ``connection_window_bytes``
-        less what it holds that the peer has not read yet (items taken and not yet encoded,
+        (or its share of the server's ``output_budget``, if that is less) less what it holds that the peer has not read yet (items taken and not yet encoded,
         encoded and not yet written, written to the transport and still there). Stream windows
         bound what publishers are asked for, but at least one item per stream: a publisher that
         can wait (the broker's subscriptions) also delivers only while this is positive, so a
         peer with many streams that reads nothing holds about this window, not an item per
         stream. Whoever waits for room (``_Outbound.wait_for_room``) is called, oldest first,
         as writes free it."""
-        return self.connection_window_bytes - (self._pending_bytes + self.conn.buffered + self._in_transport)
+        limit = self.connection_window_bytes
+        if self.output_budget is not None:
+            limit = min(limit, self.output_budget.share())
+        return limit - (self._pending_bytes + self.conn.buffered + self._in_transport)
 
     def _room_freed(self) -> None:
         waiters = self._room_waiters

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pathlib
 import socket
+from typing import Any
 
 import pytest
 import trio
@@ -187,30 +188,41 @@ async def test_a_record_too_large_to_deliver_is_refused_to_its_producer(tmp_path
             assert values == [fits, "after"], (name, params)  # and the record after it too
 
 
-async def held_by_a_peer_that_reads_nothing(broker: Broker, topic: str, streams: int) -> tuple[int, rsnet.Server]:
-    """Open ``streams`` subscriptions to ``topic`` from its first record, on one connection
-    with a small receive window that then reads nothing; the bytes of records the broker has
-    handed to that connection (beyond the socket, they are in its memory)."""
-    async with broker_serving(broker) as (url, server):
-        sock = trio.socket.socket()
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before connecting: a small window
-        await sock.connect(("127.0.0.1", int(url.rsplit(":", 1)[1])))
-        raw = RawClient(trio.SocketStream(sock))
-        await raw.send(Hello("rsnet", [1], {}))
-        assert isinstance(await raw.next_frame(), Welcome)
-        await raw.send(*(Subscribe(2 * i + 1, topic, {"from": "earliest"}, 1_000, {}) for i in range(streams)))
-        (session,) = server.sessions
+async def held_by_peers_that_read_nothing(
+    broker: Broker, topic: str, *, connections: int, streams: int, **server_settings: Any
+) -> int:
+    """Open ``streams`` subscriptions to ``topic`` from its first record on each of
+    ``connections`` connections with a small receive window that then read nothing; the
+    bytes of records the broker has handed to them (beyond the sockets', in its memory)."""
+    async with broker_serving(broker, **server_settings) as (url, server):
+        peers = []
+        for _ in range(connections):
+            sock = trio.socket.socket()
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before connecting: a small window
+            await sock.connect(("127.0.0.1", int(url.rsplit(":", 1)[1])))
+            raw = RawClient(trio.SocketStream(sock))
+            # Frames at most about a record: the broker's first guess of a record's size, the
+            # largest frame, is then close to what it takes.
+            await raw.send(Hello("rsnet", [1], {"max_frame_size": RECORD_BYTES + 1024}))
+            assert isinstance(await raw.next_frame(), Welcome)
+            peers.append(raw)
+        for raw in peers:  # once all are open: each takes its share of them all
+            await raw.send(*(Subscribe(2 * i + 1, topic, {"from": "earliest"}, 1_000, {}) for i in range(streams)))
         with trio.fail_after(10):
-            while len(session._outbound) < streams:
+            while sum(len(session._outbound) for session in server.sessions) < connections * streams:
                 await trio.sleep(0.01)
-        await trio.testing.wait_all_tasks_blocked(0.05)  # the server's writer waits for the peer
+        await trio.testing.wait_all_tasks_blocked(0.05)  # the server's writers wait for the peers
         readers = broker.topic(topic, create=False).readers
         held = sum(reader.delivered for reader in readers) * RECORD_BYTES
-        await raw.aclose()
-        return held, server
+        for raw in peers:
+            await raw.aclose()
+        return held
 
 
 RECORD_BYTES = 256 * 1024
+
+SOCKET_BUFFER = int(pathlib.Path("/proc/sys/net/ipv4/tcp_wmem").read_text().split()[2])
+"""What the kernel may take into one socket's send buffer (tcp_wmem's maximum)."""
 
 
 async def test_a_peer_with_many_subscriptions_that_reads_nothing_holds_the_connection_window():
@@ -221,9 +233,19 @@ async def test_a_peer_with_many_subscriptions_that_reads_nothing_holds_the_conne
     broker = Broker()
     async with broker_running(broker) as url, rsnet.connect(url) as conn:
         await publish(conn, "big", [b"r" * (RECORD_BYTES - 64)] * 100, producer="p")
-    held, _ = await held_by_a_peer_that_reads_nothing(broker, "big", 256)
-    kernel = int(pathlib.Path("/proc/sys/net/ipv4/tcp_wmem").read_text().split()[2])  # the socket's buffer
-    assert held <= DEFAULT_CONNECTION_WINDOW_BYTES + kernel + 4 * RECORD_BYTES
+    held = await held_by_peers_that_read_nothing(broker, "big", connections=1, streams=256)
+    assert held <= DEFAULT_CONNECTION_WINDOW_BYTES + SOCKET_BUFFER + 4 * RECORD_BYTES
+
+
+async def test_peers_that_read_nothing_hold_at_most_the_servers_output_budget_in_all():
+    """Connections share the server's output budget: each holds at most an equal share of it
+    (and its own 16 MiB window): 4 connections that read nothing took 4 x 16 MiB before."""
+    broker = Broker()
+    async with broker_running(broker) as url, rsnet.connect(url) as conn:
+        await publish(conn, "big", [b"r" * (RECORD_BYTES - 64)] * 100, producer="p")
+    budget = 8 << 20
+    held = await held_by_peers_that_read_nothing(broker, "big", connections=4, streams=64, output_budget_bytes=budget)
+    assert held <= budget + 4 * (SOCKET_BUFFER + 4 * RECORD_BYTES)
 
 
 async def test_subscriptions_waiting_for_their_connections_room_all_go_on_as_the_peer_reads():

@@ -84,6 +84,17 @@ def test_an_empty_file_gives_the_defaults(tmp_path):
     assert load_config(write(tmp_path, ""), {}, {}) == load_config(None, {}, {})
 
 
+def test_the_output_budget_is_a_byte_count_of_the_listeners(tmp_path):
+    assert load_config(None, {}, {}).listen.output_budget_bytes == 256 << 20
+    assert (
+        load_config(write(tmp_path, "[listen]\noutput_budget_bytes = 1048576\n"), {}, {}).listen.output_budget_bytes
+        == 1 << 20
+    )
+    assert problems(tmp_path, "[listen]\noutput_budget_bytes = 0\n") == [
+        "listen.output_budget_bytes: Input should be greater than 0"
+    ]
+
+
 # -- errors that name the field -------------------------------------------------------------
 
 
