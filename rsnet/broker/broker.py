@@ -27,6 +27,7 @@ running has returned. Durable topics fsync in worker threads, at most ``sync_thr
 from __future__ import annotations
 
 import dataclasses
+import heapq
 import logging
 import os
 import pathlib
@@ -102,6 +103,11 @@ OFFER stream; see :class:`~rsnet.broker.topic.TopicSink` for how records are siz
 
 MAX_ID_LENGTH = 255
 """Longest producer id or cursor name, in characters (they are stored with records and cursors)."""
+
+LISTED_SUBSCRIBERS = 100
+"""Subscribers a ``$topics`` item lists (the furthest behind; ``subscriber_count`` counts them
+all): a list of every one, some 17 bytes each, made a topic with 80,000 idle subscriptions too
+large a frame for the listing, which then failed for everyone."""
 
 DEFAULT_MAX_CURSORS = 1_000
 """Named cursors a topic keeps at most; a commit to one more is refused with REJECTED. (A write
@@ -1065,7 +1071,9 @@ class Broker:
             first, after, size = topic.log.first_offset, topic.log.next_offset, topic.log.size_bytes
             counters = (topic.records_in, topic.records_out, topic.dropped)
             policy = topic.policy.value
-            subscribers = [{"lag": reader.lag(topic), "delivered": reader.delivered} for reader in topic.readers]
+            subscriber_count = len(topic.readers)
+            behind = heapq.nlargest(LISTED_SUBSCRIBERS, topic.readers, key=lambda reader: reader.lag(topic))
+            subscribers = [{"lag": reader.lag(topic), "delivered": reader.delivered} for reader in behind]
             producers = len(topic.sinks)
             damaged = topic.log.damaged_ranges
         else:
@@ -1078,7 +1086,7 @@ class Broker:
                 first, after, size = memory.first_offset, memory.next_offset, memory.size_bytes
                 counters = (0, 0, 0)
             policy = self.settings(name).policy.value
-            subscribers, producers = [], 0
+            subscribers, subscriber_count, producers = [], 0, 0
             report = self.recovery.get(name)  # as its last opening found it
             damaged = [d for d in report.damaged_ranges if d.end > first] if report is not None else []
         return {
@@ -1091,6 +1099,7 @@ class Broker:
             "records_out": counters[1],
             "dropped": counters[2],
             "subscribers": subscribers,
+            "subscriber_count": subscriber_count,
             "producers": producers,
             "cursors": self._committed(name),
             "damaged": [{"first": d.first, "end": d.end, "problem": d.problem} for d in damaged],

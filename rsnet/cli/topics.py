@@ -207,10 +207,11 @@ async def run(args: argparse.Namespace) -> int:
         return 0
     print(f"{'topic':<32} {'first':>10} {'next':>10} {'policy':>12} {'subs':>5} {'max lag':>8} {'dropped':>8}")
     for info in topics.values():
-        lags = [s["lag"] for s in info["subscribers"]]
+        lags = [s["lag"] for s in info["subscribers"]]  # the furthest behind (BROKER.md)
+        subscribers = info.get("subscriber_count", len(lags))
         print(
             f"{info['topic']:<32} {info['first_offset']:>10} {info['next_offset']:>10} {info['policy']:>12} "
-            f"{len(lags):>5} {max(lags, default=0):>8} {info['dropped']:>8}"
+            f"{subscribers:>5} {max(lags, default=0):>8} {info['dropped']:>8}"
         )
         print_settings(info)
         for cursor, offset in sorted(info.get("cursors", {}).items()):  # e.g. a Spark query's progress

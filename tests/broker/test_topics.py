@@ -8,15 +8,15 @@ import pytest
 import trio
 
 import rsnet
-from rsnet.broker.broker import Broker, TopicSettings
+from rsnet.broker.broker import LISTED_SUBSCRIBERS, Broker, TopicSettings
 from rsnet.broker.client import commit, publish
 from rsnet.broker.codes import BrokerCode
 from rsnet.broker.storage import MemoryLog, Retention
 from rsnet.broker.topic import Shape, SlowPolicy, Topic, TopicReader
-from rsnet.protocol import ErrorCode
+from rsnet.protocol import Accept, ErrorCode, Subscribe
 from rsnet.streams import Subscriber, Subscription, from_iterable
 
-from .support import broker_running, take
+from .support import RawClient, broker_running, take
 
 
 async def test_published_records_get_contiguous_offsets_and_timestamps():
@@ -218,6 +218,22 @@ async def test_topics_lists_offsets_and_subscriber_lag():
         (a,) = [t for t in topics if t["topic"] == "a"]
         assert (a["first_offset"], a["next_offset"]) == (0, 5)
         assert len(a["subscribers"]) == 1 and a["subscribers"][0]["lag"] >= 3
+        assert a["subscriber_count"] == 1
+
+
+async def test_topics_lists_the_subscribers_furthest_behind_and_counts_them_all():
+    # Attack round 5: 80,000 idle subscriptions made one topic's item, a list of every
+    # subscriber, larger than a frame: the listing failed with FRAME_TOO_LARGE for everyone.
+    async with broker_running(Broker()) as url, rsnet.connect(url) as conn:
+        await publish(conn, "a", list(range(200)))
+        client = await RawClient.connect(url)
+        await client.send(*(Subscribe(2 * i + 1, "a", {"from": i}, 0, {}) for i in range(LISTED_SUBSCRIBERS + 50)))
+        for i in range(LISTED_SUBSCRIBERS + 50):
+            await client.frame_of(Accept, 2 * i + 1)
+        (a,) = await snapshot(conn)
+        assert a["subscriber_count"] == LISTED_SUBSCRIBERS + 50
+        assert [s["lag"] for s in a["subscribers"]] == list(range(200, 200 - LISTED_SUBSCRIBERS, -1))
+        await client.aclose()
 
 
 async def test_items_arrays_carry_the_same_records_without_keys():

@@ -176,7 +176,7 @@ async function refreshTopics() {
     const row = body.insertRow();
     row.dataset.topic = t.topic;
     if (t.topic === state.topic) row.className = "selected";
-    for (const cell of [t.topic, t.policy, t.next_offset, inRate, outRate, t.subscribers.length, lag]) {
+    for (const cell of [t.topic, t.policy, t.next_offset, inRate, outRate, t.subscriber_count ?? t.subscribers.length, lag]) {
       row.insertCell().textContent = String(cell);
     }
     row.onclick = () => subscribeTo(t.topic);
