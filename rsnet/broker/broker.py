@@ -27,6 +27,7 @@ running has returned. Durable topics fsync in worker threads, at most ``sync_thr
 from __future__ import annotations
 
 import dataclasses
+import errno
 import heapq
 import logging
 import os
@@ -77,6 +78,7 @@ from .storage import (
     UncleanRecoveryNeeded,
 )
 from .storage import files as storage_files
+from .storage.memory import RECORD_OVERHEAD, MemoryBudget
 from .storage.segments import LOCK_NAME
 from .storage.settings import FILE_NAME as SETTINGS_FILE
 from .topic import (
@@ -212,6 +214,7 @@ class Broker:
         max_open_topics: int | None = None,
         unclean_recovery: bool = False,
         sync_threads: int = DEFAULT_SYNC_THREADS,
+        memory_budget_bytes: int | None = None,
     ) -> None:
         self.data_dir = pathlib.Path(data_dir) if data_dir is not None else None
         self.fsync = fsync
@@ -250,6 +253,8 @@ class Broker:
         self._acks: dict[tuple[str, str], set[_AckSubscription]] = {}
         self._writers: dict[Topic, trio.CancelScope] = {}
         self._memory_logs: dict[str, MemoryLog] = {}
+        # What memory topics hold, all together: half the machine's memory unless set.
+        self.memory_budget = MemoryBudget(memory_budget_bytes or default_memory_budget())
         self._recent_budget = RecentBudget()  # encoded recent records, all topics together
         self._closed: dict[str, _ClosedTopic] = {}  # durable topics on disk whose log is closed
         self.fences = Fences()  # producers a topic's failure refused, across its reopenings
@@ -318,7 +323,7 @@ class Broker:
         assert self.data_dir is not None
         try:
             self.storage_files.makedirs(str(self.data_dir))
-            _write_check(self.storage_files, str(self.data_dir))
+            _write_check(self.storage_files, str(self.data_dir), 0)
         except OSError as failure:
             raise StorageError(
                 f"data_dir {self.data_dir} cannot be written ({failure}): durable topics could not store anything. "
@@ -331,11 +336,13 @@ class Broker:
             await trio.sleep(self.retention_sweep_s)
             now = now_ms()
             for topic in list(self.topics.values()):
-                if topic.storage_failure is not None:  # no retention: its writer repairs the log first
+                if topic.storage_failure is not None:
                     if await self._storage_works_again(topic):
                         log.warning("topic %s: storage works again", topic.name)
                         topic.storage_failure = None
-                    continue
+                    elif topic.name not in self._memory_logs:
+                        continue  # no retention: its writer repairs the log first
+                    # (A memory topic's retention is what may give its memory budget back.)
                 try:
                     sync = topic.log.prepare_retention(now)
                     if sync is not None:  # the log's new start made durable first, off the event loop
@@ -362,12 +369,17 @@ class Broker:
         descriptors no longer used up): its log repaired, and a block written, synced and
         removed beside it, in a worker thread. So the topic stops counting as failing (in
         /health) without waiting for a producer to try; an append that fails says so again."""
+        if isinstance(topic.log, MemoryLog):  # over the memory budget: room for a large record again
+            budget = self.memory_budget
+            return budget.total - budget.used >= self.max_record_bytes + RECORD_OVERHEAD
         directory = getattr(topic.log, "directory", None)
         if directory is None:
             return False
         try:
             topic.log.repair()
-            await trio.to_thread.run_sync(_write_check, self.storage_files, directory, limiter=self.sync_threads)
+            await trio.to_thread.run_sync(
+                _write_check, self.storage_files, directory, self.max_record_bytes, limiter=self.sync_threads
+            )
         except (StorageError, OSError):
             return False
         return self.topics.get(topic.name) is topic  # (not closed or deleted meanwhile)
@@ -592,7 +604,9 @@ class Broker:
             segment_log.max_record_bytes = self.max_record_bytes
             return segment_log
         self._cursors.setdefault(name, {})
-        memory_log = self._memory_logs.setdefault(name, MemoryLog(settings.retention))
+        memory_log = self._memory_logs.get(name)
+        if memory_log is None:
+            memory_log = self._memory_logs[name] = MemoryLog(settings.retention, self.memory_budget)
         self._go_on_from_retired(name, memory_log)
         memory_log.max_record_bytes = self.max_record_bytes
         return memory_log
@@ -700,7 +714,9 @@ class Broker:
             raise storage_refusal(
                 topic.name, failure, f"{topic.name!r} was not deleted: its next offset cannot be kept: {failure}"
             ) from None
-        self._memory_logs.pop(topic.name, None)
+        memory_log = self._memory_logs.pop(topic.name, None)
+        if memory_log is not None:
+            memory_log.release()
         self.fences.forget_topic(topic.name)
         self.unopenable.pop(topic.name, None)
         self._close_topic(topic)  # nothing more is written to its directory
@@ -1180,9 +1196,20 @@ def _set_aside(path: pathlib.Path) -> pathlib.Path:
     return aside
 
 
-def _write_check(files: storage_files.FileOps, directory: str) -> None:
-    """Write a block to a file in ``directory``, sync it and remove it; raises OSError as they
-    do (a read-only mount, missing permissions, a full disk, no descriptor left)."""
+def default_memory_budget() -> int:
+    """Half the machine's memory: what memory topics may hold together unless configured."""
+    return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2
+
+
+def _write_check(files: storage_files.FileOps, directory: str, free: int) -> None:
+    """Whether ``directory`` takes writes: at least ``free`` bytes available in its file system
+    (room for the largest record: a disk with room for the 4 KiB block but not for the
+    records a producer resends would go from failing to working and back at every retry), and
+    a block written to a file there, synced and removed. Raises OSError as they do (a
+    read-only mount, missing permissions, a full disk, no descriptor left)."""
+    found = os.statvfs(directory)
+    if found.f_bavail * found.f_frsize < free:
+        raise OSError(errno.ENOSPC, f"less than {free} bytes free")
     probe = os.path.join(directory, ".rsnet-write-check")
     fd = files.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
     try:

@@ -19,6 +19,8 @@ Schema (``server/rsnet.toml`` is a commented example of every key)::
                                     # idle ones are closed to make room, else TOO_MANY_TOPICS
     idle_topic_close_s = 60         # a durable topic with no producer nor subscriber for this long
                                     # has its log (its open files) closed; reopened on demand
+    memory_budget_bytes = 1073741824  # memory topics together, in memory; beyond: STORAGE_FULL
+                                    # (omitted: half the machine's memory)
     unclean_recovery = false        # true: start despite damage recovery cannot place (see server/README.md)
 
     [listen]
@@ -353,6 +355,9 @@ class BrokerConfig(_Model):
     max_open_topics: Count | None = None
     """Durable topics open at once; None (and at most): an eighth of the file descriptor limit."""
     idle_topic_close_s: Annotated[float, Field(ge=0, le=MAX_AGE_S, allow_inf_nan=False)] = 60.0
+    memory_budget_bytes: Count | None = None
+    """What memory topics may hold together, in bytes of memory (their records and about 80
+    bytes each beside): an offer beyond is refused STORAGE_FULL. None: half the machine's memory."""
     unclean_recovery: bool = False
     topic_defaults: TopicDefaults = TopicDefaults()
     topics: tuple[TopicRule, ...] = ()

@@ -81,6 +81,7 @@ def build_broker(config: BrokerConfig, authorizer: Authorizer) -> Broker:
         max_topics=config.max_topics,
         max_open_topics=config.max_open_topics,
         idle_close_s=config.idle_topic_close_s,
+        memory_budget_bytes=config.memory_budget_bytes,
     )
 
 

@@ -15,6 +15,7 @@ import trio.testing
 import rsnet
 from rsnet.broker.broker import DEFAULT_MAX_RECORD_BYTES, MAX_ID_LENGTH, Broker, TopicSettings
 from rsnet.broker.client import commit, publish
+from rsnet.broker.codes import BrokerCode
 from rsnet.broker.storage import Retention
 from rsnet.broker.topic import TopicSink
 from rsnet.net.session import DEFAULT_CONNECTION_WINDOW_BYTES
@@ -274,3 +275,35 @@ async def test_subscriptions_waiting_for_their_connections_room_all_go_on_as_the
                         busy.start_soon(read_all, "big", 30)
             nursery.cancel_scope.cancel()
         assert counts == [30] * 16
+
+
+async def admin(conn: rsnet.Client, action: str, topic: str) -> None:
+    async for _ in conn.subscribe("$admin", {"action": action, "topic": topic}):
+        pass
+
+
+async def test_memory_topics_hold_at_most_the_memory_budget_together():
+    """Attack round 5: memory topics took 3.3 times their max_bytes in RAM, and nothing bound
+    them all together (10,000 topics of 1 GiB). A broker's memory topics now share a budget
+    counted in memory (their frames and the overhead of each record): an offer beyond it is
+    refused STORAGE_FULL, as on a full disk, and a purge or a delete gives it back."""
+    broker = Broker(memory_budget_bytes=200_000)
+    record = "x" * 1000
+    async with broker_running(broker) as url, rsnet.connect(url) as conn:
+        stored = 0
+        with pytest.raises(rsnet.StreamError) as refused:
+            while True:  # acknowledged batch by batch until the budget is used up
+                await publish(conn, "a", [record] * 10, producer="p", first_sequence=stored)
+                stored += 10
+                assert stored < 1000, "the budget never ran out"
+        assert refused.value.code == BrokerCode.STORAGE_FULL and "memory_budget_bytes" in refused.value.message
+        assert 150 <= stored < 200 and broker.memory_budget.used <= 200_000
+        with pytest.raises(rsnet.StreamError) as other:  # the budget is every memory topic's
+            await publish(conn, "b", [record] * 10, producer="q")
+        assert other.value.code == BrokerCode.STORAGE_FULL
+        assert len(await take(conn, "a", stored, **{"from": "earliest"})) == stored  # what was stored is served
+        await admin(conn, "purge", "a")
+        await publish(conn, "b", [record] * 100, producer="q")
+        await admin(conn, "delete", "b")
+        await publish(conn, "a", [record] * 150, producer="p", first_sequence=stored)
+        assert broker.memory_budget.used <= 200_000

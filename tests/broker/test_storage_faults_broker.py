@@ -163,6 +163,40 @@ async def test_a_topic_whose_storage_works_again_stops_failing_without_waiting_f
         assert await read_all(conn, "full") == list(range(11))
 
 
+async def test_a_disk_without_room_for_a_record_does_not_count_as_working_again(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Attack round 5: 300 KB free, a producer retrying 600 KB records. The sweep's 4 KiB
+    # block fit, so the topic went from failing to working and back at every retry: /health
+    # flapped 200/503 and each pair logged two lines. It now wants room for a record too.
+    broker, faults = faulty_broker(tmp_path, retention_sweep_s=0.05)
+    async with broker_serving(broker) as (url, _), rsnet.connect(url) as conn:
+        await publish(conn, "full", list(range(10)), producer="p")
+        faults.fail("write_all", errno.ENOSPC, under=tmp_path / "full")
+        with pytest.raises(rsnet.StreamError):
+            await publish(conn, "full", [10], producer="p", first_sequence=10)
+        topic = broker.topics["full"]
+        real_statvfs = os.statvfs
+        free = {"bytes": broker.max_record_bytes - 1}
+        looked: list[Any] = []
+
+        def statvfs(path: Any) -> Any:
+            looked.append(path)
+            found = real_statvfs(path)
+            return os.statvfs_result((found.f_bsize, 1, found.f_blocks, free["bytes"], free["bytes"], *found[5:]))
+
+        monkeypatch.setattr(os, "statvfs", statvfs)
+        faults.heal()  # a block can be written again, but a record does not fit
+        with trio.fail_after(10):
+            while len(looked) < 3:
+                await trio.sleep(0.05)  # three sweeps looked: still no room, still failing
+        assert topic.storage_failure is not None
+        free["bytes"] = broker.max_record_bytes
+        with trio.fail_after(10):
+            while topic.storage_failure is not None:
+                await trio.sleep(0.05)
+
+
 async def test_a_topic_no_disk_space_lets_create_logs_a_bounded_number_of_lines(tmp_path: pathlib.Path, caplog) -> None:
     # A client retrying a publish to a topic the full disk cannot create wrote one ERROR line
     # per attempt (2,000 in 0.8 s).
