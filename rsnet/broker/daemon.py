@@ -12,10 +12,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
+import heapq
 import ipaddress
 import itertools
 import json
 import logging
+import operator
 import os
 import signal
 import ssl
@@ -35,7 +37,7 @@ from .config import BrokerConfig, ConfigError, declared_topics, load_config, top
 from .heap import Heap, release_free_memory
 from .live import Endpoint, LiveView
 from .logging import JsonFormatter, configure_logging
-from .metrics import BrokerMetrics, connection_budget, serve_http
+from .metrics import MAX_PRODUCER_SERIES, MAX_SUBSCRIBER_SERIES, BrokerMetrics, connection_budget, serve_http
 from .storage import FsyncPolicy, Retention, StorageError
 from .topic import SlowPolicy
 
@@ -152,7 +154,10 @@ def metrics_refresher(broker: Broker, server: Server) -> Any:
             lambda: metrics.stream_closed("subscribe"),
         )
         live: set[str] = set()
-        live_producers: set[tuple[str, str]] = set()
+        # Own series for the subscribers furthest behind and the producers with most in flight
+        # only (MAX_SUBSCRIBER_SERIES): (lag or demand, topic or pattern, reader or producer).
+        behind: list[tuple[int, str, Any]] = []
+        in_flight: list[tuple[int, str, str]] = []
         for name, topic in broker.topics.items():
             records_in, records_out, dropped, disconnected = seen.get(name, (0, 0, 0, 0))
             if topic.records_in > records_in:
@@ -164,10 +169,7 @@ def metrics_refresher(broker: Broker, server: Server) -> Any:
             for _ in range(topic.disconnected - disconnected):
                 metrics.slow_subscriber_disconnected(name)
             seen[name] = (topic.records_in, topic.records_out, topic.dropped, topic.disconnected)
-            for sink in topic.sinks:
-                if sink.producer is not None:
-                    metrics.set_producer_demand(name, sink.producer, sink.in_flight)
-                    live_producers.add((name, sink.producer))
+            in_flight += [(sink.in_flight, name, sink.producer) for sink in topic.sinks if sink.producer is not None]
             metrics.set_storage(name, topic.log.size_bytes, topic.log.next_offset - topic.log.first_offset)
             counted = failures_seen.get(name, 0)
             if topic.storage_failures < counted:  # a new Topic object: the topic was reopened
@@ -179,17 +181,19 @@ def metrics_refresher(broker: Broker, server: Server) -> Any:
                 topic.storage_failure is not None,
                 topic.storage_failures - counted,
             )
-            for reader in topic.readers:
-                if reader not in patterns:
-                    label = reader_ids.setdefault(id(reader), f"s{next(numbers)}")
-                    live.add(label)
-                    metrics.set_lag(name, label, reader.lag(topic))
-                    metrics.set_demand(label, reader.requested)
-        for reader, pattern in patterns.items():  # its lag over all its topics, under its pattern
+            lags = [(reader.lag(topic), name, reader) for reader in topic.readers if reader not in patterns]
+            metrics.set_subscribers(name, len(lags), max((lag for lag, _, _ in lags), default=0))
+            behind += lags
+        behind += [(reader.total_lag(), pattern, reader) for reader, pattern in patterns.items()]
+        for lag, name, reader in heapq.nlargest(MAX_SUBSCRIBER_SERIES, behind, key=operator.itemgetter(0)):
             label = reader_ids.setdefault(id(reader), f"s{next(numbers)}")
             live.add(label)
-            metrics.set_lag(pattern, label, reader.total_lag())
+            metrics.set_lag(name, label, lag)  # (a pattern's: over all its topics, under its pattern)
             metrics.set_demand(label, reader.requested)
+        live_producers: set[tuple[str, str]] = set()
+        for demand, name, producer in heapq.nlargest(MAX_PRODUCER_SERIES, in_flight, key=operator.itemgetter(0)):
+            metrics.set_producer_demand(name, producer, demand)
+            live_producers.add((name, producer))
         for name, report in broker.recovery.items():  # closed topics: as their last opening found them
             if name not in broker.topics:
                 metrics.set_storage_faults(name, sum(d.end - d.first for d in report.damaged_ranges), False)

@@ -20,9 +20,11 @@ name                                        type     labels                meani
 ``records_out_total``                       counter  topic                 records delivered to subscribers
 ``records_dropped_total``                   counter  topic                 records lagging subscribers skipped (``drop``)
 ``slow_subscriber_disconnects_total``       counter  topic                 subscribers ended for lag (``disconnect``)
-``subscriber_lag``                          gauge    topic, subscriber     records between a subscriber and the head (a pattern subscription: one series, its pattern as the topic, summed over its topics)
-``subscriber_demand``                       gauge    subscriber            requested, not yet delivered
-``producer_demand``                         gauge    topic, producer       requested from a producer, not yet received
+``subscribers``                             gauge    topic                 live subscribers of the topic (not counting pattern subscriptions)
+``subscriber_lag_max``                      gauge    topic                 the largest of their lags
+``subscriber_lag``                          gauge    topic, subscriber     records between a subscriber and the head (a pattern subscription: one series, its pattern as the topic, summed over its topics); the ``MAX_SUBSCRIBER_SERIES`` subscribers furthest behind only
+``subscriber_demand``                       gauge    subscriber            requested, not yet delivered (the same subscribers)
+``producer_demand``                         gauge    topic, producer       requested from a producer, not yet received; the ``MAX_PRODUCER_SERIES`` producers with the most only
 ``storage_bytes``                           gauge    topic                 bytes the topic's log holds
 ``storage_records``                         gauge    topic                 records the topic's log holds
 ``storage_damaged_records``                 gauge    topic                 offsets found damaged on disk (never reused)
@@ -31,7 +33,11 @@ name                                        type     labels                meani
 ``auth_denials_total``                      counter  reason                ``unauthenticated`` or ``forbidden``
 ==========================================  =======  ====================  =========================================
 
-Per-subscriber and per-producer series are removed with :meth:`BrokerMetrics.remove_subscriber`
+Per-subscriber and per-producer series are bounded: a peer can open millions of streams (80,000
+idle subscriptions made each scrape 10 MB, 2 s of encoding that stalled the event loop, since the
+worker thread holds the interpreter lock), so only the subscribers furthest behind and the
+producers with the most in flight have their own series; the per-topic ones count them all.
+They are removed with :meth:`BrokerMetrics.remove_subscriber`
 and :meth:`~BrokerMetrics.remove_producer`, a topic's with :meth:`~BrokerMetrics.remove_topic`, so
 label sets do not pile up. Gauges that are cheaper to read than to track (lag, storage) can be
 set at scrape time by a refresher (:meth:`~BrokerMetrics.add_refresher`).
@@ -112,6 +118,14 @@ Pages = Callable[[bytes, bytes | None], tuple[int, list[tuple[bytes, bytes]], by
 for a path that is not theirs (:meth:`rsnet.broker.live.LiveView.respond`)."""
 
 
+MAX_SUBSCRIBER_SERIES = 1_000
+"""Subscribers with their own ``subscriber_lag`` and ``subscriber_demand`` series at a scrape:
+the furthest behind (``subscribers`` and ``subscriber_lag_max`` cover every one, per topic)."""
+
+MAX_PRODUCER_SERIES = 1_000
+"""Producers with their own ``producer_demand`` series at a scrape: those with the most in flight."""
+
+
 class BrokerMetrics:
     """The broker's metrics in a registry of their own (``registry``); see the module docstring.
 
@@ -147,6 +161,15 @@ class BrokerMetrics:
             "Records between a subscriber and the topic's head.",
             ["topic", "subscriber"],
             registry=r,
+        )
+        self._subscribers = Gauge(
+            "rsnet_broker_subscribers",
+            "Live subscribers of a topic (pattern subscriptions aside).",
+            ["topic"],
+            registry=r,
+        )
+        self._lag_max = Gauge(
+            "rsnet_broker_subscriber_lag_max", "The largest lag of a topic's subscribers.", ["topic"], registry=r
         )
         self._demand = Gauge(
             "rsnet_broker_subscriber_demand",
@@ -246,6 +269,8 @@ class BrokerMetrics:
             self._records_out,
             self._dropped,
             self._slow_disconnects,
+            self._subscribers,
+            self._lag_max,
             self._storage_bytes,
             self._storage_records,
             self._storage_damaged,
@@ -261,6 +286,10 @@ class BrokerMetrics:
             _remove(self._producer_demand, topic, producer)
 
     # -- subscribers and producers -------------------------------------------------------------
+
+    def set_subscribers(self, topic: str, count: int, lag_max: int) -> None:
+        self._subscribers.labels(topic).set(count)
+        self._lag_max.labels(topic).set(lag_max)
 
     def set_lag(self, topic: str, subscriber: str, lag: int) -> None:
         self._lag.labels(topic, subscriber).set(lag)

@@ -84,6 +84,38 @@ async def test_every_connection_is_counted_even_one_that_ended_between_two_scrap
         assert value(metrics, "rsnet_broker_connections") == 0
 
 
+async def test_only_the_subscribers_furthest_behind_have_their_own_series(monkeypatch):
+    # Attack round 5: 80,000 idle subscriptions made every scrape 10 MB of series and stalled
+    # the event loop for up to half a second. Per topic, the count and the largest lag.
+    from rsnet.broker import daemon
+    from rsnet.broker.broker import Broker
+    from rsnet.broker.client import publish
+    from rsnet.protocol import Accept, Subscribe
+
+    from .support import RawClient
+
+    monkeypatch.setattr(daemon, "MAX_SUBSCRIBER_SERIES", 5)
+    metrics, broker = BrokerMetrics(), Broker()
+    async with broker_serving(broker) as (url, server), rsnet.connect(url) as conn:
+        await publish(conn, "a", list(range(20)))
+        client = await RawClient.connect(url)
+        await client.send(*(Subscribe(2 * i + 1, "a", {"from": i}, 0, {}) for i in range(20)))
+        for i in range(20):
+            await client.frame_of(Accept, 2 * i + 1)
+        daemon.metrics_refresher(broker, server)(metrics)
+        text = metrics.render()[0].decode()
+        lags = sorted(
+            float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines()
+            if line.startswith("rsnet_broker_subscriber_lag{")
+        )
+        assert lags == [16, 17, 18, 19, 20]
+        assert text.count("rsnet_broker_subscriber_demand{") == 5
+        assert value(metrics, "rsnet_broker_subscribers", topic="a") == 20
+        assert value(metrics, "rsnet_broker_subscriber_lag_max", topic="a") == 20
+        await client.aclose()
+
+
 def test_topic_counters_and_storage():
     metrics = BrokerMetrics()
     metrics.records_in("sensors.kitchen", 10)
