@@ -50,7 +50,8 @@ scraper asks for it) and ``/health`` (JSON; 200 when the ``health()`` callback s
 suggests: 413, 431...) for malformed requests, which are then closed. A request must arrive
 whole within ``request_timeout`` seconds (an idle keep-alive connection is closed after as
 long), bodies are capped, and at most ``max_connections``
-are served at once (beyond that: 503 and close). Sockets held stay within ``max_connections``
+are served at once (beyond that: a ``/health`` request is still answered, anything else gets 503, and
+the connection is closed). Sockets held stay within ``max_connections``
 plus :data:`REFUSAL_SLOTS`, whatever clients do: more connections wait in the listen backlog
 (``rsnet.net.listening``), so a flood of them cannot take the descriptors durable topics need.
 
@@ -92,7 +93,13 @@ RENDER_REUSE_S = 1.0
 however many scrape, the endpoint encodes at most once a second per format."""
 
 REFUSAL_SLOTS = 8
-"""Sockets accepted beyond ``max_connections``, to be answered 503: more wait in the backlog."""
+"""Sockets accepted beyond ``max_connections``, to be answered 503 (or, for ``/health``, its
+answer): more wait in the backlog."""
+
+REFUSAL_READ_S = 1.0
+"""Seconds a refused connection's request may take to arrive: a ``GET /health`` is still
+answered when every slot is taken (a busy metrics port must not read as an unhealthy broker
+to a load balancer or Kubernetes, which would restart it), anything else gets 503."""
 
 
 def connection_budget(descriptors: int | None = None) -> int:
@@ -390,10 +397,7 @@ async def serve_http(
     async def handle(stream: trio.SocketStream) -> None:
         nonlocal busy
         if busy >= max_connections:
-            with trio.move_on_after(request_timeout):
-                await _reject(stream, 503, "too many connections")
-            await _linger(stream)
-            await trio.aclose_forcefully(stream)
+            await _refuse(stream, health, request_timeout)
             return
         busy += 1
         try:
@@ -447,6 +451,34 @@ async def _serve_connection(
         log.debug("metrics connection ended: %r", error)
     except Exception:  # a bug here must not take the broker's nursery down with it
         log.exception("the metrics endpoint failed on a connection")
+    finally:
+        await trio.aclose_forcefully(stream)
+
+
+async def _refuse(stream: trio.SocketStream, health: Callable[[], dict[str, Any]], request_timeout: float) -> None:
+    """Every slot is taken: answer a ``/health`` request that arrives within ``REFUSAL_READ_S``
+    (it costs little), and anything else ``503 too many connections``; then close."""
+    conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_REQUEST_HEAD)
+    try:
+        request = None
+        with trio.move_on_after(REFUSAL_READ_S):
+            request = await _receive_request(stream, conn)
+        if (
+            request is not None
+            and request.target.split(b"?", 1)[0] == b"/health"
+            and request.method in (b"GET", b"HEAD")
+        ):
+            status, headers, body = _health_answer(health)
+            with trio.move_on_after(request_timeout):
+                await _send(
+                    stream, conn, status, [*headers, (b"connection", b"close")], body, head=request.method == b"HEAD"
+                )
+        else:
+            with trio.move_on_after(request_timeout):
+                await _reject(stream, 503, "too many connections")
+            await _linger(stream)
+    except (h11.RemoteProtocolError, trio.BrokenResourceError, trio.ClosedResourceError):
+        pass
     finally:
         await trio.aclose_forcefully(stream)
 
@@ -518,6 +550,10 @@ async def _respond(
         accept = dict(request.headers).get(b"accept", b"").decode("latin-1")
         body, content_type = await metrics.render_off_the_loop(accept)
         return 200, [(b"content-type", content_type.encode())], body
+    return _health_answer(health)
+
+
+def _health_answer(health: Callable[[], dict[str, Any]]) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
     try:
         report = dict(health())
         healthy = report.get("healthy") is True
