@@ -38,7 +38,7 @@ import trio
 from ..broker.names import is_wildcard
 from ..errors import StreamError
 from ..net.client import Client, connect
-from ..protocol import ErrorCode
+from ..protocol import ErrorCode, text_keys
 from ..streams import Subscriber, Subscription
 from .common import (
     CommandError,
@@ -163,7 +163,10 @@ def _json_default(value: Any) -> Any:
 
 
 def _json(value: Any) -> str:
-    return json.dumps(value, default=_json_default, ensure_ascii=False)
+    try:
+        return json.dumps(value, default=_json_default, ensure_ascii=False)
+    except TypeError:  # a map with a binary key (SPEC 3): its base64 text, as JSON keys are strings
+        return json.dumps(text_keys(value), default=_json_default, ensure_ascii=False)
 
 
 def _text(value: Any) -> str:

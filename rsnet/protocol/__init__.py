@@ -11,7 +11,7 @@ transport (TCP, WebSocket, a blocking socket in a Spark worker) drives a :class:
 This package must never import trio, asyncio, sockets, threads or clocks; a test checks it.
 """
 
-from .codec import Encoded, FrameDecoder, encode_frame
+from .codec import Encoded, FrameDecoder, encode_frame, text_keys
 from .connection import Connection, Role, State
 from .errors import ErrorCode, LocalProtocolError, ProtocolError, RemoteProtocolError, RsnetError
 from .events import ConnectionClosed, Event, Items
@@ -93,4 +93,5 @@ __all__ = [
     "encode_frame",
     "frame_fields",
     "parse_frame",
+    "text_keys",
 ]

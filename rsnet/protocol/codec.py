@@ -14,6 +14,7 @@ This module imports msgpack and the standard library only: no sockets, no trio, 
 
 from __future__ import annotations
 
+import base64
 import collections
 from collections.abc import Iterator
 from typing import Any
@@ -48,6 +49,19 @@ class Encoded(bytes):
     """
 
     __slots__ = ()
+
+
+def text_keys(value: Any) -> Any:
+    """``value`` with each map's binary keys (SPEC 3 allows them in values) as their base64
+    text, for JSON, whose keys are strings; the rest as it is."""
+    if type(value) is dict:
+        return {
+            (base64.b64encode(key).decode("ascii") if type(key) is bytes else key): text_keys(item)
+            for key, item in value.items()
+        }
+    if type(value) is list:
+        return [text_keys(item) for item in value]
+    return value
 
 
 def new_packer() -> msgpack.Packer:

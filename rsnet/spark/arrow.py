@@ -5,8 +5,8 @@ Reading builds Arrow columns straight from the decoded records: handing PySpark 
 costs about 4x more (it converts them to Arrow itself, row by row).
 
 msgpack to Spark, with the default schema ``topic string, offset long, timestamp timestamp,
-value string``: the value is JSON text (binary as base64, NaN and infinities as null; a map
-with a binary key cannot be JSON and fails the read, naming the offset). With a user schema, each field is
+value string``: the value is JSON text (binary as base64, a map's binary keys too, NaN and
+infinities as null). With a user schema, each field is
 read from the value map by name: nil -> null, bool -> boolean, int -> long/int/short/byte (or
 timestamp: milliseconds since the epoch), float -> double/float, str -> string, bin -> binary,
 array -> array, map -> struct or map; any other value in a string field is its JSON text (a
@@ -27,6 +27,8 @@ import pyarrow as pa  # type: ignore[import-untyped]  # pyarrow ships no type in
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
+from ..protocol import text_keys
+
 DEFAULT_SCHEMA = "topic string, offset long, timestamp timestamp, value string"
 DEFAULT_FIELDS = ("topic", "offset", "timestamp", "value")
 
@@ -40,23 +42,24 @@ def _jsonable(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} is not a msgpack type")
 
 
-def _json_texts(values: list[Any], offsets: list[int]) -> list[str]:
-    """Compact JSON text of each value: UTF-8 kept, bin as base64, NaN and infinities as null
-    (JSON has no such numbers). orjson (in the ``spark`` extra) writes it in a quarter of the
-    time the standard library's encoder takes, which was most of this schema's cost a record.
-    """
+def _json_text(value: Any) -> str:
+    """Compact JSON text of a value: UTF-8 kept, bin as base64 (a map's binary keys too), NaN
+    and infinities as null (JSON has no such numbers)."""
+    try:
+        return orjson.dumps(value, default=_jsonable).decode()
+    except TypeError:  # a map with a binary key, the rare case
+        return orjson.dumps(text_keys(value), default=_jsonable).decode()
+
+
+def _json_texts(values: list[Any]) -> list[str]:
+    """:func:`_json_text` of each value. orjson (in the ``spark`` extra) writes it in a quarter
+    of the time the standard library's encoder takes, which was most of this schema's cost a
+    record."""
     dumps, jsonable = orjson.dumps, _jsonable
     try:
         return [dumps(value, default=jsonable).decode() for value in values]
-    except TypeError:  # a map with a binary key: say which record
-        for offset, value in zip(offsets, values, strict=True):
-            try:
-                dumps(value, default=jsonable)
-            except TypeError as exc:
-                raise ValueError(
-                    f"the value at offset {offset} has no JSON text ({exc}): read it with a schema"
-                ) from None
-        raise
+    except TypeError:
+        return list(map(_json_text, values))
 
 
 class RecordBatches:
@@ -85,7 +88,7 @@ class RecordBatches:
             pa.array([topic] * len(records), schema.field("topic").type),
             pa.array(offsets, pa.int64()),
             pa.array(stamps, pa.timestamp("ms", tz="UTC")).cast(schema.field("timestamp").type),
-            pa.array(_json_texts(values, offsets), pa.string()),
+            pa.array(_json_texts(values), pa.string()),
         ]
         return pa.RecordBatch.from_arrays(columns, schema=schema)
 
@@ -145,15 +148,12 @@ def _nested(value: Any, arrow_type: pa.DataType) -> Any:
 
 def _text(value: Any) -> str | None:
     """A string field's text: a str as it is, bin as base64 (as in JSON text), anything else
-    as its JSON text (null for NaN and infinities, and for a map with a binary key)."""
+    as its JSON text (null for NaN and infinities)."""
     if value is None or type(value) is str:
         return value
     if type(value) is bytes:
         return _jsonable(value)  # base64 text
-    try:
-        text = orjson.dumps(value, default=_jsonable).decode()
-    except TypeError:
-        return None
+    text = _json_text(value)
     return None if text == "null" else text
 
 

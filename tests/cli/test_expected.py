@@ -166,6 +166,19 @@ def test_formats_raw_lines_value_fields_and_topics_json(broker):
     assert topics["formats"]["next_offset"] == 3
 
 
+def test_a_binary_map_key_is_shown_as_its_base64_text(broker):
+    # Spark user check: a record with a binary map key (SPEC 3 allows them) ended rsnet sub
+    # with a traceback ("keys must be str ..."); binary values show as {"$bytes": base64}.
+    from rsnet.broker import blocking
+    from rsnet.sync import connect
+
+    with connect(broker.url) as conn:
+        blocking.publish(conn, "binkeys", [{b"k": b"v", "s": [{b"\x00": 1}]}], producer="p", first_sequence=0)
+    read = rsnet("sub", broker.url, "binkeys", "--from", "earliest", "-e", "-f", "value")
+    assert read.returncode == 0, read.stderr
+    assert json.loads(read.stdout) == {"aw==": {"$bytes": "dg=="}, "s": [{"AA==": 1}]}
+
+
 def test_defaults_from_the_environment_a_token_file_and_a_context_file(broker, demo, tmp_path):
     from_env = rsnet("sub", "range", "-p", "count=2", env=env(RSNET_URL=demo.url))
     assert (from_env.returncode, from_env.stdout) == (0, "0\n1\n")
