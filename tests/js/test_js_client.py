@@ -21,6 +21,17 @@ CLIENT = pathlib.Path(__file__).resolve().parents[2] / "client" / "js"
 TIMEOUT = 300
 
 
+def _failures(report: str) -> str:
+    """Each failing test's lines (node's TAP: ``not ok`` and its indented details), which the
+    tail of a long report does not reach."""
+    lines = report.splitlines()
+    shown = []
+    for index, line in enumerate(lines):
+        if line.lstrip().startswith("not ok"):
+            shown += [*lines[index : index + 40], "..."]
+    return "\n".join(shown) + "\n"
+
+
 def _run(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(args, cwd=CLIENT, env=env, capture_output=True, text=True, timeout=TIMEOUT, check=False)
 
@@ -38,7 +49,7 @@ def test_js_client_suite() -> None:
         assert done.returncode == 0, f"npm ci failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     result = _run([npm, "test"], env)
     report = result.stdout + result.stderr
-    assert result.returncode == 0, f"the JavaScript client's tests failed:\n{report[-8000:]}"
+    assert result.returncode == 0, f"the JavaScript client's tests failed:\n{_failures(report)}{report[-3000:]}"
     assert "# fail 0" in report and "# pass" in report, f"unexpected node test output:\n{report[-4000:]}"
     skipped = re.findall(r"^ok \d+ - (.*) # SKIP (.*)$", report, re.MULTILINE)
     for name, reason in skipped:  # e.g. the browser test without Chromium: say so, loudly
