@@ -8,6 +8,7 @@ option, the value and what is accepted.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
 from collections.abc import Mapping
 from typing import Any
@@ -76,8 +77,11 @@ def parse(options: Mapping[str, str], *, need_topic: bool = True) -> Options:
     spark_own = {"path", "checkpointlocation"}  # Spark passes them along; unused here
     unknown = sorted(set(opts) - known - spark_own)
     if unknown:  # a typo, or a Kafka option that means something else here (maxOffsetsPerTrigger)
+        # Spark hands the names over lowercased: the closest known one, spelt as documented.
+        guesses = {NAMES[close[0]] for name in unknown if (close := difflib.get_close_matches(name, NAMES, 1))}
+        hint = f" (did you mean {', '.join(sorted(guesses))}?)" if guesses else ""
         names = ", ".join(sorted(NAMES.values(), key=str.lower))
-        raise ValueError(f"rsnet: unknown option(s) {', '.join(unknown)}; known: {names}")
+        raise ValueError(f"rsnet: unknown option(s) {', '.join(unknown)}{hint}; known: {names}")
     url = opts.get("url")
     if not url:
         raise ValueError("rsnet: option url is required, e.g. .option('url', 'tcp://127.0.0.1:7600')")
@@ -102,7 +106,7 @@ def parse(options: Mapping[str, str], *, need_topic: bool = True) -> Options:
 
 
 def _topics(value: str | None) -> tuple[str, ...]:
-    if value is None:
+    if value is None or not value.strip():
         return ()
     if value.lstrip().startswith("["):
         try:
@@ -113,7 +117,9 @@ def _topics(value: str | None) -> tuple[str, ...]:
             raise ValueError(f"rsnet: option topic {value!r} is not a JSON list of names")
     else:
         names = value.split(",")
-    return tuple(name.strip() for name in names if name.strip())
+    if any(not name.strip() for name in names):  # "a,,b", "a,": a name left out by mistake?
+        raise ValueError(f"rsnet: option topic {value!r} has an empty name")
+    return tuple(name.strip() for name in names)
 
 
 def _offsets(option: str, value: str | None, words: tuple[str, ...]) -> str | dict[str, int] | None:

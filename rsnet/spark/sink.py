@@ -100,14 +100,16 @@ def write_task(opts: _options.Options, batches: Iterator[pa.RecordBatch], produc
     def attempt(operation: Callable[[Any, _Published], None], batch: _Published) -> None:
         link.call(lambda client: operation(client, batch), after_loss=lost)
 
+    rows = 0  # of this task, before the batch: a bad row is named by its place in the task's rows
     with contextlib.closing(link):
         for arrow_batch in batches:
             published = _Published([])
-            for topic, values in _groups(arrow_batch, opts):
+            for topic, values in _groups(arrow_batch, opts, rows):
                 if counts[topic] + len(values) >= ROWS_PER_BATCH_ID:
                     raise ValueError(f"rsnet: a task wrote more than 2**32 - 1 rows to {topic!r} in one micro-batch")
                 published.groups.append((topic, base + counts[topic], values))
                 counts[topic] += len(values)
+            rows += arrow_batch.num_rows
             if not published.groups:
                 continue
             unconfirmed.append(published)
@@ -121,15 +123,23 @@ def write_task(opts: _options.Options, batches: Iterator[pa.RecordBatch], produc
     return Written(dict(counts))
 
 
-def _groups(batch: pa.RecordBatch, opts: _options.Options) -> Iterator[tuple[str, list[Any]]]:
-    """The batch's record values per topic: all to option topic if given, else by the ``topic`` column."""
+def _groups(batch: pa.RecordBatch, opts: _options.Options, first_row: int) -> Iterator[tuple[str, list[Any]]]:
+    """The batch's record values per topic: all to option topic if given, else by the ``topic``
+    column. ``first_row``: the task's rows before this batch (to name a bad row)."""
     if opts.topics:
-        yield opts.topics[0], _record_values(batch)
+        yield opts.topics[0], _record_values(batch, first_row)
     else:
-        yield from _by_topic(batch).items()
+        yield from _by_topic(batch, first_row).items()
 
 
-def _record_values(batch: pa.RecordBatch) -> list[Any]:
+def _row(index: int) -> str:
+    """A row of the task by its place among the task's rows, for an error."""
+    context = TaskContext.get()
+    where = f"partition {context.partitionId()}" if context is not None else "this task"
+    return f"row {index} of {where} (from 0)"
+
+
+def _record_values(batch: pa.RecordBatch, first_row: int) -> list[Any]:
     names = batch.schema.names
     if "value" in names:
         column = batch.column(names.index("value"))
@@ -137,8 +147,8 @@ def _record_values(batch: pa.RecordBatch) -> list[Any]:
         if needs_plain_values(column.type):
             values = [plain(value, column.type) for value in values]
         if column.null_count:
-            row = values.index(None)
-            raise ValueError(f"rsnet: row {row} of a batch has a null value; the broker stores no null records")
+            row = _row(first_row + values.index(None))
+            raise ValueError(f"rsnet: {row} has a null value; the broker stores no null records")
         return values
     if "topic" in names:
         batch = batch.drop_columns(["topic"])
@@ -149,15 +159,16 @@ def _record_values(batch: pa.RecordBatch) -> list[Any]:
     return rows
 
 
-def _by_topic(batch: pa.RecordBatch) -> dict[str, list[Any]]:
+def _by_topic(batch: pa.RecordBatch, first_row: int) -> dict[str, list[Any]]:
     """The batch's record values per topic, as its ``topic`` column says (option topic is not set)."""
     topics = batch.column(batch.schema.names.index("topic")).to_pylist()
     if None in topics:
         raise ValueError(
-            f"rsnet: row {topics.index(None)} of a batch has a null topic (set option topic to write every row there)"
+            f"rsnet: {_row(first_row + topics.index(None))} has a null topic (set option topic to write every row"
+            " there)"
         )
     groups: dict[str, list[Any]] = collections.defaultdict(list)
-    for topic, value in zip(topics, _record_values(batch), strict=True):
+    for topic, value in zip(topics, _record_values(batch, first_row), strict=True):
         groups[topic].append(value)
     return groups
 

@@ -172,6 +172,11 @@ def _explained(opts: _options.Options, error: StreamError) -> Exception:
         return PermissionError(f"rsnet: the token is not allowed this at {opts.url}: {error.message}")
     if error.code == ErrorCode.REJECTED:
         return ValueError(f"rsnet: the broker at {opts.url} rejected a request: {error.message}")
+    if error.code == ErrorCode.FRAME_TOO_LARGE:  # refused here, before it was sent
+        return ValueError(
+            f"rsnet: record too large for the broker at {opts.url} ({error.message}): a record may take at most"
+            " 1,047,552 bytes encoded"
+        )
     return RuntimeError(f"rsnet: the broker at {opts.url} answered {error}")
 
 
@@ -464,7 +469,8 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 end[topic] = first  # topic's start, the next reads from there
                 available[topic] = 0
         if isinstance(limit, ReadMaxRows):
-            available = share(available, limit.max_rows)
+            # The turn moves on by the limit every batch (what it reads): round robin.
+            available = share(available, limit.max_rows, turn=sum(start_at.values()))
         for topic, count in available.items():
             if count:
                 end[topic] = start_at[topic] + count
@@ -510,8 +516,14 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             except (StreamError, ConnectionLost, ConnectionError) as error:
                 # The cursor only informs operators: a topic that moved back (reported by
                 # latestOffset), a topic gone, or a lost connection (the next planning call
-                # reconnects, and commits again) must not stop the query here.
-                log.warning("rsnet: cannot commit cursor %r of %r at %d: %s", cursor, topic, offset, error)
+                # reconnects, and commits again) must not stop the query here. A topic not
+                # created yet (a query may start first) has nothing to say: no warning.
+                missing = isinstance(error, StreamError) and error.code == ErrorCode.UNKNOWN_PUBLISHER
+                (log.debug if missing else log.warning)(
+                    "rsnet: cannot commit cursor %r of %r at %d: %s", cursor, topic, offset, error
+                )
+                if missing:
+                    continue  # committed once the topic exists
                 if not isinstance(error, StreamError) or error.code == ErrorCode.GOING_AWAY:
                     self._link.close()
                     return
@@ -521,15 +533,21 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._link.close()
 
 
-def share(available: dict[str, int], limit: int) -> dict[str, int]:
+def share(available: dict[str, int], limit: int, turn: int = 0) -> dict[str, int]:
     """At most ``limit`` records in all (the exact per-batch bound of maxRecordsPerBatch): one
-    for every topic that has some, so each moves on every batch as in Kafka's source (topics in
-    name order, if there are more than ``limit`` of them), the rest in proportion to what each
-    has left, the remainder to the largest fractions."""
+    for every topic that has some, so each moves on every batch as in Kafka's source, the rest
+    in proportion to what each has left, the remainder to the largest fractions. If more than
+    ``limit`` topics have some, ``limit`` of them get one each, in name order from the
+    ``turn``-th (modulo their number): a caller whose turn moves on by ``limit`` each batch
+    reads them round robin (in name order from the first, the last ones waited as long as the
+    first ones had records)."""
     total = sum(available.values())
     if total <= limit:
         return available
     having = sorted(topic for topic, count in available.items() if count > 0)
+    if len(having) > limit:
+        first = turn % len(having)
+        having = having[first:] + having[:first]
     shares = dict.fromkeys(available, 0)
     for topic in having[:limit]:
         shares[topic] = 1

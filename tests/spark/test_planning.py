@@ -30,6 +30,18 @@ def test_a_small_topic_beside_a_busy_one_moves_on_every_batch():
     assert share({"a": 10, "b": 1000, "c": 0}, 2) == {"a": 1, "b": 1, "c": 0}
 
 
+def test_more_topics_than_the_limit_take_turns():
+    # Spark user check: with maxRecordsPerBatch 2 over three busy topics, the third waited for
+    # as long as the first two had records (for ever, with their producers running).
+    positions = {"a": 0, "b": 0, "c": 0}
+    for _ in range(3):
+        shares = share(dict.fromkeys(positions, 1000), 2, turn=sum(positions.values()))
+        assert sum(shares.values()) == 2
+        for topic, count in shares.items():
+            positions[topic] += count
+    assert positions == {"a": 2, "b": 2, "c": 2}
+
+
 def test_a_replayed_batch_is_split_as_its_first_run_was_whatever_min_partitions_says_now():
     # A sink's exactly-once keys follow the partitions: a crash, then a restart with another
     # minPartitions, must not split the replayed batch otherwise (it wrote duplicates).

@@ -11,6 +11,7 @@ from pyspark.sql import functions as F
 
 import rsnet.sync
 from rsnet.broker import blocking
+from rsnet.broker.broker import DEFAULT_MAX_RECORD_BYTES
 
 from .support import TOKEN, ends, publish, records
 
@@ -89,6 +90,19 @@ def test_writer_errors_are_clear(spark, broker_url):
         writer(spark.createDataFrame([(1, 1)], "topic int, n int"), broker_url, "written.x").save()
     with pytest.raises(PySparkException, match="has a null value"):
         writer(spark.createDataFrame([(None,)], "value string"), broker_url, "written.null").save()
+    # A bad row is named by its place in its partition: the Spark user check was told "row 0
+    # of a batch" for row 50 (its place in an Arrow batch, here 16 rows each).
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "16")
+    try:
+        fifty = spark.range(100).selectExpr("IF(id = 50, NULL, CAST(id AS STRING)) AS value").coalesce(1)
+        with pytest.raises(PySparkException, match=r"row 50 of partition 0 \(from 0\) has a null value"):
+            writer(fifty, broker_url, "written.null").save()
+    finally:
+        spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
+    # Too large to send: said as such, not as the broker's answer about frames.
+    large = spark.createDataFrame([("x" * 1_100_000,)], "value string")
+    with pytest.raises(PySparkException, match=f"record too large .* at most {DEFAULT_MAX_RECORD_BYTES:,} bytes"):
+        writer(large, broker_url, "written.large").save()
     # SPEC 3: map keys are strings or binary. Refused before any row is stored, naming the column
     # (an outside check saw the connection cut with PROTOCOL_ERROR after three rows were stored).
     for ddl, rows, column in [
