@@ -137,6 +137,15 @@ async def test_a_new_producers_offer_past_its_refused_first_records_is_refused_t
         assert await read_all(conn, "t") == ["q", *range(80)]
 
 
+async def failing_for_lack_of_space(broker: Broker, faults: FaultyFiles, conn: rsnet.Client, data_dir: pathlib.Path):
+    """Topic "full", its records 0 to 9 stored, then an offer refused by a full disk."""
+    await publish(conn, "full", list(range(10)), producer="p")
+    faults.fail("write_all", errno.ENOSPC, under=data_dir / "full")
+    with pytest.raises(rsnet.StreamError):
+        await publish(conn, "full", [10], producer="p", first_sequence=10)
+    return broker.topics["full"]
+
+
 async def test_a_topic_whose_storage_works_again_stops_failing_without_waiting_for_a_producer(
     tmp_path: pathlib.Path,
 ) -> None:
@@ -144,11 +153,7 @@ async def test_a_topic_whose_storage_works_again_stops_failing_without_waiting_f
     # that topic again: the sweep now checks a failing topic's storage and clears it.
     broker, faults = faulty_broker(tmp_path, retention_sweep_s=0.05)
     async with broker_serving(broker) as (url, _), rsnet.connect(url) as conn:
-        await publish(conn, "full", list(range(10)), producer="p")
-        faults.fail("write_all", errno.ENOSPC, under=tmp_path / "full")
-        with pytest.raises(rsnet.StreamError):
-            await publish(conn, "full", [10], producer="p", first_sequence=10)
-        topic = broker.topics["full"]
+        topic = await failing_for_lack_of_space(broker, faults, conn, tmp_path)
         checks = len([call for call in faults.calls if call == "write_all"])
         with trio.fail_after(10):
             while len([call for call in faults.calls if call == "write_all"]) < checks + 3:
@@ -171,11 +176,7 @@ async def test_a_disk_without_room_for_a_record_does_not_count_as_working_again(
     # flapped 200/503 and each pair logged two lines. It now wants room for a record too.
     broker, faults = faulty_broker(tmp_path, retention_sweep_s=0.05)
     async with broker_serving(broker) as (url, _), rsnet.connect(url) as conn:
-        await publish(conn, "full", list(range(10)), producer="p")
-        faults.fail("write_all", errno.ENOSPC, under=tmp_path / "full")
-        with pytest.raises(rsnet.StreamError):
-            await publish(conn, "full", [10], producer="p", first_sequence=10)
-        topic = broker.topics["full"]
+        topic = await failing_for_lack_of_space(broker, faults, conn, tmp_path)
         real_statvfs = os.statvfs
         free = {"bytes": broker.max_record_bytes - 1}
         looked: list[Any] = []
