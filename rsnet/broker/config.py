@@ -118,7 +118,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from ..client_rules import keepalive_ms
+from ..client_rules import HANDSHAKE_TIMEOUT, keepalive_ms
 from ..net.session import DEFAULT_OUTPUT_BUDGET_BYTES
 from ..protocol import MAX_SETTING
 from .auth import is_token_hash
@@ -260,6 +260,9 @@ class ListenConfig(_Model):
     """Connections served at once over both listeners; one more gets CONN_ERROR GOING_AWAY. At
     most half the process's file descriptor limit less 32 (``rsnet.net.server.connection_limit``):
     a larger value is lowered, with a warning."""
+    handshake_timeout_s: Annotated[float, Field(gt=0, le=3600, allow_inf_nan=False)] = HANDSHAKE_TIMEOUT
+    """A connection that has not completed its handshake (TLS, WebSocket, HELLO) this long after
+    it was accepted is dropped: it holds one of ``max_connections`` meanwhile."""
     output_budget_bytes: Count = DEFAULT_OUTPUT_BUDGET_BYTES
     """What the connections may hold together of records read for subscribers and not yet taken
     by their peers: each connection an equal share of it, at most 16 MiB

@@ -248,6 +248,7 @@ async def run_broker(args: argparse.Namespace) -> int:
         authenticate=authorizer.authenticate,
         keepalive_interval=config.listen.keepalive_interval_s,
         max_connections=max_connections,
+        handshake_timeout=config.listen.handshake_timeout_s,
         output_budget_bytes=config.listen.output_budget_bytes,
     )
     metrics = BrokerMetrics()

@@ -174,9 +174,12 @@ async def test_the_daemon_serves_tls_from_its_config(tmp_path):
 
 
 async def test_the_daemon_takes_keepalive_and_max_connections_from_its_config(tmp_path):
-    """Issue 10 findings 7 and the connection budget: both are settings of ``rsnet broker``."""
+    """Issue 10 findings 7 and the connection budget: both are settings of ``rsnet broker``,
+    as the handshake timeout is (attack round 5: silent sockets held the slots 10 s)."""
     config = tmp_path / "rsnet.toml"
-    config.write_text('[listen]\ntcp = "127.0.0.1:0"\nkeepalive_interval_s = 0.3\nmax_connections = 1\n')
+    config.write_text(
+        '[listen]\ntcp = "127.0.0.1:0"\nkeepalive_interval_s = 0.3\nmax_connections = 1\nhandshake_timeout_s = 0.5\n'
+    )
     process, printed = await start_daemon("--config", str(config), announces=b"serving ")
     try:
         url = served_url(printed)
@@ -199,6 +202,16 @@ async def test_the_daemon_takes_keepalive_and_max_connections_from_its_config(tm
         with trio.fail_after(3 * 0.3 + 2):  # a silent peer is dropped after three intervals
             while await silent.receive_some(4096):
                 pass
+        with trio.fail_after(5):  # one that never says HELLO, after the handshake timeout (not 10 s)
+            while True:
+                mute = await trio.open_tcp_stream("127.0.0.1", port)
+                started = trio.current_time()
+                while await mute.receive_some(4096):
+                    pass
+                if trio.current_time() - started > 0.3:  # (not refused at once: a slot was free)
+                    break
+                await mute.aclose()
+                await trio.sleep(0.05)
     finally:
         process.terminate()
         with trio.fail_after(10):
