@@ -756,7 +756,8 @@ class TopicReader(DrainLoop, Subscription):
         for _ in range(1 if only is not None else len(self._ready)):  # each once at most
             if not self.requested or self.cancelled or self._failure is not None:
                 break
-            if self._room is not None and self._room() <= 0:
+            room = None if self._room is None else self._room()
+            if room is not None and room <= 0:
                 if not self.waits_for_room:
                     self.waits_for_room = True
                     self.subscriber.wait_for_room(self._room_freed)  # type: ignore[union-attr]
@@ -781,6 +782,9 @@ class TopicReader(DrainLoop, Subscription):
             if visible <= 0:
                 continue
             wanted = min(self.requested, READ_BATCH, visible)
+            if room is not None:  # as many as the room takes at the topic's average size, one at least
+                average = log.size_bytes // max(1, log.next_offset - log.first_offset)
+                wanted = min(wanted, max(1, room // max(1, average)))
             shared = None
             if self._shared and topic not in self.skipped:  # (a map after a skip says so)
                 shared = topic.recent.get(position, wanted)
