@@ -17,6 +17,7 @@ from rsnet.broker.broker import DEFAULT_MAX_RECORD_BYTES, MAX_ID_LENGTH, Broker,
 from rsnet.broker.client import commit, publish
 from rsnet.broker.codes import BrokerCode
 from rsnet.broker.storage import Retention
+from rsnet.broker.storage.memory import PRODUCER_COST
 from rsnet.broker.topic import TopicSink
 from rsnet.net.session import DEFAULT_CONNECTION_WINDOW_BYTES
 from rsnet.protocol import ErrorCode, Hello, Next, Offer, Request, Subscribe, Welcome
@@ -307,3 +308,23 @@ async def test_memory_topics_hold_at_most_the_memory_budget_together():
         await admin(conn, "delete", "b")
         await publish(conn, "a", [record] * 150, producer="p", first_sequence=stored)
         assert broker.memory_budget.used <= 200_000
+
+
+async def test_the_producers_a_memory_topic_remembers_count_in_the_memory_budget():
+    """Attack round 5: 10,000 producer ids per memory topic took 7.6 MiB each, outside any
+    bound but max_topics; retention drops records, not the producers it remembers."""
+    broker = Broker(memory_budget_bytes=60_000)
+    async with broker_running(broker) as url, rsnet.connect(url) as conn:
+        producers = 0
+        with pytest.raises(rsnet.StreamError) as refused:
+            while True:
+                await publish(conn, "many", [producers], producer=f"producer-{producers}")
+                producers += 1
+                assert producers < 200, "the budget never ran out"
+        assert refused.value.code == BrokerCode.STORAGE_FULL
+        assert producers * PRODUCER_COST <= broker.memory_budget.used <= 60_000
+        assert producers < 60_000 // PRODUCER_COST
+        await admin(conn, "purge", "many")  # the records go, the producers stay remembered
+        assert broker.memory_budget.used == producers * PRODUCER_COST
+        await admin(conn, "delete", "many")
+        assert broker.memory_budget.used == 0

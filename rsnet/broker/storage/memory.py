@@ -26,9 +26,16 @@ bytes object's header and its list slots, about 60, and the allocator's slack. M
 million 30-byte records took 167 MB, 3.3 times their 52 MB of frames."""
 
 
+PRODUCER_COST = 600
+"""Bytes of memory a remembered producer takes (its id, up to 255 characters, and its state),
+counted against the budget while it is remembered: records dropped by retention leave their
+producers remembered (``max_producers`` per topic, 10,000 by default)."""
+
+
 class MemoryBudget:
     """What the memory logs of one broker may hold together, in bytes of memory (their
-    frames and ``RECORD_OVERHEAD`` per record): an append beyond it stores nothing and fails
+    frames and ``RECORD_OVERHEAD`` per record, ``PRODUCER_COST`` per remembered producer): an
+    append beyond it stores nothing and fails
     as a full disk does (``WriteFailed``, ENOSPC), so memory topics cannot take the process's
     memory, whatever their retention. Records dropped (retention, purge) or deleted give it back."""
 
@@ -47,6 +54,7 @@ class MemoryLog(TopicLog):
     def __init__(self, retention: Retention | None = None, budget: MemoryBudget | None = None) -> None:
         super().__init__(retention if retention is not None else Retention())
         self.budget = budget  # shared with the broker's other memory logs, if any
+        self._producers_charged = 0  # what its remembered producers count in the budget
         # Parallel lists; index i holds offset first_offset + i - head. Dropped records stay
         # below head until compaction, so dropping one record costs O(1).
         self._frames: list[bytes] = []
@@ -71,6 +79,7 @@ class MemoryLog(TopicLog):
     def enforce_retention(self, now_ms: int) -> int:
         self._check_open()
         self._expire_producers(now_ms)
+        self._charge_producers()
         retention = self.retention
         head, frames = self._head, self._frames
         count = len(frames) - head
@@ -113,13 +122,15 @@ class MemoryLog(TopicLog):
         budget = self.budget
         if budget is not None:
             cost = sum(map(len, frames)) + RECORD_OVERHEAD * len(frames)
+            if producer is not None and first_sequence is not None and producer not in self._producers:
+                cost += PRODUCER_COST  # (charged below, as it is remembered)
             if budget.used + cost > budget.total:
                 raise WriteFailed(
                     f"memory topics hold their memory budget ({budget.total} bytes, memory_budget_bytes) and"
                     " these records do not fit: retention, a purge or a deleted memory topic frees some",
                     errno.ENOSPC,
                 )
-            budget.used += cost
+            budget.used += sum(map(len, frames)) + RECORD_OVERHEAD * len(frames)
         running = max(timestamp_ms, self._running_max[-1]) if self._running_max else timestamp_ms
         self._frames.extend(frames)
         self._timestamps.extend([timestamp_ms] * len(frames))
@@ -127,7 +138,16 @@ class MemoryLog(TopicLog):
         self._size_bytes += sum(len(f) for f in frames)
         last = None if first_sequence is None else first_sequence + len(frames) - 1
         self._stored(len(frames), producer, last)
+        self._charge_producers()
         self._durable_offset = self._next_offset
+
+    def _charge_producers(self) -> None:
+        """Bring what the remembered producers count in the budget up to date (some were
+        remembered or forgotten)."""
+        if self.budget is not None:
+            charge = PRODUCER_COST * len(self._producers)
+            self.budget.used += charge - self._producers_charged
+            self._producers_charged = charge
 
     def _read(self, offset: int, count: int, stored: bool = False) -> list[Any]:
         start = self._head + offset - self._first_offset
@@ -156,7 +176,8 @@ class MemoryLog(TopicLog):
     def release(self) -> None:
         """The topic is deleted: what its records take goes back to the budget."""
         if self.budget is not None:
-            self.budget.used -= self._size_bytes + RECORD_OVERHEAD * (self._next_offset - self._first_offset)
+            records = self._next_offset - self._first_offset
+            self.budget.used -= self._size_bytes + RECORD_OVERHEAD * records + self._producers_charged
             self.budget = None
 
     def _drop(self, count: int) -> None:
