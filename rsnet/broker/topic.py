@@ -253,7 +253,8 @@ class Topic:
                     if self._on_storage_failed is not None:
                         self._on_storage_failed(self, refusal, [sink.producer])
                 continue
-            self.storage_failure = None
+            if any(offset is not None for offset in offsets):  # written: the disk takes writes
+                self.storage_failure = None
             if recent is not None:
                 appended = [(o, v) for o, v in zip(offsets, values, strict=True) if o is not None]
                 recent.add(timestamp, appended, arrays)
@@ -318,7 +319,8 @@ class Topic:
             sink.buffer.clear()
             sink.sent_offsets.clear()
             sink.in_flight = 0
-            sink.fail(error)
+            sink.fail(error)  # (ends it, and it leaves the topic, if it was still open)
+            sink.leave_when_settled()  # a finished offer whose records it refused leaves too
         self._pending.clear()
         self.fences.fence(self.name, resume)
         if self._on_storage_failed is not None:
@@ -502,7 +504,7 @@ class TopicSink(Subscriber[Any]):
         if not self.done:
             self.done = True
             self.error = error
-            self._leave_when_settled()
+            self.leave_when_settled()
             self._leave_the_line()
 
     def _leave_the_line(self) -> None:
@@ -532,7 +534,7 @@ class TopicSink(Subscriber[Any]):
         elif subscription is not None:
             subscription.cancel()
 
-    def _leave_when_settled(self) -> None:
+    def leave_when_settled(self) -> None:
         # A finished producer stays until its last records are stored and acknowledged.
         if self.done and not self.buffer and not self.sent_offsets:
             self.topic.sinks.discard(self)
@@ -572,7 +574,7 @@ class TopicSink(Subscriber[Any]):
         if not settled:
             return None
         del offsets[:settled]
-        self._leave_when_settled()
+        self.leave_when_settled()
         return self.next_sequence - len(offsets) - 1
 
 

@@ -20,7 +20,7 @@ from rsnet.broker.storage import Retention
 from rsnet.broker.storage.memory import PRODUCER_COST
 from rsnet.broker.topic import TopicSink
 from rsnet.net.session import DEFAULT_CONNECTION_WINDOW_BYTES
-from rsnet.protocol import ErrorCode, Hello, Next, Offer, Request, Subscribe, Welcome
+from rsnet.protocol import Complete, ErrorCode, Hello, Next, Offer, Request, Subscribe, Welcome
 
 from .support import RawClient, broker_running, broker_serving, take
 
@@ -328,3 +328,24 @@ async def test_the_producers_a_memory_topic_remembers_count_in_the_memory_budget
         assert broker.memory_budget.used == producers * PRODUCER_COST
         await admin(conn, "delete", "many")
         assert broker.memory_budget.used == 0
+
+
+async def test_offers_a_full_budget_refused_after_they_completed_leave_their_topic():
+    # Re-check of attack round 5: an offer whose COMPLETE came before the writer refused its
+    # records (a full memory budget, a full disk) stayed in its topic's producers for good:
+    # 30,000 refused offers left 29,225 behind, 1.1 KB each, and each refusal walked them all.
+    broker = Broker(memory_budget_bytes=20_000)
+    async with broker_running(broker) as url, rsnet.connect(url) as conn:
+        await publish(conn, "t", ["x" * 1000] * 15, producer="fill")
+        client = await RawClient.connect(url)
+        for i in range(20):  # records and COMPLETE in one write: done before the writer runs
+            stream = 2 * i + 1
+            await client.send(Offer(stream, "t", {"producer": f"p{i}"}, {}))
+            await client.frame_of(Request, stream)
+            await client.send(Next(stream, "y" * 1000), Complete(stream))
+        await client.aclose()
+        topic = broker.topics["t"]
+        with trio.fail_after(5):
+            while topic.sinks:
+                await trio.sleep(0.01)
+        assert topic.storage_failure is not None  # (they were refused)

@@ -198,6 +198,20 @@ async def test_a_disk_without_room_for_a_record_does_not_count_as_working_again(
                 await trio.sleep(0.05)
 
 
+async def test_an_append_that_writes_nothing_does_not_say_the_disk_works_again(tmp_path: pathlib.Path, caplog) -> None:
+    # Re-check of attack round 5: on a full disk, an offer of records all stored already (a
+    # resend) appended nothing, without error, and so cleared the failure: /health flapped
+    # and the next refusal logged "storage failed" again, one line per offer.
+    broker, faults = faulty_broker(tmp_path, retention_sweep_s=3600)
+    async with broker_serving(broker) as (url, _), rsnet.connect(url) as conn:
+        topic = await failing_for_lack_of_space(broker, faults, conn, tmp_path)
+        await publish(conn, "full", list(range(10)), producer="p")  # duplicates: nothing written
+        assert topic.storage_failure is not None
+        with pytest.raises(rsnet.StreamError):
+            await publish(conn, "full", [10], producer="p", first_sequence=10)
+        assert len([r for r in caplog.records if "storage failed" in r.getMessage()]) == 1
+
+
 async def test_a_topic_no_disk_space_lets_create_logs_a_bounded_number_of_lines(tmp_path: pathlib.Path, caplog) -> None:
     # A client retrying a publish to a topic the full disk cannot create wrote one ERROR line
     # per attempt (2,000 in 0.8 s).
