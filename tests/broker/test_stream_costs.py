@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import trio
+import trio.testing
 
 import rsnet
 from rsnet.broker.broker import Broker
@@ -19,7 +20,8 @@ from rsnet.broker.daemon import metrics_refresher
 from rsnet.broker.metrics import BrokerMetrics
 from rsnet.broker.names import TopicFilter, topic_matches
 from rsnet.broker.storage.log import TopicLog
-from rsnet.protocol import Accept, Batch, ErrorCode, Next, Request, Subscribe
+from rsnet.broker.topic import Topic
+from rsnet.protocol import Accept, Batch, ErrorCode, Next, Offer, Request, Subscribe
 from rsnet.streams import Subscriber, Subscription
 
 from .support import RawClient, broker_running, broker_serving, take
@@ -198,3 +200,35 @@ async def refusal(conn: rsnet.Client, pattern: str) -> rsnet.StreamError:
         await take(conn, pattern, 1, **{"from": "earliest"})
     assert refused.value.code == ErrorCode.REJECTED
     return refused.value
+
+
+async def test_readers_that_move_or_leave_cost_a_producer_one_look_at_the_readers_per_turn(monkeypatch):
+    # Re-check of attack round 5: each reader that moved (or left) refilled every producer of
+    # its topic, and each refill looked at every reader: 16,000 subscriptions beside one open
+    # offer held the event loop 11 s as they closed, and starved every client as they read.
+    looks = []
+    capacity = Topic.capacity
+
+    def counted(topic: Topic) -> int:
+        looks.append(len(topic.readers))
+        return capacity(topic)
+
+    monkeypatch.setattr(Topic, "capacity", counted)
+    broker = Broker()
+    async with broker_running(broker) as url, rsnet.connect(url) as conn:
+        await publish(conn, "t", list(range(10)))
+        producer = await RawClient.connect(url)
+        await producer.send(Offer(1, "t", {"producer": "p"}, {}))
+        await producer.frame_of(Request, 1)  # an offer stays open beside the readers
+        readers = await RawClient.connect(url)
+        await readers.send(*(Subscribe(2 * i + 1, "t", {"from": "earliest"}, 100, {}) for i in range(500)))
+        for i in range(500):
+            await readers.frame_of(Accept, 2 * i + 1)
+        await trio.testing.wait_all_tasks_blocked()
+        looks.clear()
+        await readers.aclose()  # 500 readers leave
+        with trio.fail_after(5):
+            while broker.topics["t"].readers:
+                await trio.sleep(0.01)
+        assert sum(looks) < 5_000  # (it was 500 looks at up to 500 readers: 125,000)
+        await producer.aclose()
