@@ -886,8 +886,9 @@ class Session:
 
     def room(self) -> int:
         """Bytes the connection may still be handed for the peer: ``connection_window_bytes``
-        (or its share of the server's ``output_budget``, if that is less) less what it holds that the peer has not read yet (items taken and not yet encoded,
-        encoded and not yet written, written to the transport and still there). Stream windows
+        (or its share of the server's ``output_budget``, if that is less) less what it holds
+        that the peer has not read yet (items taken and not yet encoded, encoded and not yet
+        written, written to the transport and still there). Stream windows
         bound what publishers are asked for, but at least one item per stream: a publisher that
         can wait (the broker's subscriptions) also delivers only while this is positive, so a
         peer with many streams that reads nothing holds about this window, not an item per

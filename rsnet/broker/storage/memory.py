@@ -35,9 +35,9 @@ producers remembered (``max_producers`` per topic, 10,000 by default)."""
 class MemoryBudget:
     """What the memory logs of one broker may hold together, in bytes of memory (their
     frames and ``RECORD_OVERHEAD`` per record, ``PRODUCER_COST`` per remembered producer): an
-    append beyond it stores nothing and fails
-    as a full disk does (``WriteFailed``, ENOSPC), so memory topics cannot take the process's
-    memory, whatever their retention. Records dropped (retention, purge) or deleted give it back."""
+    append beyond it stores nothing and fails as a full disk does (``WriteFailed``, ENOSPC), so
+    memory topics cannot take the process's memory, whatever their retention. Records dropped
+    (retention, purge) or deleted give it back."""
 
     __slots__ = ("total", "used")
 
@@ -119,23 +119,23 @@ class MemoryLog(TopicLog):
     def _store(
         self, frames: list[bytes], timestamp_ms: int, producer: str | None, first_sequence: int | None, sync: bool
     ) -> None:
+        size = sum(map(len, frames))
         budget = self.budget
         if budget is not None:
-            cost = sum(map(len, frames)) + RECORD_OVERHEAD * len(frames)
-            if producer is not None and first_sequence is not None and producer not in self._producers:
-                cost += PRODUCER_COST  # (charged below, as it is remembered)
-            if budget.used + cost > budget.total:
+            memory = _memory(size, len(frames))
+            new_producer = producer is not None and first_sequence is not None and producer not in self._producers
+            if budget.used + memory + (PRODUCER_COST if new_producer else 0) > budget.total:
                 raise WriteFailed(
                     f"memory topics hold their memory budget ({budget.total} bytes, memory_budget_bytes) and"
                     " these records do not fit: retention, a purge or a deleted memory topic frees some",
                     errno.ENOSPC,
                 )
-            budget.used += sum(map(len, frames)) + RECORD_OVERHEAD * len(frames)
+            budget.used += memory  # (a new producer is charged as it is remembered, below)
         running = max(timestamp_ms, self._running_max[-1]) if self._running_max else timestamp_ms
         self._frames.extend(frames)
         self._timestamps.extend([timestamp_ms] * len(frames))
         self._running_max.extend([running] * len(frames))
-        self._size_bytes += sum(len(f) for f in frames)
+        self._size_bytes += size
         last = None if first_sequence is None else first_sequence + len(frames) - 1
         self._stored(len(frames), producer, last)
         self._charge_producers()
@@ -177,7 +177,7 @@ class MemoryLog(TopicLog):
         """The topic is deleted: what its records take goes back to the budget."""
         if self.budget is not None:
             records = self._next_offset - self._first_offset
-            self.budget.used -= self._size_bytes + RECORD_OVERHEAD * records + self._producers_charged
+            self.budget.used -= _memory(self._size_bytes, records) + self._producers_charged
             self.budget = None
 
     def _drop(self, count: int) -> None:
@@ -185,7 +185,7 @@ class MemoryLog(TopicLog):
         dropped = sum(len(f) for f in self._frames[self._head : end])
         self._size_bytes -= dropped
         if self.budget is not None:
-            self.budget.used -= dropped + RECORD_OVERHEAD * count
+            self.budget.used -= _memory(dropped, count)
         self._frames[self._head : end] = [b""] * count  # free the memory now, the slots later
         self._first_offset += count
         self._head = end
@@ -194,3 +194,8 @@ class MemoryLog(TopicLog):
             del self._timestamps[: self._head]
             del self._running_max[: self._head]
             self._head = 0
+
+
+def _memory(size: int, records: int) -> int:
+    """What ``records`` records of ``size`` bytes of frames take in memory, as the budget counts."""
+    return size + RECORD_OVERHEAD * records
