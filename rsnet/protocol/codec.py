@@ -34,7 +34,12 @@ MAX_IDLE_UNPACKERS = 8
 PACKER_BUFFER = 1024
 """Bytes a packer allocates for its buffer before a frame needs more (msgpack's default is
 256 KiB: a connection keeps its packer, idle or not). It grows on demand, and keeps the size
-of the largest frame it packed."""
+of the largest value it packed: see PACKER_KEEP."""
+
+PACKER_KEEP = 64 * 1024
+"""The largest buffer a connection's packer keeps: after packing more at once, the connection
+takes a new packer (``Connection._renew_packer``), so a connection that once sent a large
+frame does not hold its size for the rest of its life."""
 
 
 class Encoded(bytes):

@@ -25,7 +25,7 @@ import itertools
 from collections.abc import Callable
 from typing import Any
 
-from .codec import Encoded, FrameDecoder, new_packer
+from .codec import PACKER_KEEP, Encoded, FrameDecoder, new_packer
 from .errors import ErrorCode, LocalProtocolError, RemoteProtocolError
 from .events import ConnectionClosed, Event, Items
 from .frames import (
@@ -557,6 +557,8 @@ class Connection:
                 body = self._pack(item)
             except Exception as exc:
                 raise _not_encodable(exc) from exc
+            if len(body) > PACKER_KEEP:
+                self._renew_packer()
         out = self._out
         # Measuring the body against a limit lowered by the longest prefix saves work per item;
         # the cost is that a WebSocket message may end a few bytes before it had to.
@@ -637,6 +639,8 @@ class Connection:
             frame = self._pack(fields)
         except Exception as exc:
             raise _not_encodable(exc) from exc
+        if len(frame) > PACKER_KEEP:
+            self._renew_packer()
         out = self._out
         if len(out) + len(frame) > self._cut_at:
             self._cut(len(frame))
@@ -650,6 +654,8 @@ class Connection:
             size = len(self._pack(data))
         except Exception as exc:
             raise _not_encodable(exc) from exc
+        if size > PACKER_KEEP:
+            self._renew_packer()
         if size <= MAX_ERROR_DATA:
             return data
         return f"{TRUNCATED} {size} bytes of data, over the limit of {MAX_ERROR_DATA}"
@@ -670,6 +676,8 @@ class Connection:
             frame = self._pack([_BATCH, stream_id, items])
         except Exception as exc:
             raise _not_encodable(exc) from exc
+        if len(frame) > PACKER_KEEP:
+            self._renew_packer()
         if len(frame) <= self._peer_max_frame_size:
             return [frame]
         if len(items) == 1:
@@ -685,9 +693,19 @@ class Connection:
         if set(map(type, items)) == _ENCODED_ONLY:
             return items
         try:
-            return [item if type(item) is Encoded else self._pack(item) for item in items]
+            parts = [item if type(item) is Encoded else self._pack(item) for item in items]
         except Exception as exc:
             raise _not_encodable(exc) from exc
+        if max(map(len, parts), default=0) > PACKER_KEEP:
+            self._renew_packer()
+        return parts
+
+    def _renew_packer(self) -> None:
+        """A new packer in place of one that packed more than PACKER_KEEP bytes at once: a
+        packer keeps the buffer of the largest value it packed for as long as it lives, the
+        connection's lifetime (a BATCH packed whole before it is split to fit: several MiB per
+        connection, outside every budget)."""
+        self._pack = new_packer().pack
 
     def _join_batch(self, stream_id: int, parts: list[Any] | tuple[Any, ...]) -> list[bytes]:
         # The BATCH frames of already encoded items: a frame head, then the items' bytes as

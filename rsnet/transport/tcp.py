@@ -25,6 +25,10 @@ def direct_socket(stream: trio.abc.Stream) -> trio.socket.SocketType | None:
 GATHER_MAX = 512
 """Pieces per gathering write (within every system's IOV_MAX)."""
 
+TLS_WRITE = 64 * 1024
+"""Bytes given to the TLS layer at once: it encrypts them into a buffer of its own before it
+writes, so a larger write would hold a copy of everything it sends while the peer is slow."""
+
 
 def write_nowait(sock: trio.socket.SocketType, pieces: Sequence[Bytes]) -> list[Bytes]:
     """Write what the socket takes of ``pieces`` now, in one gathering write (no join), without
@@ -131,9 +135,18 @@ class TcpTransport(Transport):
         if not pieces:
             await trio.lowlevel.checkpoint()
             return
-        data = pieces[0] if len(pieces) == 1 else b"".join(pieces)
         try:
-            await self._stream.send_all(data)
+            if self._direct is not None:
+                # Gathered by the kernel, not joined: a join copied everything unwritten while
+                # the write waited (a peer that reads nothing: twice its connection window).
+                await send_all_pieces(self._direct, pieces)
+            elif sum(map(len, pieces)) <= TLS_WRITE:
+                await self._stream.send_all(pieces[0] if len(pieces) == 1 else b"".join(pieces))
+            else:  # TLS encrypts all one call is given into a buffer of its own: a slice at a time
+                for piece in pieces:
+                    view = memoryview(piece)
+                    for start in range(0, len(view), TLS_WRITE):
+                        await self._stream.send_all(view[start : start + TLS_WRITE])
         except (trio.BrokenResourceError, trio.ClosedResourceError, ssl.SSLError, OSError) as error:
             raise TransportClosed(f"send to {self._peer} failed: {error!r}") from error
 

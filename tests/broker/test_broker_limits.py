@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pathlib
 import socket
+import tracemalloc
 from typing import Any
 
 import pytest
@@ -195,31 +196,43 @@ async def held_by_peers_that_read_nothing(
 ) -> int:
     """Open ``streams`` subscriptions to ``topic`` from its first record on each of
     ``connections`` connections with a small receive window that then read nothing; the
-    bytes of records the broker has handed to them (beyond the sockets', in its memory)."""
-    async with broker_serving(broker, **server_settings) as (url, server):
-        peers = []
-        for _ in range(connections):
-            sock = trio.socket.socket()
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before connecting: a small window
-            await sock.connect(("127.0.0.1", int(url.rsplit(":", 1)[1])))
-            raw = RawClient(trio.SocketStream(sock))
-            # Frames at most about a record: the broker's first guess of a record's size, the
-            # largest frame, is then close to what it takes.
-            await raw.send(Hello("rsnet", [1], {"max_frame_size": RECORD_BYTES + 1024}))
-            assert isinstance(await raw.next_frame(), Welcome)
-            peers.append(raw)
-        for raw in peers:  # once all are open: each takes its share of them all
-            await raw.send(*(Subscribe(2 * i + 1, topic, {"from": "earliest"}, 1_000, {}) for i in range(streams)))
-        with trio.fail_after(10):
-            while sum(len(session._outbound) for session in server.sessions) < connections * streams:
-                await trio.sleep(0.01)
-        await trio.testing.wait_all_tasks_blocked(0.05)  # the server's writers wait for the peers
-        readers = broker.topic(topic, create=False).readers
-        held = sum(reader.delivered for reader in readers) * RECORD_BYTES
-        for raw in peers:
-            await raw.aclose()
-        return held
+    bytes of records the broker has handed to them (beyond the sockets', in its memory), or,
+    if more, the memory it allocated meanwhile less ``STREAM_COST`` a stream (records handed
+    over once but held in two copies count twice)."""
+    tracemalloc.start()
+    try:
+        async with broker_serving(broker, **server_settings) as (url, server):
+            before = tracemalloc.get_traced_memory()[0]
+            peers = []
+            for _ in range(connections):
+                sock = trio.socket.socket()
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before connecting: a small window
+                await sock.connect(("127.0.0.1", int(url.rsplit(":", 1)[1])))
+                raw = RawClient(trio.SocketStream(sock))
+                # Frames at most about a record: the broker's first guess of a record's size,
+                # the largest frame, is then close to what it takes.
+                await raw.send(Hello("rsnet", [1], {"max_frame_size": RECORD_BYTES + 1024}))
+                assert isinstance(await raw.next_frame(), Welcome)
+                peers.append(raw)
+            for raw in peers:  # once all are open: each takes its share of them all
+                await raw.send(*(Subscribe(2 * i + 1, topic, {"from": "earliest"}, 1_000, {}) for i in range(streams)))
+            with trio.fail_after(10):
+                while sum(len(session._outbound) for session in server.sessions) < connections * streams:
+                    await trio.sleep(0.01)
+            await trio.testing.wait_all_tasks_blocked(0.05)  # the server's writers wait for the peers
+            allocated = tracemalloc.get_traced_memory()[0] - before - connections * streams * STREAM_COST
+            readers = broker.topic(topic, create=False).readers
+            handed = sum(reader.delivered for reader in readers) * RECORD_BYTES
+            for raw in peers:
+                await raw.aclose()
+    finally:
+        tracemalloc.stop()
+    return max(handed, allocated)
 
+
+STREAM_COST = 4096
+"""Memory a subscription takes beyond its records, in the broker and its session (about 1.5
+KiB measured), with room to spare."""
 
 RECORD_BYTES = 256 * 1024
 

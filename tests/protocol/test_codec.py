@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import tracemalloc
+from collections.abc import Callable
 from typing import Any
 
 import msgpack
@@ -12,6 +13,7 @@ from hypothesis import strategies as st
 
 from rsnet.protocol import (
     MIN_MAX_FRAME_SIZE,
+    Connection,
     ErrorCode,
     FrameDecoder,
     Next,
@@ -19,9 +21,10 @@ from rsnet.protocol import (
     encode_frame,
     parse_frame,
 )
+from rsnet.protocol.codec import PACKER_KEEP
 
 from .strategies import frames
-from .support import PROPERTY
+from .support import PROPERTY, subscribed
 
 
 def decode_all(decoder: FrameDecoder, chunks: list[bytes]) -> list[Any]:
@@ -158,6 +161,36 @@ def test_decoders_taking_turns_count_their_own_stream_positions() -> None:
     assert list(second.frames(frame[10:])) == [[21, 3, "x" * 100]]
     assert (second.position, second.buffered) == (len(frame), 0)
     assert (first.position, first.buffered) == (2 * len(chunk), 0)
+
+
+def test_a_connection_keeps_no_packer_buffer_a_large_frame_grew() -> None:
+    """A packer keeps the buffer of the largest value it packed, and a connection keeps its
+    packer for life: 4 MiB of items sent in one BATCH call (packed whole, then split to fit
+    the frame limit) stayed allocated per connection after they were sent (an attack's 8
+    connections held 32 MB that no budget counted). Past PACKER_KEEP, a connection takes a
+    new packer."""
+    item = b"x" * 500_000
+
+    def kept_after(send: Callable[[Connection, int], None]) -> int:
+        """Bytes still allocated by 10 connections once each sent 8 items and its output was taken."""
+        pairs = [subscribed(demand=8) for _ in range(10)]
+        before = tracemalloc.get_traced_memory()[0]
+        for _, server, stream_id in pairs:
+            send(server, stream_id)
+            server.data_to_send()
+        return tracemalloc.get_traced_memory()[0] - before
+
+    def one_at_a_time(server: Connection, stream_id: int) -> None:
+        for _ in range(8):
+            server.send_next(stream_id, item)
+
+    tracemalloc.start()
+    try:
+        for send in (lambda server, stream_id: server.send_batch(stream_id, [item] * 8), one_at_a_time):
+            kept = kept_after(send)
+            assert kept < 10 * 2 * PACKER_KEEP, f"{kept / 1024:.0f} KiB kept by 10 connections"
+    finally:
+        tracemalloc.stop()
 
 
 def test_idle_unpackers_are_bounded_and_none_keeps_a_grown_buffer() -> None:
