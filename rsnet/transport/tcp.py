@@ -54,6 +54,20 @@ async def send_all_pieces(sock: trio.socket.SocketType, pieces: Sequence[Bytes])
         pieces = after(pieces, await sock.sendmsg(pieces[:GATHER_MAX]))
 
 
+async def send_all_tls(stream: trio.abc.Stream, pieces: Sequence[Bytes]) -> None:
+    """``send_all`` of the concatenation of ``pieces`` through TLS, which encrypts all that one
+    call is given into a buffer of its own before writing it: small pieces joined into one
+    call, larger ones a TLS_WRITE slice at a time, so a write waiting for a slow peer never
+    holds an encrypted copy of everything it sends."""
+    if sum(map(len, pieces)) <= TLS_WRITE:
+        await stream.send_all(pieces[0] if len(pieces) == 1 else b"".join(pieces))
+        return
+    for piece in pieces:
+        view = memoryview(piece)
+        for start in range(0, len(view), TLS_WRITE):
+            await stream.send_all(view[start : start + TLS_WRITE])
+
+
 def after(pieces: Sequence[Bytes], sent: int) -> list[Bytes]:
     """What is left of ``pieces`` once their first ``sent`` bytes are written."""
     index = 0
@@ -140,13 +154,8 @@ class TcpTransport(Transport):
                 # Gathered by the kernel, not joined: a join copied everything unwritten while
                 # the write waited (a peer that reads nothing: twice its connection window).
                 await send_all_pieces(self._direct, pieces)
-            elif sum(map(len, pieces)) <= TLS_WRITE:
-                await self._stream.send_all(pieces[0] if len(pieces) == 1 else b"".join(pieces))
-            else:  # TLS encrypts all one call is given into a buffer of its own: a slice at a time
-                for piece in pieces:
-                    view = memoryview(piece)
-                    for start in range(0, len(view), TLS_WRITE):
-                        await self._stream.send_all(view[start : start + TLS_WRITE])
+            else:
+                await send_all_tls(self._stream, pieces)
         except (trio.BrokenResourceError, trio.ClosedResourceError, ssl.SSLError, OSError) as error:
             raise TransportClosed(f"send to {self._peer} failed: {error!r}") from error
 

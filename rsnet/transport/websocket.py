@@ -46,7 +46,16 @@ except ImportError:  # pragma: no cover - the pure Python fallback
 
 from ..errors import ErrorCode
 from .base import Bytes, Transport, TransportClosed
-from .tcp import RECEIVE_SIZE, SocketReader, describe_peer, direct_socket, open_stream, send_all_pieces, write_nowait
+from .tcp import (
+    RECEIVE_SIZE,
+    SocketReader,
+    describe_peer,
+    direct_socket,
+    open_stream,
+    send_all_pieces,
+    send_all_tls,
+    write_nowait,
+)
 
 _OPEN, _CLOSED = State.OPEN, State.CLOSED
 """websockets' states, looked at per message: an Enum member through its class costs ~70 ns, a
@@ -351,8 +360,8 @@ class WebSocketTransport(Transport):
                 pieces, self._rest = [*self._rest, *pieces], []
             if not any(pieces):
                 return
-            if self._direct is None:  # TLS: one buffer through the TLS layer
-                await self._stream.send_all(b"".join(pieces))
+            if self._direct is None:
+                await send_all_tls(self._stream, pieces)
             else:  # headers and payloads as they are, gathered by the kernel
                 await send_all_pieces(self._direct, pieces)
         except (trio.BrokenResourceError, trio.ClosedResourceError, ssl.SSLError, OSError) as error:
