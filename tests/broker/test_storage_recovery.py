@@ -394,6 +394,45 @@ def test_a_sealed_segment_with_a_damaged_header_keeps_its_records(written: Writt
         assert log.append(["after recovery"], timestamp_ms=0) == [written.count]
 
 
+def test_the_active_segments_damaged_header_costs_no_record(written: Written) -> None:
+    """Fault round: one bit flipped in the newest segment's header stopped the open (how many
+    records it held was unknown), and unclean_recovery then cut every record of it, giving
+    their offsets to new ones. Its records are found after it, as a sealed segment's are."""
+    last = written.segments()[-1]
+    base = int(last[:-4])
+    assert written.records_in(last)
+    written.flip(last, 12 + 8 + 3)  # inside the header frame's body
+    for _ in range(2):  # and again, with a record appended after the damaged header
+        log, report = written.reopen()
+        with log:
+            assert report.damaged[0].startswith(
+                f"{last}: header unreadable (bytes 0 to {written.start_of(base) - 1}: header at byte 12: CRC mismatch"
+            )
+            assert report.damaged[0].endswith(
+                "only the producers' sequences it held as of the segment's creation are lost"
+            )
+            assert log.damaged_ranges == []
+            assert [(r.offset, r.value["n"]) for r in log.read(0, written.count)] == [
+                (n, n) for n in range(written.count)
+            ]
+            assert log.last_sequence("p") == written.count - 1
+            if log.next_offset == written.count:
+                assert log.append(["after recovery"], timestamp_ms=0) == [written.count]
+            else:
+                assert log.read(written.count, 1)[0].value == "after recovery"
+
+
+def test_the_active_segments_damaged_header_with_no_intact_record_after_it_stops_the_open(written: Written) -> None:
+    last = written.segments()[-1]
+    written.flip(last, 12 + 8 + 3)
+    for offset in written.records_in(last):
+        written.flip(last, written.start_of(offset) + 12)
+    before = written.snapshot()
+    with pytest.raises(UncleanRecoveryNeeded, match="the active segment's header is unreadable, so how many records"):
+        written.reopen()
+    assert written.snapshot() == before
+
+
 def test_damage_from_a_sealed_segments_header_into_its_records_costs_those_records(written: Written) -> None:
     names = written.segments()
     base = int(names[-2][:-4])
@@ -429,9 +468,12 @@ def test_a_flipped_bit_in_a_segments_format_version(written: Written, which: str
         written.reopen()
     assert written.snapshot() == before
     log, report = written.reopen(unclean=True)
-    with log:  # the active segment's header: how many records it held is unknown, so it goes
-        assert report.damaged[0].startswith(f"{name}: format version 65 where this rsnet reads 1")
-        assert log.next_offset == int(name[:-4])
+    with log:  # taken for a damaged header, whose records follow it
+        assert report.damaged[0].startswith(
+            f"{name}: header unreadable (bytes 0 to {written.start_of(int(name[:-4])) - 1}: format version 65 where "
+            "this rsnet reads 1); every record after it is intact and kept"
+        )
+        assert [r.offset for r in log.read(0, 10**6)] == list(range(written.count))
 
 
 def test_when_the_only_segment_is_unreadable_the_open_stops_until_unclean_recovery(tmp_path: pathlib.Path) -> None:

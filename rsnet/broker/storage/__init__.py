@@ -92,8 +92,8 @@ else is bit rot, a bad disk or a hand edit, and must cost no more than the damag
   is found again, the same, at every open, until retention removes its segment. Sealed
   segments with damage get no sidecar.
 - **Damage recovery cannot place** stops the open with :class:`UncleanRecoveryNeeded`,
-  changing nothing: an unreadable header on the active segment (how many records it held is
-  unknown), a segment that starts inside the previous one, intact records that end
+  changing nothing: an unreadable header on the active segment with no intact record after
+  it (how many records it held is unknown), a segment that starts inside the previous one, intact records that end
   before the ``synced`` mark (synced records lost at the end), and a partial last record
   with a damaged mark. With ``unclean_recovery`` the
   log is cut there as before damaged ranges existed: the segments from the damage on are
@@ -101,10 +101,13 @@ else is bit rot, a bad disk or a hand edit, and must cost no more than the damag
 - A segment in a format version this code does not know stops the open with a
   :class:`StorageError` and nothing is changed, unless a later segment is in this code's
   version: then its version field is damaged (an older rsnet never goes on past a newer
-  segment), and it is a damaged header. A sealed segment's damaged header costs only the
-  offsets whose records are damaged too: its records are found after it by their frames, as
-  past any damage; what the header alone held (the producers' sequences as of the
-  segment's creation) is lost. ``unclean_recovery`` treats an unknown version on the newest
+  segment), and it is a damaged header. A damaged header costs only the offsets whose
+  records are damaged too: its records are found after it by their frames, as past any
+  damage (the active segment's end where its intact records do, as always); what the header
+  alone held (the producers' sequences as of the segment's creation) is lost. On the active
+  segment that needs one intact record after the header (it used to stop the open however
+  many followed: one flipped bit in a one-segment topic's header cost all of its records
+  under ``unclean_recovery``). ``unclean_recovery`` treats an unknown version on the newest
   segment as damage.
 
 Compared with Kafka: its log recovery truncates at the first invalid batch, and only scans

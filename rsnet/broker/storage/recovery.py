@@ -149,7 +149,11 @@ def _plan(directory: str, names: list[str], unclean: bool) -> _Plan:
         if found.unknown_version is not None:
             _check_version(directory, names, index, found, unclean)
         if found.header_problem is not None:
-            if index == len(names) - 1:
+            active = index == len(names) - 1
+            # The active segment's records end where its intact ones do, as always: only if
+            # none follows its header is how many it held unknown. (A format version this
+            # code does not know gets here only with ``unclean``, which treats it as damage.)
+            if active and not segment_file.intact_past_header(found):
                 _cannot_place(
                     directory,
                     unclean,
@@ -161,7 +165,7 @@ def _plan(directory: str, names: list[str], unclean: bool) -> _Plan:
                 if not kept:
                     plan.restart_at = base
                 break
-            note = segment_file.scan_past_header(found, int(names[index + 1][:20]))
+            note = segment_file.scan_past_header(found, None if active else int(names[index + 1][:20]))
             if note is not None:
                 plan.damaged.append(note)
         kept.append(found)

@@ -221,25 +221,36 @@ def scan(path: str, base_offset: int) -> Scan:
         os.close(fd)
 
 
-def scan_past_header(found: Scan, next_base: int) -> str | None:
-    """A sealed segment whose header is unreadable (``found.header_problem``), followed by a
-    segment starting at ``next_base``: find its first intact record after the preamble and
-    read on from there, as :func:`scan` does. Offsets from ``base_offset`` to that record are a
-    damaged range (with the header's bytes); if no intact record is found, the whole segment
-    is, up to ``next_base``. Only what the header alone held is lost otherwise: the producers'
-    sequences as of the segment's creation. Returns what to report when no offset was lost
-    (the damage is then in the header alone), else None (the damaged range says it)."""
+def intact_past_header(found: Scan) -> bool:
+    """Whether an intact record of the segment follows its unreadable header."""
+    fd = os.open(found.path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        return resync(fd, 0, found.file_bytes, found.base_offset - 1) is not None
+    finally:
+        os.close(fd)
+
+
+def scan_past_header(found: Scan, next_base: int | None) -> str | None:
+    """A segment whose header is unreadable (``found.header_problem``): find its first intact
+    record after the preamble and read on from there, as :func:`scan` does. Offsets from
+    ``base_offset`` to that record are a damaged range (with the header's bytes); if no intact
+    record is found in a sealed segment, followed by one starting at ``next_base``, the whole
+    segment is, up to ``next_base``. The active segment (``next_base`` None) must have one
+    (:func:`intact_past_header`). Only what the header alone held is lost otherwise: the
+    producers' sequences as of the segment's creation. Returns what to report when no offset
+    was lost (the damage is then in the header alone), else None (the damaged range says it)."""
     problem = found.header_problem
     assert problem is not None
     found.header_problem = None
     fd = os.open(found.path, os.O_RDONLY | os.O_CLOEXEC)
     try:
         intact = resync(fd, 0, found.file_bytes, found.base_offset - 1)
-        if intact is None or intact[1] >= next_base:
+        if next_base is not None and (intact is None or intact[1] >= next_base):
             found.segment = Segment(found.path, found.base_offset, found.file_bytes)
             found.segment.skip_damage(Damage(found.base_offset, next_base, 0, found.file_bytes, problem))
             found.valid_bytes = found.file_bytes
             return None
+        assert intact is not None, "the active segment's caller checked intact_past_header"
         position, offset = intact
         found.segment = Segment(found.path, found.base_offset, position)
         if offset > found.base_offset:
