@@ -7,11 +7,13 @@ import pathlib
 import signal
 import sys
 
+import pytest
 import trio
 
 import rsnet
 from rsnet.broker.broker import Broker
 from rsnet.broker.client import follow, publish
+from rsnet.broker.codes import BrokerCode
 
 from .support import broker_serving, served_url, start_daemon
 
@@ -116,32 +118,33 @@ async def test_a_torn_write_after_the_acknowledged_records_is_cut_and_the_rest_k
         await stop(broker, signal.SIGTERM)
 
 
-async def test_acknowledged_records_cut_short_stop_the_start_until_told_to(tmp_path):
+async def test_an_acknowledged_record_cut_short_costs_that_record_and_never_its_offset(tmp_path):
     """The last acknowledged record damaged looks like a torn write, but the log's synced mark
-    says it was synced: the broker refuses to start, changing nothing, rather than cut it and
-    give its offset to another record; with unclean_recovery it starts without it."""
+    says it was synced: it is damage, not a write to cut and give its offset to another
+    record. The broker used to refuse to start, and with unclean_recovery it gave the offset
+    again; it now starts, the record's offset is OFFSET_DAMAGED, and new records come after it."""
     segment = await stored_lines(tmp_path)
     data = segment.read_bytes()[:-7]  # the last record is cut off mid-way
     segment.write_bytes(data)
-    process = await trio.run_process(
-        [*RSNET, "broker", "--data-dir", str(tmp_path), "--tcp", "127.0.0.1:0"], capture_stderr=True, check=False
-    )
-    printed = process.stderr.decode()
-    assert process.returncode == 1 and "Traceback" not in printed, printed
-    assert "records up to offset 99 were synced (so acknowledged)" in printed
-    assert "end before offset 99" in printed and "unclean_recovery = true" in printed
-    assert segment.read_bytes() == data  # nothing changed
-
-    config = tmp_path / "rsnet.toml"
-    config.write_text("unclean_recovery = true\n")
-    broker, url = await start_broker(tmp_path, "--config", str(config))
-    try:
-        records = await read_all(url, "logs")
-        assert [r["value"] for r in records] == [f"line {i}" for i in range(99)]
-    finally:
-        await stop(broker, signal.SIGTERM)
-    broker, url = await start_broker(tmp_path)  # the mark follows the log it was told to keep
-    await stop(broker, signal.SIGTERM)
+    for restart in range(2):  # and the same at the next start, with the record published after it
+        broker, url = await start_broker(tmp_path)
+        try:
+            async with rsnet.connect(url) as conn:
+                with pytest.raises(rsnet.StreamError) as raised:
+                    async for _ in conn.subscribe("logs", {"from": 99}):
+                        pass
+                assert raised.value.code == BrokerCode.OFFSET_DAMAGED
+                assert raised.value.data["next_intact"] == 100
+                if not restart:
+                    await publish(conn, "logs", ["after"], producer="late")
+                before, after = [], []
+                async for record in conn.subscribe("logs", {"from": "earliest", "until": 99}):
+                    before.append(record["value"])
+                async for record in conn.subscribe("logs", {"from": 100, "until": 101}):
+                    after.append(record["value"])
+            assert (before, after) == ([f"line {i}" for i in range(99)], ["after"])
+        finally:
+            await stop(broker, signal.SIGTERM)
 
 
 async def test_reconnect_loops_under_load_lose_and_repeat_nothing():

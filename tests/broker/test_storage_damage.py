@@ -271,12 +271,48 @@ async def test_bytes_damaged_inside_the_log_while_the_broker_runs_become_a_damag
         assert [r["offset"] for r in await read_range(conn, "events", 100, 101)] == [100]
 
 
+async def test_damage_to_the_last_synced_record_while_it_runs_costs_that_record_only(tmp_path: pathlib.Path) -> None:
+    # It was damage recovery could not place (the record was acknowledged, so not a torn
+    # write to cut): the topic was refused until a restart with unclean_recovery. Its offset
+    # is now a damaged range, the other records are served and new ones go on after it.
+    (tmp_path / "events").mkdir()
+    write(tmp_path / "events", 64 << 20)
+    broker, printed = await start_daemon("--data-dir", str(tmp_path), "--tcp", "127.0.0.1:0", announces=b"serving")
+    try:
+        async with rsnet.connect(served_url(printed)) as conn:
+            assert len(await read_range(conn, "events", 0, 1)) == 1  # the topic is open
+            (segment,) = sorted((tmp_path / "events").glob("*.log"))
+            data = bytearray(segment.read_bytes())
+            data[-5] ^= 0xFF  # inside the last record, behind the broker's back
+            segment.write_bytes(data)
+            with pytest.raises(rsnet.StreamError) as raised:
+                await read_range(conn, "events", 0, COUNT)
+            assert raised.value.code == BrokerCode.STORAGE_ERROR
+            with trio.fail_after(10):
+                while True:  # closed just after that stream ended, then opened again
+                    with pytest.raises(rsnet.StreamError) as raised:
+                        await read_range(conn, "events", COUNT - 1, COUNT)
+                    if raised.value.code == BrokerCode.OFFSET_DAMAGED:
+                        break
+                    await trio.sleep(0.05)
+            assert raised.value.data["next_intact"] == COUNT
+            before = await read_range(conn, "events", 0, COUNT - 1)
+            assert [r["value"]["n"] for r in before] == list(range(COUNT - 1))
+            await publish(conn, "events", ["new"], producer="late")
+            (new,) = await read_range(conn, "events", COUNT, COUNT + 1)
+            assert new["value"] == "new"
+    finally:
+        broker.terminate()
+        await broker.wait()
+
+
 async def test_damage_the_broker_cannot_place_while_it_runs_refuses_the_topic_and_says_so_in_health(
     tmp_path: pathlib.Path,
 ) -> None:
-    # The last record, which a sync covered: at a start that is damage recovery cannot place,
-    # and at run time the same holds: the topic is refused (its other readers and producers
-    # too), naming why, and /health says so (it said 200); other topics go on.
+    # Damage a start would refuse (the only segment's format version: a newer rsnet's, or
+    # damaged), met at run time by a read of a damaged record: the topic is refused (its
+    # other readers and producers too), naming why, and /health says so (it said 200); other
+    # topics go on.
     (tmp_path / "events").mkdir()
     write(tmp_path / "events", 64 << 20)
     flags = ("--data-dir", str(tmp_path), "--tcp", "127.0.0.1:0", "--metrics", "127.0.0.1:0")
@@ -287,7 +323,8 @@ async def test_damage_the_broker_cannot_place_while_it_runs_refuses_the_topic_an
             await publish(conn, "other", [1, 2, 3], producer="p")
             (segment,) = sorted((tmp_path / "events").glob("*.log"))
             data = bytearray(segment.read_bytes())
-            data[-5] ^= 0xFF  # inside the last record, behind the broker's back
+            data[11] ^= 0x40  # its format version, behind the broker's back
+            data[-5] ^= 0xFF  # and the last record, which a read then meets
             segment.write_bytes(data)
             with pytest.raises(rsnet.StreamError) as raised:
                 await read_range(conn, "events", 0, COUNT)

@@ -179,14 +179,24 @@ def test_a_record_cut_inside_its_length_field_is_removed(written: Written) -> No
         check_kept(log, 59)
 
 
-def test_a_synced_record_cut_short_at_the_end_stops_the_open_until_unclean_recovery(written: Written) -> None:
+def test_a_synced_record_cut_short_at_the_end_is_a_damaged_range_whose_offset_is_never_given_again(
+    written: Written,
+) -> None:
     """What a torn write leaves, on a record a sync covered (so acknowledged): damage, not a
-    torn write; nothing changes until the operator asks for an unclean recovery."""
+    torn write to cut. It stopped the open, and unclean_recovery then gave its offset to the
+    next record; its offset is now a damaged range before a new segment, which holds what
+    comes next, and the open goes on."""
     last = written.segments()[-1]
     start = written.start_of(59)
     os.truncate(written.path(last), start + 20)
-    check_stops_until_unclean(written, r"records up to offset 59 were synced.*end before offset 59", 59)
-    check_repaired(written, 59)  # the mark now follows the log that was kept
+    log, report = written.reopen()
+    with log:
+        assert f"{last}: offsets 59 to 59 are damaged (bytes {start} to {start + 19}: " in report.damaged[0]
+        check_damaged(log, 59, 60, 60)
+    log, report = written.reopen()  # found again, the same, with the record appended after it
+    with log:
+        assert [(d.first, d.end) for d in log.damaged_ranges] == [(59, 60)]
+        assert log.read(60, 1)[0].value == "after recovery"
 
 
 def test_a_synced_mark_that_does_not_check_is_reported_and_written_again(written: Written) -> None:
@@ -207,8 +217,9 @@ def test_a_mark_of_the_first_layout_is_read_without_a_start(written: Written) ->
     assert synced_mark.read(str(written.directory)) == synced_mark.Mark(60, None)
     last = written.segments()[-1]
     os.truncate(written.path(last), written.start_of(59) + 20)  # covered by that mark: not a torn write
-    with pytest.raises(UncleanRecoveryNeeded, match="records up to offset 59 were synced"):
-        written.reopen()
+    log, _ = written.reopen()
+    with log:
+        assert [(d.first, d.end) for d in log.damaged_ranges] == [(59, 60)]
 
 
 def test_a_partial_last_record_with_a_damaged_mark_stops_the_open_until_unclean_recovery(written: Written) -> None:
@@ -510,9 +521,9 @@ def test_an_active_segment_that_is_not_a_segment_stops_the_open_until_unclean_re
         written.reopen()
     assert written.snapshot() == before
     log, report = written.reopen(unclean=True)
-    with log:
+    with log:  # its records' offsets, synced, are never given again
         assert report.damaged[0] == f"{last}: not a segment file (wrong magic bytes at byte 0)"
-        check_kept(log, int(last[:-4]))
+        check_damaged(log, int(last[:-4]), 60, 60)
 
 
 def test_offsets_no_segment_holds_become_a_damaged_range_and_both_sides_stay(written: Written) -> None:
@@ -544,7 +555,7 @@ def test_a_segment_starting_inside_the_previous_one_stops_the_open_until_unclean
             f"{last_base - 1:020d}.log: starts at offset {last_base - 1}, inside the previous segment "
             f"(which ends before {last_base})"
         )
-        check_kept(log, last_base)
+        check_damaged(log, last_base, 60, 60)  # the offsets of its synced records are never given again
     assert os.listdir(written.directory / "quarantine") == [f"{last_base - 1:020d}.log"]
 
 

@@ -73,10 +73,14 @@ else is bit rot, a bad disk or a hand edit, and must cost no more than the damag
   write, cut short: the segment is cut there (a copy of the cut bytes is kept in
   ``quarantine/``). Under ALWAYS and INTERVAL nothing cut was acknowledged: each sync that
   succeeds records how far it went in the file ``synced`` (``synced_mark.py``), and a log
-  whose intact records end before that mark is damage recovery cannot place (below), not a
-  torn write. So is a partial last record when the mark itself is damaged (it may have
-  covered that record); a mark that is blank, as an OS crash leaves its first write, is no
-  evidence either way and the tail is cut.
+  whose intact records end before that mark did not end in a torn write: the offsets up to
+  the mark are a damaged range (those records are damaged, or their segment file is gone),
+  and a new segment starts at the mark, so that the range is found again at every open and
+  its offsets are never given to other records (it used to stop the open, and
+  ``unclean_recovery`` then gave them again). A partial last record when the mark itself is
+  damaged (it may have covered that record) is damage recovery cannot place (below); a mark
+  that is blank, as an OS crash leaves its first write, is no evidence either way and the
+  tail is cut.
 - **Damage in the middle.** After a damaged record the scan searches, byte by byte, for the
   next intact one (its frame checks, its offset is plausible and the frame after it follows
   on). The offsets in between become a :class:`DamagedRange`: never reused, reported, and
@@ -93,9 +97,8 @@ else is bit rot, a bad disk or a hand edit, and must cost no more than the damag
   segments with damage get no sidecar.
 - **Damage recovery cannot place** stops the open with :class:`UncleanRecoveryNeeded`,
   changing nothing: an unreadable header on the active segment with no intact record after
-  it (how many records it held is unknown), a segment that starts inside the previous one, intact records that end
-  before the ``synced`` mark (synced records lost at the end), and a partial last record
-  with a damaged mark. With ``unclean_recovery`` the
+  it (how many records it held is unknown), a segment that starts inside the previous one,
+  and a partial last record with a damaged mark. With ``unclean_recovery`` the
   log is cut there as before damaged ranges existed: the segments from the damage on are
   moved to ``quarantine/``, and their offsets may be given to new records.
 - A segment in a format version this code does not know stops the open with a

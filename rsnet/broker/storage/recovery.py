@@ -101,6 +101,7 @@ class _Plan:
     after_damage_bytes: int = 0
     restart_at: int = 0  # where the log starts if nothing is kept (unclean only)
     first_offset: int | None = None  # where the log starts if not at its first segment (see _check_synced_mark)
+    roll_at: int | None = None  # a new active segment starts here, after a damaged end (see _check_synced_mark)
     damaged: list[str] = dataclasses.field(default_factory=list)
     ignored: list[str] = dataclasses.field(default_factory=list)  # sealed segments scanned despite a sidecar
     trusted: int = 0
@@ -274,8 +275,21 @@ def _check_synced_mark(plan: _Plan, directory: str, unclean: bool) -> None:
         f"records up to offset {mark.offset - 1} were synced (so acknowledged), but the log's intact records end "
         f"before offset {end}: the newest records are damaged or their segment file is missing"
     )
-    _cannot_place(directory, unclean, missing)
-    plan.damaged.append(missing)
+    if last is None:  # nothing kept to go on from (unclean only)
+        _cannot_place(directory, unclean, missing)
+        plan.damaged.append(missing)
+        return
+    # The synced records are damaged (what follows the last intact one is not a torn write)
+    # or gone: their offsets are a damaged range, and a new segment holds what comes next, so
+    # that the range is found again at every open (as damage before a later segment, or as
+    # offsets no file holds) and its offsets are never given to other records.
+    if last.problem is not None:
+        last.segment.skip_damage(Damage(end, mark.offset, last.valid_bytes, last.file_bytes, last.problem))
+        last.problem, last.valid_bytes = None, last.file_bytes  # kept as it is: no torn write to cut
+    else:
+        plan.missing.append(DamagedRange(end, mark.offset, missing))
+        plan.damaged.append(missing)
+    plan.roll_at = mark.offset
 
 
 def _cannot_place(directory: str, unclean: bool, problem: str) -> None:
@@ -413,7 +427,12 @@ def _rebuild(ops: FileOps, directory: str, plan: _Plan, durable: bool) -> Recove
                     ops.datasync(fd)
                 finally:
                     os.close(fd)
-        active_fd = ops.open(kept[-1].path, os.O_RDWR | os.O_APPEND)
+        if plan.roll_at is not None:  # the last segment ends in damage: records to come go in a new one
+            segments.append(segment_file.create(ops, directory, plan.roll_at, producers, durable))
+            if durable:
+                ops.sync_directory(directory)
+            next_offset = plan.roll_at
+        active_fd = ops.open(segments[-1].path, os.O_RDWR | os.O_APPEND)
         try:
             for found in kept:
                 segment = found.segment
@@ -423,8 +442,9 @@ def _rebuild(ops: FileOps, directory: str, plan: _Plan, durable: bool) -> Recove
                     segment.crc = None  # never given a sidecar: its damage must be found again at every open
                     continue
                 # its CRC, for the sidecar written when it is sealed
-                segment.crc = file_crc(active_fd if found is kept[-1] else None, found.path, found.valid_bytes)
-            segments[-1].sequences = dict(kept[-1].sequences)
+                segment.crc = file_crc(active_fd if segment is segments[-1] else None, found.path, found.valid_bytes)
+            if plan.roll_at is None:
+                segments[-1].sequences = dict(kept[-1].sequences)
             for found in kept[:-1]:
                 if not found.from_sidecar and found.segment.crc is not None:  # scanned: a sidecar for next time
                     found.segment.sequences = found.sequences
