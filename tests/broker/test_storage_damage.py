@@ -120,6 +120,13 @@ def subscribe(conn: rsnet.Client, topic: str, params: dict[str, Any]) -> Any:
     return conn.subscribe(topic, params, prefetch=1024)
 
 
+async def check_new_records_come_after_the_old(conn: rsnet.Client) -> None:
+    """A record published now gets the offset after the COUNT written (no offset given again)."""
+    await publish(conn, "events", ["new"], producer="late")
+    (new,) = await read_range(conn, "events", COUNT, COUNT + 1)
+    assert new["value"] == "new"
+
+
 async def read_range(conn: rsnet.Client, topic: str, start: int, stop: int) -> list[dict[str, Any]]:
     records = []
     async with subscribe(conn, topic, {"from": start}) as items:
@@ -168,9 +175,7 @@ async def test_a_subscriber_reaching_a_damaged_range_gets_offset_damaged_and_can
 
         after = await read_range(conn, "events", DAMAGED + 1, COUNT)
         assert [(r["offset"], r["value"]["n"]) for r in after] == [(n, n) for n in range(DAMAGED + 1, COUNT)]
-        await publish(conn, "events", ["new"], producer="late")
-        (new,) = await read_range(conn, "events", COUNT, COUNT + 1)
-        assert new["value"] == "new"
+        await check_new_records_come_after_the_old(conn)
 
 
 async def test_a_flipped_byte_in_the_only_segments_header_stops_nothing_and_costs_no_record(
@@ -191,9 +196,7 @@ async def test_a_flipped_byte_in_the_only_segments_header_stops_nothing_and_cost
         async with rsnet.connect(served_url(printed)) as conn:
             records = await read_range(conn, "events", 0, COUNT)
             assert [(r["offset"], r["value"]["n"]) for r in records] == [(n, n) for n in range(COUNT)]
-            await publish(conn, "events", ["new"], producer="late")
-            (new,) = await read_range(conn, "events", COUNT, COUNT + 1)
-            assert new["value"] == "new"
+            await check_new_records_come_after_the_old(conn)
     finally:
         broker.terminate()
         await broker.wait()
@@ -298,9 +301,7 @@ async def test_damage_to_the_last_synced_record_while_it_runs_costs_that_record_
             assert raised.value.data["next_intact"] == COUNT
             before = await read_range(conn, "events", 0, COUNT - 1)
             assert [r["value"]["n"] for r in before] == list(range(COUNT - 1))
-            await publish(conn, "events", ["new"], producer="late")
-            (new,) = await read_range(conn, "events", COUNT, COUNT + 1)
-            assert new["value"] == "new"
+            await check_new_records_come_after_the_old(conn)
     finally:
         broker.terminate()
         await broker.wait()
