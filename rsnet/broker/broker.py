@@ -236,7 +236,7 @@ class Broker:
         self._pattern_topics = 0  # topics followed by the readers in _watchers, summed
         # At most the default: past it, open topics could take the descriptors connections need.
         self.max_open_topics = min(max_open_topics or default_max_open_topics(), default_max_open_topics())
-        self.unclean_recovery = unclean_recovery  # see SegmentLog.open; off: damage it cannot place stops the start
+        self.unclean_recovery = unclean_recovery  # see SegmentLog.open; off: damage it cannot place refuses its topic
         self.sync_threads = trio.CapacityLimiter(sync_threads)  # fsyncs running at once, all topics
         self.storage_files = storage_files.REAL  # how durable logs change their files (tests inject faults)
         self.topics: dict[str, Topic] = {}  # the open ones; see also _closed
@@ -275,8 +275,9 @@ class Broker:
         closed again: it is opened for real by the first request that needs it, so that open
         files grow with the topics in use, not with the topics on disk.
 
-        Raises StorageError, before it is started, if ``data_dir`` cannot be written or a
-        topic's log cannot be opened (damage recovery cannot place, see ``unclean_recovery``).
+        Raises StorageError, before it is started, if ``data_dir`` cannot be written, or the
+        offsets of deleted topics cannot be read (see ``unclean_recovery``). A topic whose log
+        cannot be opened is refused, and the rest served (:meth:`_recover_at_start`).
         """
         failure: StorageError | None = None
         try:
@@ -302,7 +303,7 @@ class Broker:
                             shutil.rmtree(directory, ignore_errors=True)
                             continue
                         self.overrides.load(directory.name)  # before opening: they decide how
-                        self._close_topic(self._open_topic(directory.name))
+                        self._recover_at_start(directory.name)
                 except StorageError as error:  # raised below, as itself, not in an exception group
                     failure = error
                     nursery.cancel_scope.cancel()
@@ -315,6 +316,21 @@ class Broker:
                 self._close_topic(topic)
         if failure is not None:
             raise failure
+
+    def _recover_at_start(self, name: str) -> None:
+        """Open the stored topic ``name`` (its recovery places what damage it finds) and close
+        it again. A topic whose log cannot be opened (damage recovery cannot place, its
+        cursors unreadable, its files out of reach) stays known and refused, named in
+        :attr:`unopenable`, until it opens: the other topics are served meanwhile (one topic's
+        damage used to stop the whole broker's start)."""
+        try:
+            topic = self._open_topic(name)
+        except StorageError as failure:
+            log.error("topic %s cannot be opened; it is refused until it can be: %s", name, failure)
+            self.unopenable[name] = f"cannot be opened: {failure}"
+            self._closed[name] = _ClosedTopic(0, 0, 0, (0, 0, 0, 0), None)  # what it holds is unknown
+            return
+        self._close_topic(topic)
 
     def _check_data_dir(self) -> None:
         """Make sure durable topics can be stored before saying so: create ``data_dir`` and
@@ -1120,6 +1136,7 @@ class Broker:
             "cursors": self._committed(name),
             "damaged": [{"first": d.first, "end": d.end, "problem": d.problem} for d in damaged],
             **self.describe_settings(name),
+            **({"unavailable": self.unopenable[name]} if name in self.unopenable else {}),
         }
 
     def describe_settings(self, name: str) -> dict[str, Any]:

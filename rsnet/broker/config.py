@@ -21,7 +21,7 @@ Schema (``server/rsnet.toml`` is a commented example of every key)::
                                     # has its log (its open files) closed; reopened on demand
     memory_budget_bytes = 1073741824  # memory topics together, in memory; beyond: STORAGE_FULL
                                     # (omitted: half the machine's memory)
-    unclean_recovery = false        # true: start despite damage recovery cannot place (see server/README.md)
+    unclean_recovery = false        # true: open topics despite damage recovery cannot place (see server/README.md)
 
     [listen]
     tcp = "127.0.0.1:7600"          # "HOST:PORT" ("[::1]:7600" for IPv6); "" = off

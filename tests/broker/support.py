@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pathlib
+import re
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -12,6 +14,8 @@ import trio
 
 import rsnet
 from rsnet.broker.broker import Broker
+from rsnet.broker.client import publish
+from rsnet.broker.codes import BrokerCode
 from rsnet.protocol import FrameDecoder, Hello, Welcome, encode_frame, parse_frame
 
 
@@ -33,6 +37,25 @@ async def broker_running(broker: Broker, **server_settings: Any) -> AsyncIterato
     """Run ``broker`` behind an rsnet server; yields its tcp:// URL."""
     async with broker_serving(broker, **server_settings) as (url, _):
         yield url
+
+
+async def check_refused_until_unclean(data_dir: pathlib.Path, topic: str, problem: str, **settings: Any) -> None:
+    """A broker on ``data_dir`` starts and serves, but refuses ``topic``, whose stored log it
+    cannot open, with STORAGE_ERROR saying ``problem`` (a regular expression) and how to go
+    on; ``$topics`` marks it unavailable; another topic is served all the while."""
+    broker = Broker(data_dir=data_dir, **settings)
+    async with broker_running(broker) as url, rsnet.connect(url) as conn:
+        for _ in range(2):  # and again: it is not opened meanwhile
+            try:
+                await publish(conn, topic, ["refused"], producer="refused")
+            except rsnet.StreamError as refused:
+                assert refused.code == BrokerCode.STORAGE_ERROR, refused
+                assert re.search(problem, refused.message) and "unclean_recovery = true" in refused.message, refused
+            else:
+                raise AssertionError(f"{topic} was not refused")
+        (listed,) = [item async for item in conn.subscribe("$topics", {"match": topic})]
+        assert re.search(problem, listed["unavailable"]), listed
+        await publish(conn, f"not-{topic}", ["served"], producer="p")
 
 
 async def take(conn, name: str, count: int, /, **params: Any) -> list[dict]:

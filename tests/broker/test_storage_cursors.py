@@ -6,14 +6,13 @@ import os
 import pathlib
 
 import pytest
-import trio
 
 import rsnet
 from rsnet.broker.broker import Broker
 from rsnet.broker.client import commit, publish
-from rsnet.broker.storage import CorruptData, CursorStore, UncleanRecoveryNeeded
+from rsnet.broker.storage import CorruptData, CursorStore
 
-from .support import broker_running
+from .support import broker_running, check_refused_until_unclean
 
 
 def test_a_new_store_is_empty(tmp_path: pathlib.Path) -> None:
@@ -105,12 +104,15 @@ def test_bytes_after_the_cursors_are_reported(tmp_path: pathlib.Path) -> None:
 
 
 @pytest.mark.parametrize("damage", ["a flipped bit", "a directory in its place"])
-async def test_unreadable_cursors_stop_the_start_unless_unclean_recovery(tmp_path: pathlib.Path, damage: str) -> None:
+async def test_unreadable_cursors_refuse_their_topic_unless_unclean_recovery(
+    tmp_path: pathlib.Path, damage: str
+) -> None:
     """Attack round 4: a damaged cursors file was set aside and the start went on, so a consumer
     resuming by its cursor (committed at 5) started at its ``from`` instead, skipping records,
-    with /health at 200. Now it stops the start, as damage recovery cannot place does; with
-    ``unclean_recovery`` it is moved aside, said in the log and in the topic's recovery report
-    (which /health shows), and every cursor restarts."""
+    with /health at 200. Now its topic is refused, as for damage recovery cannot place (it
+    stopped the whole broker's start until this session); with ``unclean_recovery`` it is
+    moved aside, said in the log and in the topic's recovery report (which /health shows),
+    and every cursor restarts."""
     async with broker_running(Broker(data_dir=tmp_path)) as url, rsnet.connect(url) as conn:
         await publish(conn, "jobs", list(range(10)))
         await commit(conn, "jobs", "workers", 5)
@@ -122,9 +124,7 @@ async def test_unreadable_cursors_stop_the_start_unless_unclean_recovery(tmp_pat
     else:
         cursors.unlink()
         cursors.mkdir()
-    async with trio.open_nursery() as nursery:
-        with pytest.raises(UncleanRecoveryNeeded, match=r"jobs/cursors: the committed cursors cannot be read"):
-            await nursery.start(Broker(data_dir=tmp_path).run)
+    await check_refused_until_unclean(tmp_path, "jobs", r"jobs/cursors: the committed cursors cannot be read")
     assert cursors.exists() and not list(cursors.parent.glob("cursors.corrupt-*"))  # nothing was changed
     broker = Broker(data_dir=tmp_path, unclean_recovery=True)
     async with broker_running(broker) as url, rsnet.connect(url) as conn:

@@ -22,10 +22,10 @@ from rsnet.broker.client import commit, publish
 from rsnet.broker.codes import BrokerCode
 from rsnet.broker.daemon import metrics_refresher
 from rsnet.broker.metrics import BrokerMetrics
-from rsnet.broker.storage import FsyncPolicy, OffsetDamaged, Retention, SegmentLog, UncleanRecoveryNeeded
+from rsnet.broker.storage import FsyncPolicy, OffsetDamaged, Retention, SegmentLog
 from rsnet.protocol import ErrorCode
 
-from .support import broker_serving, served_url, start_daemon
+from .support import broker_serving, check_refused_until_unclean, served_url, start_daemon
 from .test_broker_security import http_get
 
 COUNT = 20_000
@@ -202,23 +202,35 @@ async def test_a_flipped_byte_in_the_only_segments_header_stops_nothing_and_cost
         await broker.wait()
 
 
-async def test_the_broker_refuses_to_start_on_damage_it_cannot_place_until_told_to(tmp_path: pathlib.Path) -> None:
+async def test_the_broker_refuses_a_topic_with_damage_it_cannot_place_until_told_to(tmp_path: pathlib.Path) -> None:
+    """It refused to start at all, every other topic with it; now it serves the others, and
+    /health and $topics name the topic and why."""
     (tmp_path / "events").mkdir()
     write(tmp_path / "events", 64 << 20)
     (segment,) = sorted((tmp_path / "events").glob("*.log"))
     data = bytearray(segment.read_bytes())
     data[11] ^= 0x40  # the only segment's format version: 65, written by a newer rsnet or damaged
     segment.write_bytes(data)
-    process = await trio.run_process(
-        [sys.executable, "-m", "rsnet.cli", "broker", "--data-dir", str(tmp_path), "--tcp", "127.0.0.1:0"],
-        capture_stderr=True,
-        check=False,
-    )
-    printed = process.stderr.decode()
-    assert process.returncode == 1 and "Traceback" not in printed
-    assert "cannot start:" in printed and "segment format version 65" in printed
-    assert "unclean_recovery = true" in printed
-    assert "serving" not in printed and segment.read_bytes() == data  # nothing changed
+    flags = ("--data-dir", str(tmp_path), "--tcp", "127.0.0.1:0", "--metrics", "127.0.0.1:0")
+    broker, printed = await start_daemon(*flags, announces=b"metrics on")
+    try:
+        assert "topic events cannot be opened; it is refused until it can be" in printed
+        port = int(printed.split("metrics on http://", 1)[1].split("/", 1)[0].rsplit(":", 1)[1])
+        async with rsnet.connect(served_url(printed)) as conn:
+            with pytest.raises(rsnet.StreamError) as refused:
+                await read_range(conn, "events", 0, 1)
+            assert refused.value.code == BrokerCode.STORAGE_ERROR
+            assert "segment format version 65" in refused.value.message
+            assert "unclean_recovery = true" in refused.value.message
+            (listed,) = [t async for t in conn.subscribe("$topics", {"match": "events"})]
+            assert listed["unavailable"].startswith("cannot be opened: ")
+            await publish(conn, "other", ["served"], producer="p")
+        health = await http_get(port, "/health")
+        assert " 503 " in health.split("\r\n", 1)[0] and '"events": "cannot be opened: ' in health
+    finally:
+        broker.terminate()
+        await broker.wait()
+    assert segment.read_bytes() == data  # nothing changed
 
     config = tmp_path / "rsnet.toml"
     config.write_text("unclean_recovery = true\n")
@@ -227,8 +239,8 @@ async def test_the_broker_refuses_to_start_on_damage_it_cannot_place_until_told_
     )
     try:  # taken for damage: a damaged header, whose records follow it
         async with rsnet.connect(served_url(printed)) as conn:
-            topics = [t async for t in conn.subscribe("$topics")]
-            assert (topics[0]["first_offset"], topics[0]["next_offset"]) == (0, COUNT)
+            (listed,) = [t async for t in conn.subscribe("$topics", {"match": "events"})]
+            assert (listed["first_offset"], listed["next_offset"]) == (0, COUNT) and "unavailable" not in listed
     finally:
         broker.terminate()
         await broker.wait()
@@ -361,11 +373,11 @@ async def test_a_closed_topic_whose_oldest_record_is_damaged_still_gets_its_age_
         assert closed.first_offset == 0 and closed.expires_ms is not None
 
 
-async def test_a_log_that_lost_records_its_cursors_passed_stops_the_start_until_told_to(tmp_path: pathlib.Path) -> None:
+async def test_a_log_that_lost_records_its_cursors_passed_is_refused_until_told_to(tmp_path: pathlib.Path) -> None:
     """The newest (here the only) segment deleted by hand leaves no trace in the log, but a
-    cursor committed past the log's end shows it: the broker refuses to start on that topic,
-    changing nothing, instead of giving the lost offsets to new records that the cursor would
-    then skip; with unclean_recovery it starts and says so."""
+    cursor committed past the log's end shows it: the broker refuses that topic, changing
+    nothing, instead of giving the lost offsets to new records that the cursor would then
+    skip; with unclean_recovery it opens and says so."""
     async with broker_serving(Broker(data_dir=tmp_path)) as (url, _), rsnet.connect(url) as conn:
         await publish(conn, "events", list(range(10)), producer="p")
         await commit(conn, "events", "dashboards", 10)
@@ -373,10 +385,7 @@ async def test_a_log_that_lost_records_its_cursors_passed_stops_the_start_until_
         segment.unlink()
     (tmp_path / "events" / "synced").unlink()  # as an OS crash can lose its last writes
     cursors = (tmp_path / "events" / "cursors").read_bytes()
-    with pytest.raises(UncleanRecoveryNeeded) as refused:
-        await Broker(data_dir=tmp_path).run()  # recovers every topic before it serves
-    assert "committed up to offset 10, but the log ends at 0" in str(refused.value)
-    assert "unclean_recovery = true" in str(refused.value)
+    await check_refused_until_unclean(tmp_path, "events", "committed up to offset 10, but the log ends at 0")
     assert (tmp_path / "events" / "cursors").read_bytes() == cursors  # nothing changed
     async with broker_serving(Broker(data_dir=tmp_path, unclean_recovery=True)) as (url, _):
         async with rsnet.connect(url) as conn:
@@ -384,19 +393,17 @@ async def test_a_log_that_lost_records_its_cursors_passed_stops_the_start_until_
 
 
 @pytest.mark.parametrize("fsync", [FsyncPolicy.ALWAYS, FsyncPolicy.INTERVAL])
-async def test_a_deleted_newest_segment_stops_the_start_until_told_to(
+async def test_a_deleted_only_segment_refuses_its_topic_until_told_to(
     tmp_path: pathlib.Path, fsync: FsyncPolicy
 ) -> None:
     """No cursor needed: the log's synced mark shows that records were synced beyond what the
-    segments hold. With unclean_recovery the broker starts, and the mark follows the log."""
+    segments hold. With unclean_recovery the topic opens, and the mark follows the log."""
     async with broker_serving(Broker(data_dir=tmp_path, fsync=fsync)) as (url, _), rsnet.connect(url) as conn:
         await publish(conn, "events", list(range(10)), producer="p")
     for segment in (tmp_path / "events").glob("*.log"):
         segment.unlink()
-    with pytest.raises(UncleanRecoveryNeeded) as refused:
-        await Broker(data_dir=tmp_path, fsync=fsync).run()
-    assert "records up to offset 9 were synced (so acknowledged)" in str(refused.value)
-    assert "unclean_recovery = true" in str(refused.value)
+    problem = r"records up to offset 9 were synced \(so acknowledged\)"
+    await check_refused_until_unclean(tmp_path, "events", problem, fsync=fsync)
     assert not list((tmp_path / "events").glob("*.log"))  # nothing changed
     async with broker_serving(Broker(data_dir=tmp_path, fsync=fsync, unclean_recovery=True)) as (url, _):
         async with rsnet.connect(url) as conn:
