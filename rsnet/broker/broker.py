@@ -1084,6 +1084,13 @@ class Broker:
                 f"no topic named {name!r}, and publishing does not create it here (auto_create is"
                 " never for it): an admin creates it ($admin create; rsnet topics create)",
             )
+        resume = topic.resume_point(producer)
+        if producer is not None and resume is not None and sequence > resume:
+            # Refused before the broker asks for a record: its producer hears of it on the
+            # offer itself, before it could send and complete it. (An offer at or below the
+            # resume point lifts the fence only once its records come, after the producer's
+            # earlier offers on the connection: opened first, they may still be past the gap.)
+            raise topic.gap_refusal(producer, sequence, resume)
         return TopicSink(
             topic,
             window=self.sink_window,

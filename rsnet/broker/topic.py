@@ -245,11 +245,14 @@ class Topic:
                 # to deliver, say): append stored none of the batch; this producer is refused,
                 # not the topic. It hears why on its $acks too: its offer may have completed
                 # before the record reached the log, so that its stream cannot carry the error.
+                data: dict[str, Any] = {"topic": self.name, "producer": sink.producer}
+                if sink.producer is not None:  # where its stored records end: it resumes there
+                    data["sequence"] = sink.next_sequence
                 refusal = StreamError(
                     ErrorCode.REJECTED,
                     f"a record cannot be stored in {self.name!r}: {unstorable}; nothing after your last "
                     "acknowledged sequence was stored",
-                    {"topic": self.name, "producer": sink.producer},
+                    data,
                 )
                 sink.fail(refusal)
                 if sink.producer is not None:  # its next offer, pipelined, is past a gap now
@@ -276,25 +279,35 @@ class Topic:
         then they are refused, REJECTED on the offer and on the producer's ``$acks`` (its offer
         may have completed already); else the producer's fence, if any, is lifted."""
         producer = sink.producer
-        resume = None if producer is None else self.fences.resume(self.name, producer)
+        resume = self.resume_point(producer)
         if producer is None or resume is None:
             return False
-        stored = self.log.last_sequence(producer)  # records of a refused offer may have been kept
-        if stored is not None:
-            resume = max(resume, stored + 1)
         if sink.next_sequence > resume:
-            refusal = StreamError(
-                ErrorCode.REJECTED,
-                f"records of producer {producer!r} from sequence {resume} on were refused by a failure of"
-                f" {self.name!r} and not stored: offer again from sequence {resume}, not {sink.next_sequence}",
-                {"topic": self.name, "producer": producer, "sequence": resume},
-            )
+            refusal = self.gap_refusal(producer, sink.next_sequence, resume)
             sink.fail(refusal)
             if self._on_storage_failed is not None:
                 self._on_storage_failed(self, refusal, [producer])
             return True
         self.fences.lift(self.name, producer)
         return False
+
+    def resume_point(self, producer: str | None) -> int | None:
+        """The sequence ``producer``, fenced after a failure (fences.py), is to offer again
+        from; None if it is not fenced."""
+        resume = None if producer is None else self.fences.resume(self.name, producer)
+        if producer is None or resume is None:
+            return None
+        stored = self.log.last_sequence(producer)  # records of a refused offer may have been kept
+        return resume if stored is None else max(resume, stored + 1)
+
+    def gap_refusal(self, producer: str, sequence: int, resume: int) -> StreamError:
+        """REJECTED for records of fenced ``producer`` from ``sequence``, past its ``resume``."""
+        return StreamError(
+            ErrorCode.REJECTED,
+            f"records of producer {producer!r} from sequence {resume} on were refused by a failure of"
+            f" {self.name!r} and not stored: offer again from sequence {resume}, not {sequence}",
+            {"topic": self.name, "producer": producer, "sequence": resume},
+        )
 
     def _storage_failed(self, failure: StorageError) -> None:
         """The log could not store (or sync) records: every producer of the topic is refused

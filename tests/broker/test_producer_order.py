@@ -121,3 +121,29 @@ async def test_an_offer_pipelined_after_a_refused_record_is_refused_so_the_resen
         values = [0, 1, 2, 3, 4]
         await publish(conn, "t", values[resume:], producer="p", first_sequence=resume)  # the resend
         assert await stored(conn, "t") == values
+
+
+async def test_an_offer_past_a_refused_producers_resume_point_is_refused_before_a_record_is_asked_for():
+    """Found by a client written from the documents alone: such an offer was ACCEPTed and given
+    demand, and refused only once its records came, so a producer that sent its records and
+    COMPLETE at once never saw that offer's refusal (it came after the stream had closed).
+    The refusal of an unstorable record now says where to resume, too."""
+    too_large = b"x" * (DEFAULT_MAX_RECORD_BYTES - 10)
+    async with broker_running(Broker()) as url, rsnet.connect(url) as conn:
+        client = await RawClient.connect(url)
+        await client.send(Offer(1, "t", {"producer": "p", "sequence": 0}, {}))
+        ended = await offer_eagerly(client, {1: [0, 1, too_large]}, complete=False)
+        resume = ended[1].data["sequence"]  # 0 or 2: whether 0 and 1 were stored in a batch before it
+        assert ended[1].code == ErrorCode.REJECTED and ended[1].data == {
+            "topic": "t",
+            "producer": "p",
+            "sequence": resume,
+        }
+        await client.send(Offer(3, "t", {"producer": "p", "sequence": resume + 1}, {}))
+        refused = await client.next_frame()  # not ACCEPT, not REQUEST: the answer to the OFFER
+        assert isinstance(refused, Error) and refused.stream_id == 3 and refused.code == ErrorCode.REJECTED
+        assert refused.data == {"topic": "t", "producer": "p", "sequence": resume}
+        assert f"offer again from sequence {resume}, not {resume + 1}" in refused.message
+        await client.aclose()
+        await publish(conn, "t", [0, 1, 2][resume:], producer="p", first_sequence=resume)  # the resend
+        assert await stored(conn, "t") == [0, 1, 2]
