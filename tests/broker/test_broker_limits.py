@@ -176,7 +176,8 @@ async def test_a_record_too_large_to_deliver_is_refused_to_its_producer(tmp_path
     fits, too_large = b"x" * (DEFAULT_MAX_RECORD_BYTES - 100), b"x" * (DEFAULT_MAX_RECORD_BYTES - 10)
     async with broker_running(broker) as url, rsnet.connect(url) as conn:
         error = await refused(publish(conn, "big.one", [too_large], producer="p"))
-        assert "record too large" in error.message and error.data == {"topic": "big.one", "producer": "p"}
+        assert "record too large" in error.message
+        assert error.data == {"topic": "big.one", "producer": "p", "sequence": 0}
         assert await publish(conn, "big.one", [fits, "after"], producer="p", first_sequence=0) == 2
         for name, params in [
             ("big.one", {"from": "earliest"}),
