@@ -205,7 +205,7 @@ def _why(exc: Exception) -> str:
     if isinstance(exc, msgpack.FormatError):
         return "a byte no msgpack value starts with (0xc1 is never used)"
     if isinstance(exc, msgpack.StackError):
-        return "values nested deeper than the decoder's stack (SPEC 3: at most 512 levels)"
+        return "values nested deeper than the decoder's stack of 1,024 levels (SPEC 3 allows 512)"
     return str(exc) or type(exc).__name__
 
 
