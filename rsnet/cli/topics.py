@@ -213,6 +213,8 @@ async def run(args: argparse.Namespace) -> int:
             f"{info['topic']:<32} {info['first_offset']:>10} {info['next_offset']:>10} {info['policy']:>12} "
             f"{subscribers:>5} {max(lags, default=0):>8} {info['dropped']:>8}"
         )
+        if info.get("unavailable"):  # its stored log cannot be opened: refused (BROKER.md, $topics)
+            print(f"  unavailable: {info['unavailable']}")
         print_settings(info)
         for cursor, offset in sorted(info.get("cursors", {}).items()):  # e.g. a Spark query's progress
             print(f"  cursor {cursor}: {offset} (lag {max(info['next_offset'] - offset, 0)})")

@@ -216,3 +216,23 @@ def test_sizes_and_durations_as_users_write_them():
     assert retention("records=none,bytes=NONE") == {"max_records": None, "max_bytes": None}
     assert [show_size(n) for n in (1 << 30, 3 << 20, 1000)] == ["1 GiB", "3 MiB", "1000 B"]
     assert [show_duration(s) for s in (604800.0, 5400.0, 90.0, 0.5)] == ["7d", "1h30m", "1m30s", "0.5s"]
+
+
+def test_topics_lists_a_topic_whose_log_cannot_be_opened_as_unavailable_with_why(tmp_path):
+    data = tmp_path / "data"
+    broker = Daemon("broker", "--data-dir", str(data), "--tcp", "127.0.0.1:0")
+    try:
+        assert rsnet("pub", broker.url, "jobs.eu", stdin="1\n2\n").returncode == 0
+    finally:
+        broker.stop()
+    (segment,) = (data / "jobs.eu").glob("*.log")
+    damaged = bytearray(segment.read_bytes())
+    damaged[11] ^= 0x40  # its format version: 65, a newer rsnet's or damaged
+    segment.write_bytes(damaged)
+    broker = Daemon("broker", "--data-dir", str(data), "--tcp", "127.0.0.1:0")
+    try:
+        listed = rsnet("topics", broker.url)
+        assert listed.returncode == 0, listed.stderr
+        assert "  unavailable: cannot be opened: " in listed.stdout and "segment format version 65" in listed.stdout
+    finally:
+        broker.stop()
