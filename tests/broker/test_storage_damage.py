@@ -393,24 +393,24 @@ async def test_a_log_that_lost_records_its_cursors_passed_is_refused_until_told_
 
 
 @pytest.mark.parametrize("fsync", [FsyncPolicy.ALWAYS, FsyncPolicy.INTERVAL])
-async def test_a_deleted_only_segment_refuses_its_topic_until_told_to(
+async def test_a_deleted_only_segment_leaves_its_offsets_damaged_and_never_given_again(
     tmp_path: pathlib.Path, fsync: FsyncPolicy
 ) -> None:
     """No cursor needed: the log's synced mark shows that records were synced beyond what the
-    segments hold. With unclean_recovery the topic opens, and the mark follows the log."""
+    segments hold. It stopped the start, and with unclean_recovery the offsets began at 0
+    again; now they are a damaged range and the topic goes on after them, at every start."""
     async with broker_serving(Broker(data_dir=tmp_path, fsync=fsync)) as (url, _), rsnet.connect(url) as conn:
         await publish(conn, "events", list(range(10)), producer="p")
     for segment in (tmp_path / "events").glob("*.log"):
         segment.unlink()
-    problem = r"records up to offset 9 were synced \(so acknowledged\)"
-    await check_refused_until_unclean(tmp_path, "events", problem, fsync=fsync)
-    assert not list((tmp_path / "events").glob("*.log"))  # nothing changed
-    async with broker_serving(Broker(data_dir=tmp_path, fsync=fsync, unclean_recovery=True)) as (url, _):
-        async with rsnet.connect(url) as conn:
-            await publish(conn, "events", ["new"], producer="q")
-    async with broker_serving(Broker(data_dir=tmp_path, fsync=fsync)) as (url, _):  # starts clean again
-        async with rsnet.connect(url) as conn:
-            assert await publish(conn, "events", ["newer"], producer="q", first_sequence=1) == 1
+    for start in range(2):
+        async with broker_serving(Broker(data_dir=tmp_path, fsync=fsync)) as (url, _), rsnet.connect(url) as conn:
+            with pytest.raises(rsnet.StreamError) as raised:
+                await read_range(conn, "events", 0, 1)
+            assert raised.value.code == BrokerCode.OFFSET_DAMAGED and raised.value.data["next_intact"] == 10
+            if not start:
+                await publish(conn, "events", ["new"], producer="q")
+            assert [r["value"] for r in await read_range(conn, "events", 10, 11)] == ["new"]
 
 
 async def test_a_cursor_cannot_be_committed_past_the_last_stored_record(tmp_path: pathlib.Path) -> None:

@@ -99,7 +99,7 @@ class _Plan:
     missing: list[DamagedRange] = dataclasses.field(default_factory=list)  # offsets no segment file holds
     after_damage: list[str] = dataclasses.field(default_factory=list)  # unclean only: moved to quarantine
     after_damage_bytes: int = 0
-    restart_at: int = 0  # where the log starts if nothing is kept (unclean only)
+    restart_at: int = 0  # where the log starts if nothing is kept (unclean, or every segment file gone)
     first_offset: int | None = None  # where the log starts if not at its first segment (see _check_synced_mark)
     roll_at: int | None = None  # a new active segment starts here, after a damaged end (see _check_synced_mark)
     damaged: list[str] = dataclasses.field(default_factory=list)
@@ -175,10 +175,6 @@ def _plan(directory: str, names: list[str], unclean: bool) -> _Plan:
         plan.damaged.append(
             f"removed {len(plan.after_damage)} segment file(s), {plan.after_damage_bytes} bytes, from the damage on "
             f"(moved to {QUARANTINE}/): " + ", ".join(plan.after_damage)
-        )
-    if not kept and names:
-        plan.damaged.append(
-            f"the log restarts empty at offset {plan.restart_at}; the producers' sequences stored before it are lost"
         )
     return plan
 
@@ -275,9 +271,11 @@ def _check_synced_mark(plan: _Plan, directory: str, unclean: bool) -> None:
         f"records up to offset {mark.offset - 1} were synced (so acknowledged), but the log's intact records end "
         f"before offset {end}: the newest records are damaged or their segment file is missing"
     )
-    if last is None:  # nothing kept to go on from (unclean only)
-        _cannot_place(directory, unclean, missing)
+    if last is None:  # no segment file is left (deleted, or cut by an unclean recovery)
+        start = min(mark.offset, plan.restart_at if mark.first is None else mark.first)
+        plan.missing.append(DamagedRange(start, mark.offset, missing))
         plan.damaged.append(missing)
+        plan.first_offset, plan.restart_at = start, mark.offset  # the new segment starts at the mark
         return
     # The synced records are damaged (what follows the last intact one is not a torn write)
     # or gone: their offsets are a damaged range, and a new segment holds what comes next, so
@@ -454,8 +452,14 @@ def _rebuild(ops: FileOps, directory: str, plan: _Plan, durable: bool) -> Recove
             os.close(active_fd)
             raise
     else:
+        if plan.after_damage or plan.missing:  # there was a log: what it stored is gone
+            plan.damaged.append(
+                f"the log restarts empty at offset {plan.restart_at}; the producers' sequences stored before it are lost"
+            )
         producers = {}
         first_offset = next_offset = plan.restart_at
+        if plan.first_offset is not None:  # offsets up to the restart are a damaged range
+            first_offset = plan.first_offset
         segment = segment_file.create(ops, directory, plan.restart_at, producers, durable)
         if durable:
             ops.sync_directory(directory)
