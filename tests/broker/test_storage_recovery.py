@@ -16,6 +16,7 @@ import os
 import pathlib
 import re
 import zlib
+from typing import Any
 
 import msgpack
 import pytest
@@ -139,6 +140,19 @@ def check_stops_until_unclean(written: Written, problem: str, kept: int) -> None
     with log:
         assert any(re.search(problem, line) for line in report.damaged)
         check_kept(log, kept)
+
+
+def check_placed_by_the_synced_mark_only(directory: pathlib.Path, problem: str, reopen: Any) -> Any:
+    """Damage only the ``synced`` mark can place: without the mark the open stops with
+    ``problem``, changing nothing; with it, ``reopen()`` opens (returned, to be checked)."""
+    mark = (directory / "synced").read_bytes()
+    (directory / "synced").unlink()
+    before = {name: (directory / name).read_bytes() for name in sorted(os.listdir(directory))}
+    with pytest.raises(UncleanRecoveryNeeded, match=problem):
+        reopen()
+    assert {name: (directory / name).read_bytes() for name in sorted(os.listdir(directory))} == before
+    (directory / "synced").write_bytes(mark)
+    return reopen()
 
 
 @pytest.fixture
@@ -416,15 +430,20 @@ def test_a_segment_with_a_damaged_header_keeps_its_records(written: Written, whi
                 assert log.read(written.count, 1)[0].value == "after recovery"
 
 
-def test_the_active_segments_damaged_header_with_no_intact_record_after_it_stops_the_open(written: Written) -> None:
+def test_the_active_segments_damaged_header_with_no_intact_record_after_it_is_placed_by_the_synced_mark(
+    written: Written,
+) -> None:
+    """How many records the segment held is unknown but for the mark: the offsets of the
+    synced ones are a damaged range (it stopped the open, and unclean_recovery gave them again)."""
     last = written.segments()[-1]
     written.flip(last, 12 + 8 + 3)
     for offset in written.records_in(last):
         written.flip(last, written.start_of(offset) + 12)
-    before = written.snapshot()
-    with pytest.raises(UncleanRecoveryNeeded, match="the active segment's header is unreadable, so how many records"):
-        written.reopen()
-    assert written.snapshot() == before
+    problem = "the active segment's header is unreadable, so how many records"
+    log, report = check_placed_by_the_synced_mark_only(written.directory, problem, written.reopen)
+    with log:
+        assert report.damaged[0].startswith(f"{last}: header at byte 12: CRC mismatch")
+        check_damaged(log, int(last[:-4]), 60, 60)
 
 
 def test_damage_from_a_sealed_segments_header_into_its_records_costs_those_records(written: Written) -> None:
@@ -470,7 +489,10 @@ def test_a_flipped_bit_in_a_segments_format_version(written: Written, which: str
         assert [r.offset for r in log.read(0, 10**6)] == list(range(written.count))
 
 
-def test_when_the_only_segment_is_unreadable_the_open_stops_until_unclean_recovery(tmp_path: pathlib.Path) -> None:
+def test_when_the_only_segment_is_unreadable_its_synced_offsets_are_a_damaged_range(tmp_path: pathlib.Path) -> None:
+    """Without the synced mark the open stops (how many records it held is unknown); with
+    it, the offsets of the synced records are a damaged range, never given again (it stopped
+    the open, and unclean_recovery then restarted the log at the segment's first offset)."""
     with SegmentLog.open(tmp_path, Retention(max_records=5), FsyncPolicy.ALWAYS, 256)[0] as log:
         log.append([f"{i:040d}" for i in range(40)], timestamp_ms=0)
         log.enforce_retention(now_ms=0)
@@ -480,12 +502,12 @@ def test_when_the_only_segment_is_unreadable_the_open_stops_until_unclean_recove
             os.unlink(tmp_path / name)
     only = tmp_path / f"{first:020d}.log"
     only.write_bytes(b"rsnet")  # cut inside the magic
-    before = sorted(os.listdir(tmp_path))
-    with pytest.raises(UncleanRecoveryNeeded, match=r"header cut off at byte 5.*unclean_recovery = true"):
-        SegmentLog.open(tmp_path, Retention(), FsyncPolicy.ALWAYS, 256)
-    assert sorted(os.listdir(tmp_path)) == before and only.read_bytes() == b"rsnet"
-    log, report = SegmentLog.open(tmp_path, Retention(), FsyncPolicy.ALWAYS, 256, unclean_recovery=True)
-    with log:  # the offsets of its synced records are a damaged range, never given again
+
+    def reopen() -> tuple[SegmentLog, RecoveryReport]:
+        return SegmentLog.open(tmp_path, Retention(), FsyncPolicy.ALWAYS, 256)
+
+    log, report = check_placed_by_the_synced_mark_only(tmp_path, r"header cut off at byte 5.*unclean_recovery", reopen)
+    with log:
         assert report.damaged[0] == f"{first:020d}.log: header cut off at byte 5"
         assert any(line.startswith("records up to offset 39 were synced (so acknowledged)") for line in report.damaged)
         assert (
@@ -496,20 +518,16 @@ def test_when_the_only_segment_is_unreadable_the_open_stops_until_unclean_recove
         assert [(d.first, d.end) for d in log.damaged_ranges] == [(first, 40)]
         assert log.append(["again"], timestamp_ms=0) == [40]
     assert (tmp_path / "quarantine" / f"{first:020d}.log").read_bytes() == b"rsnet"
-    log, report = SegmentLog.open(tmp_path, Retention(), FsyncPolicy.ALWAYS, 256)  # the same, without unclean
+    log, report = reopen()  # the same at the next open
     with log:
         assert [(d.first, d.end) for d in log.damaged_ranges] == [(first, 40)]
         assert log.read(40, 1)[0].value == "again"
 
 
-def test_an_active_segment_that_is_not_a_segment_stops_the_open_until_unclean_recovery(written: Written) -> None:
+def test_an_active_segment_that_is_not_a_segment_is_placed_by_the_synced_mark(written: Written) -> None:
     last = written.segments()[-1]
     written.path(last).write_bytes(b"PK\x03\x04 something else entirely")
-    before = written.snapshot()
-    with pytest.raises(UncleanRecoveryNeeded, match="not a segment file"):
-        written.reopen()
-    assert written.snapshot() == before
-    log, report = written.reopen(unclean=True)
+    log, report = check_placed_by_the_synced_mark_only(written.directory, "not a segment file", written.reopen)
     with log:  # its records' offsets, synced, are never given again
         assert report.damaged[0] == f"{last}: not a segment file (wrong magic bytes at byte 0)"
         check_damaged(log, int(last[:-4]), 60, 60)

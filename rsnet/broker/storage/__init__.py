@@ -97,7 +97,8 @@ else is bit rot, a bad disk or a hand edit, and must cost no more than the damag
   segments with damage get no sidecar.
 - **Damage recovery cannot place** stops the open with :class:`UncleanRecoveryNeeded`,
   changing nothing: an unreadable header on the active segment with no intact record after
-  it (how many records it held is unknown), a segment that starts inside the previous one,
+  it and no ``synced`` mark (how many records it held is unknown: with a mark, those below it
+  are a damaged range and the rest a torn write), a segment that starts inside the previous one,
   and a partial last record with a damaged mark. With ``unclean_recovery`` the
   log is cut there as before damaged ranges existed: the segments from the damage on are
   moved to ``quarantine/``, and their offsets may be given to new records.

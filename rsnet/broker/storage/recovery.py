@@ -102,6 +102,8 @@ class _Plan:
     restart_at: int = 0  # where the log starts if nothing is kept (unclean, or every segment file gone)
     first_offset: int | None = None  # where the log starts if not at its first segment (see _check_synced_mark)
     roll_at: int | None = None  # a new active segment starts here, after a damaged end (see _check_synced_mark)
+    unplaced: str | None = None  # damage only the synced mark can place: why, for the refusal without one
+    marked: bool = False  # a synced mark was read and used: records below it were acknowledged, the rest not
     damaged: list[str] = dataclasses.field(default_factory=list)
     ignored: list[str] = dataclasses.field(default_factory=list)  # sealed segments scanned despite a sidecar
     trusted: int = 0
@@ -120,6 +122,8 @@ def recover(ops: FileOps, directory: str, durable: bool, unclean: bool = False) 
     plan = _plan(directory, listing.segments, unclean)
     if durable:
         _check_synced_mark(plan, directory, unclean)
+    if plan.unplaced is not None and not plan.marked:
+        _cannot_place(directory, unclean, plan.unplaced)
     _repair(ops, directory, listing, plan, durable)
     return _rebuild(ops, directory, plan, durable)
 
@@ -155,11 +159,10 @@ def _plan(directory: str, names: list[str], unclean: bool) -> _Plan:
             # none follows its header is how many it held unknown. (A format version this
             # code does not know gets here only with ``unclean``, which treats it as damage.)
             if active and not segment_file.intact_past_header(found):
-                _cannot_place(
-                    directory,
-                    unclean,
+                # How many records it held is unknown: the synced mark may tell (recover).
+                plan.unplaced = (
                     f"{name}: {found.header_problem}: the active segment's header is unreadable, so how many "
-                    "records it held is unknown",
+                    "records it held is unknown"
                 )
                 plan.damaged.append(f"{name}: {found.header_problem}")
                 plan.after_damage = names[index:]
@@ -246,6 +249,9 @@ def _check_synced_mark(plan: _Plan, directory: str, unclean: bool) -> None:
     mark = synced_mark.read(directory)
     if mark.problem is not None:
         plan.damaged.append(f"{mark.problem}; not used (the log writes a new one as it syncs)")
+    # An active segment with an unreadable header and no intact record after it held, of
+    # acknowledged records, those below the mark: they are damaged (below), the rest a torn write.
+    plan.marked = mark.offset is not None and not mark.damaged
     last = plan.kept[-1] if plan.kept else None
     if mark.damaged and last is not None and last.valid_bytes < last.file_bytes:
         problem = (
