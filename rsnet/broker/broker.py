@@ -106,6 +106,11 @@ OFFER stream; see :class:`~rsnet.broker.topic.TopicSink` for how records are siz
 MAX_ID_LENGTH = 255
 """Longest producer id or cursor name, in characters (they are stored with records and cursors)."""
 
+REOPEN_AFTER_S = 5.0
+"""A stored topic whose log could not be opened is refused for this long from that failure
+before its recovery runs again: each attempt reads its whole log, and a client repeating a
+request to it would otherwise make the broker do so at every request."""
+
 LISTED_SUBSCRIBERS = 100
 """Subscribers a ``$topics`` item lists (the furthest behind; ``subscriber_count`` counts them
 all): a list of every one, some 17 bytes each, made a topic with 80,000 idle subscriptions too
@@ -261,6 +266,8 @@ class Broker:
         # Topics that exist and whose log could not be opened the last time it was tried, and
         # why (for /health): at most one entry per topic, removed when it opens.
         self.unopenable: dict[str, str] = {}
+        self._open_failed: dict[str, tuple[float, StorageError]] = {}  # the same topics: when, and why
+
         self._idle_since: dict[Topic, float] = {}
         self._failure_log = RateLimitedLog(log, TRACEBACKS_PER_MINUTE)  # failures a client can repeat
         self._nursery: trio.Nursery | None = None
@@ -327,8 +334,8 @@ class Broker:
             topic = self._open_topic(name)
         except StorageError as failure:
             log.error("topic %s cannot be opened; it is refused until it can be: %s", name, failure)
-            self.unopenable[name] = f"cannot be opened: {failure}"
             self._closed[name] = _ClosedTopic(0, 0, 0, (0, 0, 0, 0), None)  # what it holds is unknown
+            self._open_failure(name, failure)
             return
         self._close_topic(topic)
 
@@ -497,6 +504,9 @@ class Broker:
                     f"cannot create topic {name!r}: the broker hosts its maximum of {self.max_topics} topics",
                     {"topic": name, "max_topics": self.max_topics},
                 )
+        failed = self._open_failed.get(name)
+        if failed is not None and trio.current_time() < failed[0] + REOPEN_AFTER_S:
+            raise storage_refusal(name, failed[1], f"topic {name!r} cannot be opened: {failed[1]}")
         try:
             topic = self._open_topic(name)
         except StorageError as failure:  # e.g. no space for a new topic's directory: refuse this stream only
@@ -504,10 +514,17 @@ class Broker:
             # would otherwise write a line per attempt (2,000 in 0.8 s, measured).
             self._failure_log.log(logging.ERROR, "topic %s cannot be opened: %s", name, failure)
             if self.exists(name):  # (one that could not be created does not exist: its refusal says it)
-                self.unopenable[name] = f"cannot be opened: {failure}"
+                self._open_failure(name, failure)
             raise storage_refusal(name, failure, f"topic {name!r} cannot be opened: {failure}") from None
         self.unopenable.pop(name, None)
+        self._open_failed.pop(name, None)
         return topic
+
+    def _open_failure(self, name: str, failure: StorageError) -> None:
+        """The stored topic ``name`` could not be opened: say so (``unopenable``, /health) and
+        refuse it from this failure for REOPEN_AFTER_S."""
+        self.unopenable[name] = f"cannot be opened: {failure}"
+        self._open_failed[name] = (trio.current_time(), failure)
 
     def settings(self, name: str) -> TopicSettings:
         """The topic's effective settings: ``settings_for``'s, with those an administrator set
@@ -735,6 +752,7 @@ class Broker:
             memory_log.release()
         self.fences.forget_topic(topic.name)
         self.unopenable.pop(topic.name, None)
+        self._open_failed.pop(topic.name, None)
         self._close_topic(topic)  # nothing more is written to its directory
         doomed = None
         if self.data_dir is not None and (self.data_dir / topic.name).exists():

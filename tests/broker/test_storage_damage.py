@@ -17,6 +17,7 @@ import pytest
 import trio
 
 import rsnet
+from rsnet.broker import broker as broker_module
 from rsnet.broker.broker import Broker, TopicSettings
 from rsnet.broker.client import commit, publish
 from rsnet.broker.codes import BrokerCode
@@ -439,3 +440,36 @@ async def test_damage_found_at_start_stays_in_the_report_when_the_topic_is_opene
         broker._close_topic(broker.topics["events"])
         broker.topic("events", create=False)  # opened again: nothing left to find
         assert broker.recovery["events"].damaged == found
+
+
+async def test_a_topic_that_cannot_be_opened_is_not_recovered_again_at_every_request(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each attempt to open it reads its whole log: a client repeating a request to it made
+    the broker do that at every request. It is refused from the last failure for
+    REOPEN_AFTER_S, then tried again."""
+    (tmp_path / "events").mkdir()
+    write(tmp_path / "events", 64 << 20)
+    (segment,) = sorted((tmp_path / "events").glob("*.log"))
+    data = bytearray(segment.read_bytes())
+    data[11] ^= 0x40  # the only segment's format version: refused until an operator decides
+    segment.write_bytes(data)
+    opened = []
+    real_open = SegmentLog.open
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        opened.append(args[0])
+        return real_open(*args, **kwargs)
+
+    monkeypatch.setattr(SegmentLog, "open", counted)
+    async with broker_serving(Broker(data_dir=tmp_path)) as (url, _), rsnet.connect(url) as conn:
+        assert len(opened) == 1  # at start
+        for _ in range(20):
+            with pytest.raises(rsnet.StreamError) as refused:
+                await read_range(conn, "events", 0, 1)
+            assert refused.value.code == BrokerCode.STORAGE_ERROR and "format version 65" in refused.value.message
+        assert len(opened) == 1
+        monkeypatch.setattr(broker_module, "REOPEN_AFTER_S", 0.0)  # as if that long had passed
+        with pytest.raises(rsnet.StreamError):
+            await read_range(conn, "events", 0, 1)
+        assert len(opened) == 2
