@@ -64,7 +64,7 @@ async def test_a_record_too_deep_to_deliver_is_rejected_and_the_acknowledged_one
         refused = await producer.frame_of(Error, 3)
         assert refused.code == ErrorCode.REJECTED
         assert f"nests deeper than {MAX_VALUE_LEVELS} levels" in refused.message
-        assert refused.data == {"topic": "deep", "producer": "p"}
+        assert refused.data == {"topic": "deep", "producer": "p", "sequence": 1}  # where it resumes
 
         # The deepest record that can be delivered was stored, and reaches a subscriber in
         # frames within the spec's limit, in every shape of item.
