@@ -267,7 +267,6 @@ class Broker:
         # why (for /health): at most one entry per topic, removed when it opens.
         self.unopenable: dict[str, str] = {}
         self._open_failed: dict[str, tuple[float, StorageError]] = {}  # the same topics: when, and why
-
         self._idle_since: dict[Topic, float] = {}
         self._failure_log = RateLimitedLog(log, TRACEBACKS_PER_MINUTE)  # failures a client can repeat
         self._nursery: trio.Nursery | None = None

@@ -109,9 +109,9 @@ else is bit rot, a bad disk or a hand edit, and must cost no more than the damag
   records are damaged too: its records are found after it by their frames, as past any
   damage (the active segment's end where its intact records do, as always); what the header
   alone held (the producers' sequences as of the segment's creation) is lost. On the active
-  segment that needs one intact record after the header (it used to stop the open however
-  many followed: one flipped bit in a one-segment topic's header cost all of its records
-  under ``unclean_recovery``). ``unclean_recovery`` treats an unknown version on the newest
+  segment that needs one intact record after the header, or else the ``synced`` mark (above):
+  it used to stop the open however many followed, and one flipped bit in a one-segment
+  topic's header cost all of its records under ``unclean_recovery``. ``unclean_recovery`` treats an unknown version on the newest
   segment as damage.
 
 Compared with Kafka: its log recovery truncates at the first invalid batch, and only scans
