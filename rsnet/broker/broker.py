@@ -263,10 +263,9 @@ class Broker:
         self._recent_budget = RecentBudget()  # encoded recent records, all topics together
         self._closed: dict[str, _ClosedTopic] = {}  # durable topics on disk whose log is closed
         self.fences = Fences()  # producers a topic's failure refused, across its reopenings
-        # Topics that exist and whose log could not be opened the last time it was tried, and
-        # why (for /health): at most one entry per topic, removed when it opens.
-        self.unopenable: dict[str, str] = {}
-        self._open_failed: dict[str, tuple[float, StorageError]] = {}  # the same topics: when, and why
+        # Topics that exist and whose log could not be opened the last time it was tried: when,
+        # and why. At most one entry per topic, removed when it opens (see ``unopenable``).
+        self._open_failed: dict[str, tuple[float, StorageError]] = {}
         self._idle_since: dict[Topic, float] = {}
         self._failure_log = RateLimitedLog(log, TRACEBACKS_PER_MINUTE)  # failures a client can repeat
         self._nursery: trio.Nursery | None = None
@@ -334,7 +333,7 @@ class Broker:
         except StorageError as failure:
             log.error("topic %s cannot be opened; it is refused until it can be: %s", name, failure)
             self._closed[name] = _ClosedTopic(0, 0, 0, (0, 0, 0, 0), None)  # what it holds is unknown
-            self._open_failure(name, failure)
+            self._open_failed[name] = (trio.current_time(), failure)
             return
         self._close_topic(topic)
 
@@ -505,25 +504,27 @@ class Broker:
                 )
         failed = self._open_failed.get(name)
         if failed is not None and trio.current_time() < failed[0] + REOPEN_AFTER_S:
-            raise storage_refusal(name, failed[1], f"topic {name!r} cannot be opened: {failed[1]}")
-        try:
-            topic = self._open_topic(name)
-        except StorageError as failure:  # e.g. no space for a new topic's directory: refuse this stream only
-            # Rate-limited: a client retrying a publish to a topic a full disk cannot create
-            # would otherwise write a line per attempt (2,000 in 0.8 s, measured).
-            self._failure_log.log(logging.ERROR, "topic %s cannot be opened: %s", name, failure)
-            if self.exists(name):  # (one that could not be created does not exist: its refusal says it)
-                self._open_failure(name, failure)
-            raise storage_refusal(name, failure, f"topic {name!r} cannot be opened: {failure}") from None
-        self.unopenable.pop(name, None)
-        self._open_failed.pop(name, None)
-        return topic
+            failure = failed[1]  # refused from that failure, without reading its log again
+        else:
+            try:
+                topic = self._open_topic(name)
+            except StorageError as error:  # e.g. no space for a new topic's directory: refuse this stream only
+                # Rate-limited: a client retrying a publish to a topic a full disk cannot create
+                # would otherwise write a line per attempt (2,000 in 0.8 s, measured).
+                self._failure_log.log(logging.ERROR, "topic %s cannot be opened: %s", name, error)
+                if self.exists(name):  # (one that could not be created does not exist: its refusal says it)
+                    self._open_failed[name] = (trio.current_time(), error)
+                failure = error
+            else:
+                self._open_failed.pop(name, None)
+                return topic
+        raise storage_refusal(name, failure, f"topic {name!r} cannot be opened: {failure}")
 
-    def _open_failure(self, name: str, failure: StorageError) -> None:
-        """The stored topic ``name`` could not be opened: say so (``unopenable``, /health) and
-        refuse it from this failure for REOPEN_AFTER_S."""
-        self.unopenable[name] = f"cannot be opened: {failure}"
-        self._open_failed[name] = (trio.current_time(), failure)
+    @property
+    def unopenable(self) -> dict[str, str]:
+        """Topics that exist and whose log could not be opened the last time it was tried, and
+        why (for /health and ``$topics``)."""
+        return {name: f"cannot be opened: {failure}" for name, (_, failure) in self._open_failed.items()}
 
     def settings(self, name: str) -> TopicSettings:
         """The topic's effective settings: ``settings_for``'s, with those an administrator set
@@ -750,7 +751,6 @@ class Broker:
         if memory_log is not None:
             memory_log.release()
         self.fences.forget_topic(topic.name)
-        self.unopenable.pop(topic.name, None)
         self._open_failed.pop(topic.name, None)
         self._close_topic(topic)  # nothing more is written to its directory
         doomed = None
@@ -1160,7 +1160,7 @@ class Broker:
             "cursors": self._committed(name),
             "damaged": [{"first": d.first, "end": d.end, "problem": d.problem} for d in damaged],
             **self.describe_settings(name),
-            **({"unavailable": self.unopenable[name]} if name in self.unopenable else {}),
+            **({"unavailable": self.unopenable[name]} if name in self._open_failed else {}),
         }
 
     def describe_settings(self, name: str) -> dict[str, Any]:

@@ -294,8 +294,10 @@ class Topic:
     def resume_point(self, producer: str | None) -> int | None:
         """The sequence ``producer``, fenced after a failure (fences.py), is to offer again
         from; None if it is not fenced."""
-        resume = None if producer is None else self.fences.resume(self.name, producer)
-        if producer is None or resume is None:
+        if producer is None:
+            return None
+        resume = self.fences.resume(self.name, producer)
+        if resume is None:
             return None
         stored = self.log.last_sequence(producer)  # records of a refused offer may have been kept
         return resume if stored is None else max(resume, stored + 1)

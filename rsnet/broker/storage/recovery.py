@@ -103,7 +103,6 @@ class _Plan:
     first_offset: int | None = None  # where the log starts if not at its first segment (see _check_synced_mark)
     roll_at: int | None = None  # a new active segment starts here, after a damaged end (see _check_synced_mark)
     unplaced: str | None = None  # damage only the synced mark can place: why, for the refusal without one
-    marked: bool = False  # a synced mark was read and used: records below it were acknowledged, the rest not
     damaged: list[str] = dataclasses.field(default_factory=list)
     ignored: list[str] = dataclasses.field(default_factory=list)  # sealed segments scanned despite a sidecar
     trusted: int = 0
@@ -120,9 +119,12 @@ def recover(ops: FileOps, directory: str, durable: bool, unclean: bool = False) 
     :class:`UncleanRecoveryNeeded` for damage it cannot place unless ``unclean``."""
     listing = _list(directory)
     plan = _plan(directory, listing.segments, unclean)
+    mark = synced_mark.read(directory) if durable else synced_mark.Mark(None)
     if durable:
-        _check_synced_mark(plan, directory, unclean)
-    if plan.unplaced is not None and not plan.marked:
+        _check_synced_mark(plan, directory, mark, unclean)
+    if plan.unplaced is not None and (mark.offset is None or mark.damaged):
+        # Without a mark to say which of its records were acknowledged (those below it are
+        # then a damaged range, _check_synced_mark; the rest a torn write), it cannot be placed.
         _cannot_place(directory, unclean, plan.unplaced)
     _repair(ops, directory, listing, plan, durable)
     return _rebuild(ops, directory, plan, durable)
@@ -239,19 +241,15 @@ def _check_version(directory: str, names: list[str], index: int, found: Scan, un
         )
 
 
-def _check_synced_mark(plan: _Plan, directory: str, unclean: bool) -> None:
+def _check_synced_mark(plan: _Plan, directory: str, mark: synced_mark.Mark, unclean: bool) -> None:
     """The log must not end before the offset its last sync reported (``synced_mark.py``):
     records below it were synced, so acknowledged, and cutting or missing them is damage.
     Without a mark that checks, a partial last record may be cut only if the mark was never
     there (or blank): a damaged mark may have covered it. Records missing before the first
     segment, after where retention last cut, are a damaged range as missing segments between
     others are."""
-    mark = synced_mark.read(directory)
     if mark.problem is not None:
         plan.damaged.append(f"{mark.problem}; not used (the log writes a new one as it syncs)")
-    # An active segment with an unreadable header and no intact record after it held, of
-    # acknowledged records, those below the mark: they are damaged (below), the rest a torn write.
-    plan.marked = mark.offset is not None and not mark.damaged
     last = plan.kept[-1] if plan.kept else None
     if mark.damaged and last is not None and last.valid_bytes < last.file_bytes:
         problem = (
