@@ -142,16 +142,25 @@ def check_stops_until_unclean(written: Written, problem: str, kept: int) -> None
         check_kept(log, kept)
 
 
-def check_placed_by_the_synced_mark_only(directory: pathlib.Path, problem: str, reopen: Any) -> Any:
-    """Damage only the ``synced`` mark can place: without the mark the open stops with
-    ``problem``, changing nothing; with it, ``reopen()`` opens (returned, to be checked)."""
-    mark = (directory / "synced").read_bytes()
-    (directory / "synced").unlink()
+EITHER_MARK_FILE = pytest.mark.parametrize(
+    "kept", [synced_mark.MARK_NAMES, ("synced",), ("synced.copy",)], ids=["mark", "synced-only", "copy-only"]
+)
+"""The mark's two files, or either alone (the other deleted, say): each is the whole mark."""
+
+
+def check_placed_by_the_synced_mark_only(directory: pathlib.Path, problem: str, reopen: Any, kept: Any) -> Any:
+    """Damage only the ``synced`` mark can place: without the mark (neither of its files) the
+    open stops with ``problem``, changing nothing; with its files ``kept``, ``reopen()``
+    opens (returned, to be checked)."""
+    mark = {name: (directory / name).read_bytes() for name in synced_mark.MARK_NAMES}
+    for name in synced_mark.MARK_NAMES:
+        (directory / name).unlink()
     before = {name: (directory / name).read_bytes() for name in sorted(os.listdir(directory))}
     with pytest.raises(UncleanRecoveryNeeded, match=problem):
         reopen()
     assert {name: (directory / name).read_bytes() for name in sorted(os.listdir(directory))} == before
-    (directory / "synced").write_bytes(mark)
+    for name in kept:
+        (directory / name).write_bytes(mark[name])
     return reopen()
 
 
@@ -225,9 +234,11 @@ def test_a_synced_mark_that_does_not_check_is_reported_and_written_again(written
 
 
 def test_a_mark_of_the_first_layout_is_read_without_a_start(written: Written) -> None:
-    """A 16-byte mark (no start offset), as logs written before start offsets were kept have."""
+    """A 16-byte mark (no start offset), as logs written before start offsets were kept have
+    (and before the mark had a copy)."""
     body = b"RSHW" + (60).to_bytes(8, "big")
     (written.directory / "synced").write_bytes(body + zlib.crc32(body).to_bytes(4, "big"))
+    (written.directory / "synced.copy").unlink()
     assert synced_mark.read(str(written.directory)) == synced_mark.Mark(60, None)
     last = written.segments()[-1]
     os.truncate(written.path(last), written.start_of(59) + 20)  # covered by that mark: not a torn write
@@ -236,13 +247,68 @@ def test_a_mark_of_the_first_layout_is_read_without_a_start(written: Written) ->
         assert [(d.first, d.end) for d in log.damaged_ranges] == [(59, 60)]
 
 
-def test_a_partial_last_record_with_a_damaged_mark_stops_the_open_until_unclean_recovery(written: Written) -> None:
-    """Two faults at once: the mark that would say whether the last record was synced does not
-    check, so cutting the record could take an acknowledged one and give its offset again."""
+@pytest.mark.parametrize("damaged", [("synced",), ("synced.copy",)])
+def test_a_partial_last_record_with_one_mark_file_damaged_is_placed_by_the_other(
+    written: Written, damaged: tuple[str, ...]
+) -> None:
+    """Two faults at once, the mark kept twice for them: the other file says the last record
+    was synced, so it is a damaged range (with one file, the open stopped: see below)."""
     last = written.segments()[-1]
     os.truncate(written.path(last), written.start_of(59) + 20)
-    (written.directory / "synced").write_bytes(synced_mark.encode(60, 0)[:23] + b"\x00")  # a CRC byte changed
+    (written.directory / damaged[0]).write_bytes(synced_mark.encode(60, 0)[:23] + b"\x00")  # a CRC byte changed
+    log, report = written.reopen()
+    with log:
+        assert report.damaged[0] == (
+            f"{damaged[0]}: the bytes do not check (CRC); not used (the log writes a new one as it syncs)"
+        )
+        check_damaged(log, 59, 60, 60)
+    assert synced_mark.read(str(written.directory)) == synced_mark.Mark(61, 0)  # both files written again
+
+
+def test_a_partial_last_record_with_both_mark_files_damaged_stops_the_open_until_unclean_recovery(
+    written: Written,
+) -> None:
+    """Three faults at once: the mark that would say whether the last record was synced does
+    not check in either file, so cutting the record could take an acknowledged one and give its
+    offset again."""
+    last = written.segments()[-1]
+    os.truncate(written.path(last), written.start_of(59) + 20)
+    for name in synced_mark.MARK_NAMES:
+        (written.directory / name).write_bytes(synced_mark.encode(60, 0)[:23] + b"\x00")  # a CRC byte changed
     check_stops_until_unclean(written, r"ends in bytes that are not a whole record .* is itself damaged", 59)
+
+
+@pytest.mark.parametrize("file", synced_mark.MARK_NAMES)
+@pytest.mark.parametrize("damage", ["deleted", "blank", "flipped"])
+@pytest.mark.parametrize("loss", ["cut at a record boundary", "newest segment deleted"])
+def test_one_mark_file_damaged_and_synced_records_missing_at_the_end_is_found_by_the_other(
+    written: Written, file: str, damage: str, loss: str
+) -> None:
+    """Two faults at once: when the mark was one file, its damage (deleted, blanked, a bit
+    flipped) with synced records missing at the end took those acknowledged records unreported
+    and gave their offsets to new records (fault round 5: 50 of 128 double damages). The
+    other file says they were synced: their offsets are a damaged range, never given again."""
+    last = written.segments()[-1]
+    lost = written.records_in(last)[-3] if loss == "cut at a record boundary" else int(last[:-4])
+    if loss == "cut at a record boundary":
+        os.truncate(written.path(last), written.start_of(lost))
+    else:
+        written.path(last).unlink()
+    mark = written.path(file)
+    if damage == "deleted":
+        mark.unlink()
+    elif damage == "blank":
+        mark.write_bytes(bytes(24))
+    else:
+        written.flip(file, 9)
+    log, report = written.reopen()
+    with log:
+        assert any(line.startswith("records up to offset 59 were synced (so acknowledged)") for line in report.damaged)
+        check_damaged(log, lost, 60, 60)
+    log, report = written.reopen()  # found again at the next open, the record appended after it kept
+    with log:
+        assert [(d.first, d.end) for d in log.damaged_ranges] == [(lost, 60)]
+        assert log.read(60, 1)[0].value == "after recovery"
 
 
 @pytest.mark.parametrize("blank", [b"", bytes(16)], ids=["empty", "zeros"])
@@ -251,11 +317,13 @@ def test_a_blank_mark_is_no_evidence_and_a_partial_last_record_is_cut(written: W
     were none, so a torn last write is cut as usual (and reported)."""
     last = written.segments()[-1]
     os.truncate(written.path(last), written.start_of(59) + 20)
-    (written.directory / "synced").write_bytes(blank)
+    for name in synced_mark.MARK_NAMES:
+        (written.directory / name).write_bytes(blank)
     log, report = written.reopen()
     with log:
         assert report.damaged[0] == (
             f"synced: blank ({len(blank)} bytes, all zero): its first write did not reach the disk; "
+            f"synced.copy: blank ({len(blank)} bytes, all zero): its first write did not reach the disk; "
             "not used (the log writes a new one as it syncs)"
         )
         assert "a torn last write" in report.damaged[1]
@@ -264,12 +332,14 @@ def test_a_blank_mark_is_no_evidence_and_a_partial_last_record_is_cut(written: W
 
 
 def test_a_synced_mark_that_cannot_be_read_is_reported_and_the_log_works(written: Written) -> None:
-    (written.directory / "synced").unlink()
-    (written.directory / "synced").mkdir()  # not a file: the mark can be neither read nor written
+    for name in synced_mark.MARK_NAMES:
+        (written.directory / name).unlink()
+        (written.directory / name).mkdir()  # not a file: the mark can be neither read nor written
     log, report = written.reopen()
     with log:
         assert report.damaged == [
-            "synced: cannot be read (Is a directory); not used (the log writes a new one as it syncs)"
+            "synced: cannot be read (Is a directory); synced.copy: cannot be read (Is a directory); "
+            "not used (the log writes a new one as it syncs)"
         ]
         check_kept(log, 60)  # appends and syncs go on without a mark
 
@@ -430,8 +500,9 @@ def test_a_segment_with_a_damaged_header_keeps_its_records(written: Written, whi
                 assert log.read(written.count, 1)[0].value == "after recovery"
 
 
+@EITHER_MARK_FILE
 def test_the_active_segments_damaged_header_with_no_intact_record_after_it_is_placed_by_the_synced_mark(
-    written: Written,
+    written: Written, kept: Any
 ) -> None:
     """How many records the segment held is unknown but for the mark: the offsets of the
     synced ones are a damaged range (it stopped the open, and unclean_recovery gave them again)."""
@@ -440,7 +511,7 @@ def test_the_active_segments_damaged_header_with_no_intact_record_after_it_is_pl
     for offset in written.records_in(last):
         written.flip(last, written.start_of(offset) + 12)
     problem = "the active segment's header is unreadable, so how many records"
-    log, report = check_placed_by_the_synced_mark_only(written.directory, problem, written.reopen)
+    log, report = check_placed_by_the_synced_mark_only(written.directory, problem, written.reopen, kept)
     with log:
         assert report.damaged[0].startswith(f"{last}: header at byte 12: CRC mismatch")
         check_damaged(log, int(last[:-4]), 60, 60)
@@ -489,7 +560,10 @@ def test_a_flipped_bit_in_a_segments_format_version(written: Written, which: str
         assert [r.offset for r in log.read(0, 10**6)] == list(range(written.count))
 
 
-def test_when_the_only_segment_is_unreadable_its_synced_offsets_are_a_damaged_range(tmp_path: pathlib.Path) -> None:
+@EITHER_MARK_FILE
+def test_when_the_only_segment_is_unreadable_its_synced_offsets_are_a_damaged_range(
+    tmp_path: pathlib.Path, kept: Any
+) -> None:
     """Without the synced mark the open stops (how many records it held is unknown); with
     it, the offsets of the synced records are a damaged range, never given again (it stopped
     the open, and unclean_recovery then restarted the log at the segment's first offset)."""
@@ -506,7 +580,9 @@ def test_when_the_only_segment_is_unreadable_its_synced_offsets_are_a_damaged_ra
     def reopen() -> tuple[SegmentLog, RecoveryReport]:
         return SegmentLog.open(tmp_path, Retention(), FsyncPolicy.ALWAYS, 256)
 
-    log, report = check_placed_by_the_synced_mark_only(tmp_path, r"header cut off at byte 5.*unclean_recovery", reopen)
+    log, report = check_placed_by_the_synced_mark_only(
+        tmp_path, r"header cut off at byte 5.*unclean_recovery", reopen, kept
+    )
     with log:
         assert report.damaged[0] == f"{first:020d}.log: header cut off at byte 5"
         assert any(line.startswith("records up to offset 39 were synced (so acknowledged)") for line in report.damaged)
@@ -524,10 +600,11 @@ def test_when_the_only_segment_is_unreadable_its_synced_offsets_are_a_damaged_ra
         assert log.read(40, 1)[0].value == "again"
 
 
-def test_an_active_segment_that_is_not_a_segment_is_placed_by_the_synced_mark(written: Written) -> None:
+@EITHER_MARK_FILE
+def test_an_active_segment_that_is_not_a_segment_is_placed_by_the_synced_mark(written: Written, kept: Any) -> None:
     last = written.segments()[-1]
     written.path(last).write_bytes(b"PK\x03\x04 something else entirely")
-    log, report = check_placed_by_the_synced_mark_only(written.directory, "not a segment file", written.reopen)
+    log, report = check_placed_by_the_synced_mark_only(written.directory, "not a segment file", written.reopen, kept)
     with log:  # its records' offsets, synced, are never given again
         assert report.damaged[0] == f"{last}: not a segment file (wrong magic bytes at byte 0)"
         check_damaged(log, int(last[:-4]), 60, 60)
@@ -623,8 +700,9 @@ def test_retention_makes_the_new_start_durable_before_it_deletes_a_segment(tmp_p
         files.calls.clear()
         assert log.enforce_retention(now_ms=0) > 0
         first = log.first_offset
-        assert files.calls[0] == ("datasync", "synced")  # no prepared sync: on this thread, first
-        assert {call for call, _ in files.calls[1:]} == {"unlink"}
+        # No prepared sync: on this thread, first.
+        assert files.calls[:2] == [("datasync", "synced"), ("datasync", "synced.copy")]
+        assert {call for call, _ in files.calls[2:]} == {"unlink"}
         assert synced_mark.read(str(tmp_path)).first == first
     log, report = SegmentLog.open(tmp_path, Retention(max_records=20), FsyncPolicy.ALWAYS, SEGMENT_BYTES)
     with log:
@@ -642,7 +720,7 @@ def test_a_prepared_retention_sync_covers_only_what_had_expired_then(tmp_path: p
         assert sorted(os.listdir(tmp_path)) == before  # and nothing deleted
         files.calls.clear()
         sync()  # what the broker runs on a worker thread
-        assert files.calls == [("datasync", "synced")]
+        assert files.calls == [("datasync", "synced"), ("datasync", "synced.copy")]
         for n in range(60, 100):  # more expires before retention goes on
             log.append([{"n": n, "pad": "x" * 30}], timestamp_ms=n)
         files.calls.clear()

@@ -72,15 +72,16 @@ else is bit rot, a bad disk or a hand edit, and must cost no more than the damag
 - **Torn tail.** Damage in the active segment with no intact record after it is the last
   write, cut short: the segment is cut there (a copy of the cut bytes is kept in
   ``quarantine/``). Under ALWAYS and INTERVAL nothing cut was acknowledged: each sync that
-  succeeds records how far it went in the file ``synced`` (``synced_mark.py``), and a log
+  succeeds records how far it went in the file ``synced`` and its copy ``synced.copy``
+  (``synced_mark.py``: two, so that one damaged or deleted is not lost evidence), and a log
   whose intact records end before that mark did not end in a torn write: the offsets up to
   the mark are a damaged range (those records are damaged, or their segment file is gone),
   and a new segment starts at the mark, so that the range is found again at every open and
   its offsets are never given to other records (it used to stop the open, and
   ``unclean_recovery`` then gave them again). A partial last record when the mark itself is
-  damaged (it may have covered that record) is damage recovery cannot place (below); a mark
-  that is blank, as an OS crash leaves its first write, is no evidence either way and the
-  tail is cut.
+  damaged, in both files (it may have covered that record), is damage recovery cannot place
+  (below); a mark that is blank, as an OS crash leaves its first write, is no evidence either
+  way and the tail is cut.
 - **Damage in the middle.** After a damaged record the scan searches, byte by byte, for the
   next intact one (its frame checks, its offset is plausible and the frame after it follows
   on). The offsets in between become a :class:`DamagedRange`: never reused, reported, and

@@ -743,7 +743,8 @@ class SegmentLog(TopicLog):
         self._size_bytes = sum(segment.size for segment in self._segments)
         self._mark_synced()
         if self.fsync is FsyncPolicy.NEVER:  # no mark is kept: one left from another policy goes
-            unlink_if_present(self._files, os.path.join(self.directory, synced_mark.MARK_NAME), quiet=True)
+            for name in synced_mark.MARK_NAMES:
+                unlink_if_present(self._files, os.path.join(self.directory, name), quiet=True)
         else:  # recovery synced everything it kept (and after an unclean one, the log ends lower)
             self._write_synced_mark()
 

@@ -13,21 +13,29 @@ log before the first, and reports records missing after the second as damage.
 The synced offset is written after the fsync it reports has returned, and the mark is not
 fsynced for it: an OS crash may lose its latest writes, leaving it lower than it could be
 (less is checked), never higher than what is durable (nothing acknowledged is ever claimed
-that was not synced). A process crash loses nothing the OS has. It costs one small file write
-per sync. The start offset is the other way round: a lost write would leave it lower than the
+that was not synced). A process crash loses nothing the OS has. It costs two small file writes
+per sync: the mark is kept twice, in ``synced`` and ``synced.copy``, each written and synced
+alike, because it is the only evidence of which records at the end were acknowledged. With
+one file, its damage or deletion together with records missing at the end (a second fault)
+lost those records unreported and gave their offsets to new ones; now that takes both files
+and the records. Each offset a file that checks holds is a bound that is never wrong (the
+synced offset from below, the start from below too: retention moves it up only after writing
+it), so recovery takes the larger of each; a crash between the two writes leaves one file a
+sync behind, which is what the other says. The start offset is the other way round: a lost write would leave it lower than the
 log's real start, and a segment retention deleted would then read as lost. So retention writes
 its new start into the mark and fsyncs the mark (on a worker thread, in the broker) before it
 deletes a segment (``SegmentLog.prepare_retention``).
 
-The file is 24 bytes: ``RSHX``, the synced offset and the start offset (unsigned 64-bit,
+Each file is 24 bytes: ``RSHX``, the synced offset and the start offset (unsigned 64-bit,
 big-endian each) and the CRC-32 of those 20 bytes. A 16-byte mark (``RSHW``, the synced
 offset, its CRC: written before start offsets were kept) is read with no start offset.
 A file that does not check is reported and not used. An empty or all-zero file is what an OS
 crash leaves of a mark whose first write never reached the disk: *blank*, no evidence either
 way. Any other file that does not check was damaged, and so may have covered the log's last
-record: recovery then does not cut a partial last record as a torn write (recovery.py). Under
-``never`` no mark is kept (an OS crash may take back acknowledged records there by definition)
-and one left over is removed.
+record: unless the other file checks, recovery then does not cut a partial last record as a
+torn write (recovery.py). A mark from before the copy was kept is the one file, and the copy
+is written at the next sync. Under ``never`` no mark is kept (an OS crash may take back
+acknowledged records there by definition) and one left over is removed.
 """
 
 from __future__ import annotations
@@ -35,11 +43,15 @@ from __future__ import annotations
 import os
 import struct
 import zlib
+from collections.abc import Callable
 from typing import NamedTuple
 
 from .files import FileOps
 
 MARK_NAME = "synced"
+COPY_NAME = "synced.copy"
+MARK_NAMES = (MARK_NAME, COPY_NAME)
+"""The mark and its copy, written and synced alike (see the module docstring)."""
 _MAGIC = b"RSHX"
 _LAYOUT = struct.Struct(">4sQQ")
 _MAGIC_1 = b"RSHW"  # the first layout: no start offset
@@ -59,24 +71,36 @@ class Mark(NamedTuple):
     first: int | None = None
     """No record below it is kept (retention deleted them); None if the mark does not say."""
     problem: str | None = None
-    """Why a mark file was not used; None if there is none, or it was used."""
+    """Why each file of the mark that is there was not used, named; None if none was unused."""
     damaged: bool = False
-    """The file holds bytes that are not a mark, or cannot be read: it may have covered any
-    record. False for a blank file (see the module docstring)."""
+    """No file could be used, and one holds bytes that are not a mark, or cannot be read: it
+    may have covered any record. False for a blank file (see the module docstring)."""
 
 
 def read(directory: str) -> Mark:
-    """The mark in ``directory``, if there is one and it checks."""
+    """The mark in ``directory``: the larger of each offset its files that check hold, each of
+    which only claims a lower bound (a crash between writing the two leaves one a sync behind),
+    with the problems of those that do not."""
+    found = [_read_file(directory, name) for name in MARK_NAMES]
+    problems = "; ".join(mark.problem for mark in found if mark.problem is not None) or None
+    offsets = [mark.offset for mark in found if mark.offset is not None]
+    if not offsets:
+        return Mark(None, problem=problems, damaged=any(mark.damaged for mark in found))
+    firsts = [mark.first for mark in found if mark.first is not None]
+    return Mark(max(offsets), max(firsts) if firsts else None, problems)
+
+
+def _read_file(directory: str, name: str) -> Mark:
     try:
-        with open(os.path.join(directory, MARK_NAME), "rb") as file:
+        with open(os.path.join(directory, name), "rb") as file:
             data = file.read(_LAYOUT.size + 5)
     except FileNotFoundError:
         return Mark(None)
     except OSError as exc:  # not a file (a directory, say) or unreadable: reported, not fatal
-        return Mark(None, problem=f"{MARK_NAME}: cannot be read ({exc.strerror or exc})", damaged=True)
+        return Mark(None, problem=f"{name}: cannot be read ({exc.strerror or exc})", damaged=True)
     if not data.strip(b"\0"):
         return Mark(
-            None, problem=f"{MARK_NAME}: blank ({len(data)} bytes, all zero): its first write did not reach the disk"
+            None, problem=f"{name}: blank ({len(data)} bytes, all zero): its first write did not reach the disk"
         )
     for magic, layout in ((_MAGIC, _LAYOUT), (_MAGIC_1, _LAYOUT_1)):
         if len(data) == layout.size + 4 and data.startswith(magic):
@@ -85,24 +109,33 @@ def read(directory: str) -> Mark:
             _, offset, *first = layout.unpack_from(data)
             return Mark(offset, first[0] if first else None)
     else:
-        return Mark(None, problem=f"{MARK_NAME}: {len(data)} bytes, not a mark", damaged=True)
-    return Mark(None, problem=f"{MARK_NAME}: the bytes do not check (CRC)", damaged=True)
+        return Mark(None, problem=f"{name}: {len(data)} bytes, not a mark", damaged=True)
+    return Mark(None, problem=f"{name}: the bytes do not check (CRC)", damaged=True)
 
 
 def write(ops: FileOps, directory: str, offset: int, first: int) -> None:
-    """Record that every record below ``offset`` is synced and none below ``first`` is kept
-    (overwriting the file in place). Raises OSError as the write does."""
-    fd = ops.open(os.path.join(directory, MARK_NAME), os.O_WRONLY | os.O_CREAT)
-    try:
-        ops.write_all(fd, encode(offset, first))
-    finally:
-        os.close(fd)
+    """Record that every record below ``offset`` is synced and none below ``first`` is kept,
+    in both files (overwriting each in place). Raises the first OSError a write raised, after
+    trying both: one written is evidence still."""
+    data = encode(offset, first)
+    _each(ops, directory, os.O_WRONLY | os.O_CREAT, lambda fd: ops.write_all(fd, data))
 
 
 def sync(ops: FileOps, directory: str) -> None:
-    """Make what the mark holds durable. Raises OSError as the fsync does."""
-    fd = ops.open(os.path.join(directory, MARK_NAME), os.O_RDONLY)
-    try:
-        ops.datasync(fd)
-    finally:
-        os.close(fd)
+    """Make what the mark holds durable, in both files. Raises OSError as an fsync does."""
+    _each(ops, directory, os.O_RDONLY, ops.datasync)
+
+
+def _each(ops: FileOps, directory: str, flags: int, action: Callable[[int], object]) -> None:
+    failure: OSError | None = None
+    for name in MARK_NAMES:
+        try:
+            fd = ops.open(os.path.join(directory, name), flags)
+            try:
+                action(fd)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            failure = failure or exc
+    if failure is not None:
+        raise failure
