@@ -122,7 +122,12 @@ class OutputBudget:
     """What a server's connections may hold, in all, for peers that have not read it: each
     connection's :meth:`Session.room` counts against an equal share of ``total`` (and against
     its own ``connection_window_bytes``), so peers that read nothing hold about ``total``
-    together, however many they are, not ``connection_window_bytes`` each."""
+    together, however many they are, not ``connection_window_bytes`` each. A share is taken
+    when the connection reads, and kept until its peer reads it: connections opened one after
+    another, each taking its share of those open then, hold more, up to about ``total`` x
+    (1 + ln(connections x ``connection_window_bytes`` / ``total``)) in the worst order
+    (server/README.md, the resource budget). Holding them all to ``total`` would let the
+    first peer that reads nothing starve every later connection instead."""
 
     __slots__ = ("connections", "total")
 
