@@ -447,7 +447,8 @@ class TopicSink(Subscriber[Any]):
     them, at most about ``window_bytes`` of them, and never more than the topic's capacity.
     Demand counts records (rule 3.9), not bytes, so the byte window is kept at the size the
     stream's records take in the log: the average of the batch it last stored, or, before
-    any is stored, the most a record may be (``ASSUMED_RECORD_BYTES``). A producer of large
+    any is stored, the most a record may be (``ASSUMED_RECORD_BYTES``), or after a batch of
+    duplicates only, the log's average. A producer of large
     records therefore gets demand only as its bytes are stored (at least one record at a
     time); one that switches from small records to large ones may have what it was granted
     in flight once. Records count as acknowledged (``settle``) once the log's fsync policy
@@ -579,6 +580,15 @@ class TopicSink(Subscriber[Any]):
         stored = sum(offset is not None for offset in offsets)
         if stored:
             self.record_bytes = max(1, -(-stored_bytes // stored))
+        elif self.record_bytes == ASSUMED_RECORD_BYTES:
+            # Only duplicates, and none of this producer's records stored yet (a resend of
+            # what was stored, after a lost connection): sized as the log's records are on
+            # average, or a resend of small records would be granted as many as fit at the
+            # largest size (4 at a time: 100 round trips for 400 records).
+            log = self.topic.log
+            held = log.next_offset - log.first_offset
+            if held > 0:
+                self.record_bytes = max(1, -(-log.size_bytes // held))
         # Demand is about room, acknowledgement about durability: the producer may send
         # more as soon as these are written, while $acks waits for the fsync policy.
         self.refill()

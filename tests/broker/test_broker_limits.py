@@ -101,6 +101,24 @@ async def test_a_producer_is_granted_at_most_the_sink_window_of_unwritten_record
         await client.aclose()
 
 
+async def test_a_resend_of_records_already_stored_is_granted_at_their_size_not_the_largest():
+    """A producer resending what was stored (a retry after a lost connection) sends only
+    duplicates, which store nothing: its window stayed at the size of the largest record, and
+    400 small records were granted 4 at a time (100 round trips). They are sized as the
+    topic's stored records are on average once the first duplicates are appended."""
+    broker = Broker()
+    async with broker_running(broker) as url:
+        async with rsnet.connect(url) as conn:
+            await publish(conn, "orders", list(range(400)), producer="p")
+        log = broker.topics["orders"].log
+        client = await RawClient.connect(url)
+        await client.send(Offer(1, "orders", {"producer": "p", "sequence": 0}, {}))  # all stored already
+        grants, _ = await publish_as_granted(client, log, 1, list(range(400)))
+        assert log.next_offset == 400  # nothing stored twice
+        assert grants[0] == 4 and len(grants) == 2, grants  # the rest at once, within the count window
+        await client.aclose()
+
+
 async def test_a_producer_of_large_records_gets_demand_only_as_their_bytes_are_stored():
     broker = Broker(sink_window=1024, sink_window_bytes=1 << 20)
     record = b"x" * 200_000  # about 200 kB in the log: 5 fit in the 1 MiB window
