@@ -71,7 +71,8 @@ class Mark(NamedTuple):
     first: int | None = None
     """No record below it is kept (retention deleted them); None if the mark does not say."""
     problem: str | None = None
-    """Why each file of the mark that is there was not used, named; None if none was unused."""
+    """Why each file of the mark that is there was not used, or that ``synced`` is missing beside
+    its copy, named; None if there is nothing to say."""
     damaged: bool = False
     """No file could be used, and one holds bytes that are not a mark, or cannot be read: it
     may have covered any record. False for a blank file (see the module docstring)."""
@@ -82,6 +83,10 @@ def read(directory: str) -> Mark:
     which only claims a lower bound (a crash between writing the two leaves one a sync behind),
     with the problems of those that do not."""
     found = [_read_file(directory, name) for name in MARK_NAMES]
+    if found[0] == Mark(None) and found[1] != Mark(None):
+        # Written first, so never missing beside its copy but by a fault (a crash, a hand).
+        # The copy missing beside it is what a log written before the copy was kept has.
+        found[0] = Mark(None, problem=f"{MARK_NAME}: missing beside {COPY_NAME}")
     problems = "; ".join(mark.problem for mark in found if mark.problem is not None) or None
     offsets = [mark.offset for mark in found if mark.offset is not None]
     if not offsets:
