@@ -10,14 +10,14 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test clean java shells nats
+.PHONY: demo test clean java shells nats chromium
 
 # The demo needs rsnet alone: a venv of its own extras-free install (fast on a fresh clone).
 # `make test` later adds the test and benchmark extras to the same .venv.
 demo: $(VENV)/.demo-installed
 	$(BIN)/rsnet demo
 
-test: $(VENV)/.installed java shells nats client/js/node_modules/.package-lock.json
+test: $(VENV)/.installed java shells nats chromium client/js/node_modules/.package-lock.json
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
@@ -60,11 +60,13 @@ nats:
 			"(sudo apt-get install nats-server)"; \
 	fi
 
-# The JavaScript client's packages, exactly as locked (its tests run inside pytest), and
-# Chromium for its browser test (through apt, as root, where missing; else that test skips).
+# The JavaScript client's packages, exactly as locked (its tests run inside pytest).
 client/js/node_modules/.package-lock.json: client/js/package-lock.json
 	@if command -v npm >/dev/null; then cd client/js && npm ci --no-audit --no-fund; \
 	else echo "npm not found: the JavaScript client's tests will be skipped"; fi
+
+# Chromium for the browser tests (through apt, as root, where missing; else those tests skip).
+chromium:
 	@if ! command -v chromium >/dev/null && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	  apt-get install -y --no-install-recommends chromium >/dev/null \
 	  || (apt-get update >/dev/null && apt-get install -y --no-install-recommends chromium >/dev/null) \

@@ -38,7 +38,13 @@ def main(argv: list[str] | None = None) -> int:
         from . import round_trip
 
         return round_trip.main(given[1:])
-    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks",
+        description=__doc__.splitlines()[0],
+        epilog="Also: 'python -m benchmarks spark --help' (the Spark connector against Spark's file "
+        "source; needs pyspark and Java 17) and 'python -m benchmarks round-trip --help' (where a "
+        "round trip's time goes).",
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("run", help="measure every scenario on every system")
     run.add_argument("--quick", action="store_true", help="tiny sizes, one run: checks the suite works")

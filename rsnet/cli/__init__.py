@@ -88,7 +88,9 @@ def parser() -> argparse.ArgumentParser:
         prog="rsnet",
         allow_abbrev=False,
         description="Reactive Streams across the network: serve publishers, run a broker, publish and subscribe.",
-        epilog="Defaults: $RSNET_URL (else tcp://127.0.0.1:7600), $RSNET_TOKEN. 'rsnet COMMAND --help' for more.",
+        epilog="Defaults: $RSNET_URL, $RSNET_TOKEN, else the context file ($RSNET_CONTEXT, else "
+        "~/.config/rsnet/context.toml: url, token_file), else tcp://127.0.0.1:7600. "
+        "'rsnet COMMAND --help' for more.",
     )
     root.add_argument("--version", action="version", version=f"rsnet {_version()}")
     commands = root.add_subparsers(dest="command", required=True, metavar="COMMAND")

@@ -33,7 +33,7 @@ export async function build() {
     // The client imports only msgpackr's Unpackr: its decoder module alone, not the encoder.
     alias: { msgpackr: "msgpackr/unpack" },
     // Node transports, imported dynamically and only under Node (src/transport.ts).
-    external: ["ws", "node:net", "node:module"],
+    external: ["ws", "node:net", "node:tls", "node:module"],
     banner: { js: banner },
     legalComments: "none",
     charset: "utf8",

@@ -23,7 +23,7 @@ import { Connection, type Event } from "./connection.js";
 import { ConnectionLost, ErrorCode, HandshakeError, ProtocolError, RsnetError, StreamError, type Code } from "./errors.js";
 import { DEFAULT_KEEPALIVE_INTERVAL, DEFAULT_MAX_FRAME_SIZE, DEFAULT_MAX_STREAMS, MAX_INT, type Int } from "./frames.js";
 import { demandPolicy, type Demand, type DemandOptions } from "./demand.js";
-import { TransportError, openTransport, parseUrl, type Transport } from "./transport.js";
+import { TransportError, openTransport, parseUrl, type TlsOptions, type Transport } from "./transport.js";
 
 // ---------------------------------------------------------------- Reactive Streams interfaces
 
@@ -59,6 +59,8 @@ export interface ConnectOptions {
   metadata?: Record<string, unknown>;
   /** Protocol versions to offer (default [1]); only useful to test a server's refusal. */
   versions?: number[];
+  /** How Node checks the server's certificate over tls:// and wss:// (a browser: its own). */
+  tls?: TlsOptions;
 }
 
 export interface OfferOptions {
@@ -827,12 +829,14 @@ export async function connect(url: string, options: ConnectOptions = {}): Promis
   });
   let transport: Transport | undefined;
   try {
-    const opened = openTransport(target, maxFrameSize, deadline.signal);
+    const opened = openTransport(target, maxFrameSize, deadline.signal, options.tls);
     opened.catch(() => {}); // if the deadline won the race, its rejection is this one's
     transport = await Promise.race([opened, expired]);
     const open = transport;
+    let answered = false;
     const welcomed = new Promise<Event[]>((resolve, reject) => {
       open.onData = (data) => {
+        answered = true;
         conn.receiveData(data);
         const events = conn.eventsReceived();
         const closed = events.find((e) => e.event === "CLOSED");
@@ -842,7 +846,11 @@ export async function connect(url: string, options: ConnectOptions = {}): Promis
         } else if (conn.state === "OPEN") resolve(events);
       };
       open.onText = () => reject(new HandshakeError("the server sent a text message", ErrorCode.PROTOCOL_ERROR));
-      open.onClose = (error) => reject(new HandshakeError(`the connection closed during the handshake${error ? `: ${error.message}` : ""}`));
+      open.onClose = (error) => {
+        // A TLS port closes on the plain HELLO without a byte of rsnet: say what to try.
+        const hint = answered || target.protocol === "tls:" || target.protocol === "wss:" ? "" : " without an answer (if the server uses TLS: tls:// or wss://)";
+        reject(new HandshakeError(`the connection closed during the handshake${hint}${error ? `: ${error.message}` : ""}`));
+      };
     });
     open.send(open.messageBased ? conn.dataToSendMessages() : [conn.dataToSend()]);
     const events = await Promise.race([welcomed, expired]);

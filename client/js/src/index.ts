@@ -29,5 +29,5 @@ export {
   type Demand,
   type DemandOptions,
 } from "./demand.js";
-export { TransportError, type Transport } from "./transport.js";
+export { TransportError, type TlsOptions, type Transport } from "./transport.js";
 export { BrokerCode, commit, follow, publish, topics, type BrokerRecord, type FollowOptions, type From, type PublishOptions } from "./broker.js";

@@ -34,30 +34,48 @@ export class TransportError extends Error {
 const isNode = typeof process !== "undefined" && typeof process.versions?.node === "string";
 
 /**
- * The address `url` names, checked: tcp://host:port (Node only), ws://host:port/path or wss://...
- * Throws `TypeError` for one no transport can use (a mistake to fix, not a failure to retry).
+ * How a Node client checks the server's certificate over tls:// and wss:// (Node's `tls`
+ * options of the same names; a browser checks with its own trust store and ignores these).
+ * By default, against Node's CA list and `NODE_EXTRA_CA_CERTS`.
+ */
+export interface TlsOptions {
+  /** Certificate authorities to trust in place of Node's list (PEM text). */
+  ca?: string | string[];
+  /** The name the certificate must be for (default: the URL's host, unless an IP address). */
+  servername?: string;
+  /** `false` accepts any certificate: for tests only, never in production. Default true. */
+  rejectUnauthorized?: boolean;
+}
+
+/**
+ * The address `url` names, checked: tcp://host:port or tls://host:port (Node only),
+ * ws://host:port/path or wss://... Throws `TypeError` for one no transport can use (a mistake
+ * to fix, not a failure to retry).
  */
 export function parseUrl(url: string): URL {
   let parsed: URL;
   try {
     parsed = new URL(url);
   } catch {
-    throw new TypeError(`expected tcp://host:port, ws://host:port/path or wss://..., got ${JSON.stringify(url)}`);
+    throw new TypeError(`expected tcp://host:port, tls://host:port, ws://host:port/path or wss://..., got ${JSON.stringify(url)}`);
   }
   const scheme = parsed.protocol.replace(/:$/, "");
-  if (scheme === "tcp") {
-    if (!isNode) throw new TypeError("tcp:// needs Node (browsers have WebSocket only): use ws:// or wss://");
-    if (!parsed.hostname || !parsed.port) throw new TypeError(`expected tcp://host:port, got ${JSON.stringify(url)}`);
+  if (scheme === "tcp" || scheme === "tls") {
+    if (!isNode) throw new TypeError(`${scheme}:// needs Node (browsers have WebSocket only): use ws:// or wss://`);
+    if (!parsed.hostname || !parsed.port) throw new TypeError(`expected ${scheme}://host:port, got ${JSON.stringify(url)}`);
   } else if (scheme !== "ws" && scheme !== "wss") {
-    throw new TypeError(`expected tcp://, ws:// or wss://, got ${JSON.stringify(url)}`);
+    throw new TypeError(`expected tcp://, tls://, ws:// or wss://, got ${JSON.stringify(url)}`);
   }
   return parsed;
 }
 
-/** Open a transport to `url`, as `parseUrl` checked it. */
-export async function openTransport(url: URL, maxMessageSize: number, signal?: AbortSignal): Promise<Transport> {
-  if (url.protocol === "tcp:") return openTcp(url.hostname.replace(/^\[|\]$/g, ""), Number(url.port), signal);
-  return isNode ? openNodeWebSocket(url.href, maxMessageSize, signal) : openBrowserWebSocket(url.href, signal);
+/** Open a transport to `url`, as `parseUrl` checked it (`tls`: for tls:// and wss:// in Node). */
+export async function openTransport(url: URL, maxMessageSize: number, signal?: AbortSignal, tls: TlsOptions = {}): Promise<Transport> {
+  if (url.protocol === "tcp:" || url.protocol === "tls:") {
+    const host = url.hostname.replace(/^\[|\]$/g, "");
+    return openTcp(host, Number(url.port), signal, url.protocol === "tls:" ? tls : undefined);
+  }
+  return isNode ? openNodeWebSocket(url.href, maxMessageSize, signal, tls) : openBrowserWebSocket(url.href, signal);
 }
 
 /**
@@ -129,12 +147,23 @@ function plain(data: Buffer): Uint8Array {
   return new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
 }
 
-async function openTcp(host: string, port: number, signal?: AbortSignal): Promise<Transport> {
+/** A TCP connection, or TLS over one when `tls` is given (tls://). */
+async function openTcp(host: string, port: number, signal?: AbortSignal, tls?: TlsOptions): Promise<Transport> {
   const net = await import("node:net");
-  const socket = net.connect({ host, port, noDelay: true });
+  let socket: import("node:net").Socket;
+  if (tls === undefined) {
+    socket = net.connect({ host, port, noDelay: true });
+  } else {
+    const { connect } = await import("node:tls");
+    // SNI takes a name, not an address: an IP address is checked against the certificate as one.
+    const servername = tls.servername ?? (net.isIP(host) ? undefined : host);
+    socket = connect({ host, port, ...tls, servername });
+    socket.setNoDelay(true);
+  }
+  const scheme = tls === undefined ? "tcp" : "tls";
   await opening(signal, () => socket.destroy(), ({ resolve, reject }) => {
-    socket.once("connect", resolve);
-    socket.once("error", (error) => reject(new TransportError(`cannot connect to tcp://${host}:${port}: ${error.message}`)));
+    socket.once(tls === undefined ? "connect" : "secureConnect", resolve);
+    socket.once("error", (error) => reject(new TransportError(`cannot connect to ${scheme}://${host}:${port}: ${error.message}`)));
   });
   class Tcp extends Base {
     readonly messageBased = false;
@@ -175,9 +204,9 @@ async function loadWs(): Promise<typeof import("ws")> {
   return createRequire(import.meta.url)("ws") as typeof import("ws");
 }
 
-async function openNodeWebSocket(url: string, maxMessageSize: number, signal?: AbortSignal): Promise<Transport> {
+async function openNodeWebSocket(url: string, maxMessageSize: number, signal?: AbortSignal, tls: TlsOptions = {}): Promise<Transport> {
   const { WebSocket } = await loadWs();
-  const ws = new WebSocket(url, ["rsnet"], { maxPayload: maxMessageSize, perMessageDeflate: false });
+  const ws = new WebSocket(url, ["rsnet"], { ...tls, maxPayload: maxMessageSize, perMessageDeflate: false });
   ws.on("error", () => {}); // a terminate() while connecting also emits one: the open's handler has settled
   await opening(signal, () => ws.terminate(), ({ resolve, reject }) => {
     ws.once("open", resolve);

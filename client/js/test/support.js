@@ -14,7 +14,8 @@ export const PYTHON = RSNET.replace(/rsnet$/, "python");
 
 /**
  * Run `rsnet <args>` (or `command <args>`) and resolve once it announced `listeners` listeners:
- * `{tcp, ws, live, stop()}` (`live`: the broker's live view page, when it serves one).
+ * `{tcp, ws, live, stop()}` (`tls`, `wss` in their place with TLS on; `live`: the broker's live
+ * view page, when it serves one).
  * `stop(signal)` ends it and resolves when it exited.
  */
 export function startRsnet(args, { listeners = 2, env = process.env, command = RSNET } = {}) {
@@ -27,7 +28,7 @@ export function startRsnet(args, { listeners = 2, env = process.env, command = R
     proc.stderr.setEncoding("utf8");
     proc.stderr.on("data", (chunk) => {
       stderr += chunk;
-      for (const m of stderr.matchAll(/serving ((tcp|ws):\/\/[^\s]+)/g)) urls[m[2]] = m[1];
+      for (const m of stderr.matchAll(/serving ((tcp|ws|tls|wss):\/\/[^\s]+)/g)) urls[m[2]] = m[1];
       for (const m of stderr.matchAll(/live view on (http:\/\/[^\s]+)/g)) urls.live = m[1];
       if (Object.keys(urls).length >= listeners) {
         clearTimeout(timer);

@@ -2896,20 +2896,23 @@ function parseUrl(url) {
   try {
     parsed = new URL(url);
   } catch {
-    throw new TypeError(`expected tcp://host:port, ws://host:port/path or wss://..., got ${JSON.stringify(url)}`);
+    throw new TypeError(`expected tcp://host:port, tls://host:port, ws://host:port/path or wss://..., got ${JSON.stringify(url)}`);
   }
   const scheme = parsed.protocol.replace(/:$/, "");
-  if (scheme === "tcp") {
-    if (!isNode) throw new TypeError("tcp:// needs Node (browsers have WebSocket only): use ws:// or wss://");
-    if (!parsed.hostname || !parsed.port) throw new TypeError(`expected tcp://host:port, got ${JSON.stringify(url)}`);
+  if (scheme === "tcp" || scheme === "tls") {
+    if (!isNode) throw new TypeError(`${scheme}:// needs Node (browsers have WebSocket only): use ws:// or wss://`);
+    if (!parsed.hostname || !parsed.port) throw new TypeError(`expected ${scheme}://host:port, got ${JSON.stringify(url)}`);
   } else if (scheme !== "ws" && scheme !== "wss") {
-    throw new TypeError(`expected tcp://, ws:// or wss://, got ${JSON.stringify(url)}`);
+    throw new TypeError(`expected tcp://, tls://, ws:// or wss://, got ${JSON.stringify(url)}`);
   }
   return parsed;
 }
-async function openTransport(url, maxMessageSize, signal) {
-  if (url.protocol === "tcp:") return openTcp(url.hostname.replace(/^\[|\]$/g, ""), Number(url.port), signal);
-  return isNode ? openNodeWebSocket(url.href, maxMessageSize, signal) : openBrowserWebSocket(url.href, signal);
+async function openTransport(url, maxMessageSize, signal, tls = {}) {
+  if (url.protocol === "tcp:" || url.protocol === "tls:") {
+    const host = url.hostname.replace(/^\[|\]$/g, "");
+    return openTcp(host, Number(url.port), signal, url.protocol === "tls:" ? tls : void 0);
+  }
+  return isNode ? openNodeWebSocket(url.href, maxMessageSize, signal, tls) : openBrowserWebSocket(url.href, signal);
 }
 function opening(signal, abandon, wait) {
   return new Promise((resolve, reject) => {
@@ -2959,12 +2962,21 @@ var Base = class {
 function plain(data) {
   return new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
 }
-async function openTcp(host, port, signal) {
+async function openTcp(host, port, signal, tls) {
   const net = await import("node:net");
-  const socket = net.connect({ host, port, noDelay: true });
+  let socket;
+  if (tls === void 0) {
+    socket = net.connect({ host, port, noDelay: true });
+  } else {
+    const { connect: connect2 } = await import("node:tls");
+    const servername = tls.servername ?? (net.isIP(host) ? void 0 : host);
+    socket = connect2({ host, port, ...tls, servername });
+    socket.setNoDelay(true);
+  }
+  const scheme = tls === void 0 ? "tcp" : "tls";
   await opening(signal, () => socket.destroy(), ({ resolve, reject }) => {
-    socket.once("connect", resolve);
-    socket.once("error", (error) => reject(new TransportError(`cannot connect to tcp://${host}:${port}: ${error.message}`)));
+    socket.once(tls === void 0 ? "connect" : "secureConnect", resolve);
+    socket.once("error", (error) => reject(new TransportError(`cannot connect to ${scheme}://${host}:${port}: ${error.message}`)));
   });
   class Tcp extends Base {
     messageBased = false;
@@ -2996,9 +3008,9 @@ async function loadWs() {
   const { createRequire } = await import("node:module");
   return createRequire(import.meta.url)("ws");
 }
-async function openNodeWebSocket(url, maxMessageSize, signal) {
+async function openNodeWebSocket(url, maxMessageSize, signal, tls = {}) {
   const { WebSocket: WebSocket2 } = await loadWs();
-  const ws = new WebSocket2(url, ["rsnet"], { maxPayload: maxMessageSize, perMessageDeflate: false });
+  const ws = new WebSocket2(url, ["rsnet"], { ...tls, maxPayload: maxMessageSize, perMessageDeflate: false });
   ws.on("error", () => {
   });
   await opening(signal, () => ws.terminate(), ({ resolve, reject }) => {
@@ -3726,13 +3738,15 @@ async function connect(url, options = {}) {
   });
   let transport;
   try {
-    const opened = openTransport(target, maxFrameSize, deadline.signal);
+    const opened = openTransport(target, maxFrameSize, deadline.signal, options.tls);
     opened.catch(() => {
     });
     transport = await Promise.race([opened, expired]);
     const open = transport;
+    let answered = false;
     const welcomed = new Promise((resolve, reject) => {
       open.onData = (data) => {
+        answered = true;
         conn.receiveData(data);
         const events2 = conn.eventsReceived();
         const closed = events2.find((e) => e.event === "CLOSED");
@@ -3742,7 +3756,10 @@ async function connect(url, options = {}) {
         } else if (conn.state === "OPEN") resolve(events2);
       };
       open.onText = () => reject(new HandshakeError("the server sent a text message", ErrorCode.PROTOCOL_ERROR));
-      open.onClose = (error) => reject(new HandshakeError(`the connection closed during the handshake${error ? `: ${error.message}` : ""}`));
+      open.onClose = (error) => {
+        const hint = answered || target.protocol === "tls:" || target.protocol === "wss:" ? "" : " without an answer (if the server uses TLS: tls:// or wss://)";
+        reject(new HandshakeError(`the connection closed during the handshake${hint}${error ? `: ${error.message}` : ""}`));
+      };
     });
     open.send(open.messageBased ? conn.dataToSendMessages() : [conn.dataToSend()]);
     const events = await Promise.race([welcomed, expired]);
