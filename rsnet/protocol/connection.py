@@ -283,7 +283,10 @@ class Connection:
         else:
             if self._state is _CONN_CLOSED:
                 return
-            if self._state is _AWAIT_WELCOME and not self._decoder.position and bytes(data[:5]) == b"HTTP/":
+            # What the first bytes of the connection say (never a later chunk: the byte after a
+            # split inside a frame may be any letter).
+            first = not self._decoder.position and not self._decoder.buffered
+            if self._state is _AWAIT_WELCOME and first and bytes(data[:5]) == b"HTTP/":
                 # A web server's answer (an HTTP port given for an rsnet one): say so, not "a
                 # frame must be an array". Only the first bytes a client receives can be this.
                 self._fail(
@@ -291,7 +294,7 @@ class Connection:
                     "the server answered in HTTP, not the rsnet protocol: is it a web port?",
                 )
                 return
-            if self._state is State.AWAIT_HELLO and not self._decoder.position and data[:1]:
+            if self._state is State.AWAIT_HELLO and first and data[:1]:
                 guess = _not_rsnet(bytes(data[:1]))
                 if guess:  # (these bytes fail as frames anyway: the message says what they are)
                     self._fail(ErrorCode.PROTOCOL_ERROR, guess)

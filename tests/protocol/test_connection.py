@@ -88,6 +88,22 @@ def test_server_reports_hello_and_the_application_decides() -> None:
     assert client.keepalive_interval == server.keepalive_interval == 5000, "the server's interval is used"
 
 
+@pytest.mark.parametrize("first", [b"G", b"\x16"], ids=["an HTTP method", "a TLS handshake"])
+def test_a_hello_split_before_a_byte_that_would_start_another_protocol_is_still_a_hello(first: bytes) -> None:
+    """Attack round 6: the first bytes of a connection say whether it speaks HTTP or TLS, but
+    the check looked at the first byte of every chunk until a frame was whole, so a HELLO
+    whose second write began with a capital letter was refused as "an HTTP request"."""
+    client = Connection(Role.CLIENT, metadata={"client": first.decode("latin-1") + "o client"})
+    server = Connection(Role.SERVER)
+    hello = client.data_to_send()
+    cut = hello.index(first + b"o client")
+    server.receive_data(hello[:cut])
+    server.receive_data(hello[cut:])
+    (event,) = server.events_received()
+    assert isinstance(event, Hello) and event.settings["metadata"] == {"client": first.decode("latin-1") + "o client"}
+    assert server.state is State.AWAIT_ACCEPT
+
+
 def test_rejected_hello_closes_the_connection_and_further_data_is_ignored() -> None:
     client, server = Connection(Role.CLIENT), Connection(Role.SERVER)
     transfer(client, server)
