@@ -13,18 +13,21 @@ log before the first, and reports records missing after the second as damage.
 The synced offset is written after the fsync it reports has returned, and the mark is not
 fsynced for it: an OS crash may lose its latest writes, leaving it lower than it could be
 (less is checked), never higher than what is durable (nothing acknowledged is ever claimed
-that was not synced). A process crash loses nothing the OS has. It costs two small file writes
-per sync: the mark is kept twice, in ``synced`` and ``synced.copy``, each written and synced
-alike, because it is the only evidence of which records at the end were acknowledged. With
-one file, its damage or deletion together with records missing at the end (a second fault)
-lost those records unreported and gave their offsets to new ones; now that takes both files
-and the records. Each offset a file that checks holds is a bound that is never wrong (the
-synced offset from below, the start from below too: retention moves it up only after writing
-it), so recovery takes the larger of each; a crash between the two writes leaves one file a
-sync behind, which is what the other says. The start offset is the other way round: a lost write would leave it lower than the
-log's real start, and a segment retention deleted would then read as lost. So retention writes
-its new start into the mark and fsyncs the mark (on a worker thread, in the broker) before it
-deletes a segment (``SegmentLog.prepare_retention``).
+that was not synced). A process crash loses nothing the OS has. The start offset is the other
+way round: a lost write would leave it lower than the log's real start, and a segment
+retention deleted would then read as lost. So retention writes its new start into the mark
+and fsyncs the mark (on a worker thread, in the broker) before it deletes a segment
+(``SegmentLog.prepare_retention``).
+
+The mark is kept twice, in ``synced`` and ``synced.copy``, each written and synced alike,
+because it is the only evidence of which records at the end were acknowledged: with one file,
+its damage or deletion together with records missing at the end (a second fault) lost those
+records unreported and gave their offsets to new ones; now that takes both files and the
+records. It costs two small file writes per sync. Both offsets only move up as the log goes
+on, so of two files that check, the larger of each is the later write (a crash between the
+two writes leaves one a sync behind): recovery takes it. (An advance or an unclean recovery
+writes a lower synced offset; a crash between those two writes can leave the older, higher
+one, whose records are then reported as a damaged range: never an offset given again.)
 
 Each file is 24 bytes: ``RSHX``, the synced offset and the start offset (unsigned 64-bit,
 big-endian each) and the CRC-32 of those 20 bytes. A 16-byte mark (``RSHW``, the synced
@@ -79,9 +82,8 @@ class Mark(NamedTuple):
 
 
 def read(directory: str) -> Mark:
-    """The mark in ``directory``: the larger of each offset its files that check hold, each of
-    which only claims a lower bound (a crash between writing the two leaves one a sync behind),
-    with the problems of those that do not."""
+    """The mark in ``directory``: the larger of each offset its files that check hold (the
+    later write: see the module docstring), with the problems of those that do not."""
     found = [_read_file(directory, name) for name in MARK_NAMES]
     if found[0] == Mark(None) and found[1] != Mark(None):
         # Written first, so never missing beside its copy but by a fault (a crash, a hand).
