@@ -52,8 +52,10 @@ whole within ``request_timeout`` seconds (an idle keep-alive connection is close
 long), bodies are capped, and at most ``max_connections``
 are served at once (beyond that: a ``/health`` request is still answered, anything else gets 503, and
 the connection is closed). Sockets held stay within ``max_connections``
-plus :data:`REFUSAL_SLOTS`, whatever clients do: more connections wait in the listen backlog
-(``rsnet.net.listening``), so a flood of them cannot take the descriptors durable topics need.
+plus :data:`REFUSAL_SLOTS`, whatever clients do, so a flood of them cannot take the descriptors
+durable topics need: when every one is taken, the oldest connection is closed to make room for
+the next (``rsnet.net.listening``), so silent or slow sockets cannot keep a ``/health`` probe
+waiting for their timeouts.
 
 This module imports trio, h11, prometheus_client and rsnet.net; nothing from the rest of the broker.
 """
@@ -73,7 +75,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.exposition import choose_encoder
 
 from ..net.failures import CONNECTION_LINES_PER_MINUTE, RateLimitedLog
-from ..net.listening import accept_within
+from ..net.listening import Evictable, accept_within
 
 log = logging.getLogger("rsnet.broker.metrics")
 
@@ -396,21 +398,23 @@ async def serve_http(
 
     async def handle(stream: trio.SocketStream) -> None:
         nonlocal busy
-        if busy >= max_connections:
-            await _refuse(stream, health, request_timeout)
-            return
-        busy += 1
-        try:
-            await _serve_connection(stream, metrics, health, request_timeout, pages)
-        finally:
-            busy -= 1
+        with waiting.entered():  # any connection may be closed for a newcomer, oldest first
+            if busy >= max_connections:
+                await _refuse(stream, health, request_timeout)
+                return
+            busy += 1
+            try:
+                await _serve_connection(stream, metrics, health, request_timeout, pages)
+            finally:
+                busy -= 1
 
     listeners = await trio.open_tcp_listeners(port, host=host)
     slots = trio.Semaphore(max_connections + REFUSAL_SLOTS)
+    waiting = Evictable()
     try:
         async with trio.open_nursery() as connections:
             for listener in listeners:
-                connections.start_soon(accept_within, listener, slots, handle, connections, _connection_log)
+                connections.start_soon(accept_within, listener, slots, handle, connections, _connection_log, waiting)
             task_status.started(listeners)
     finally:
         for listener in listeners:

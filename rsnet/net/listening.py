@@ -7,12 +7,21 @@ in the kernel, not in the process; and when accepting fails (``EMFILE``: the pro
 of descriptors) it backs off for :data:`ACCEPT_BACKOFF` instead of spinning, with a line in a
 rate-limited log. (``trio.serve_tcp`` accepts without a bound, and logs a traceback at each
 ``EMFILE`` retry.)
+
+Waiting in the backlog is not enough on its own: sockets that never send a byte would hold
+every slot until their handlers' timeouts, and a newcomer would wait behind them, however
+little it asks (a ``/health`` probe, a client's HELLO). So a loop given an :class:`Evictable`
+accepts the next connection even when every slot is taken, and makes room for it by closing
+the oldest connection that has not yet shown itself a client (the slowloris defence of
+nginx's and HAProxy's "close the oldest idle connection"): holding the slots then takes an
+attacker as many connections a second as there are slots, not one per slot per timeout.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 
 import trio
 
@@ -22,27 +31,82 @@ ACCEPT_BACKOFF = 0.1
 """Seconds the loop waits after a failed accept before it tries again."""
 
 
+class Evictable:
+    """Connections that may be closed to make room for a new one when every slot is taken,
+    oldest first: each is the task serving it, while inside :meth:`entered` and until it calls
+    :meth:`settle` (a server's connection once its handshake is done; the HTTP endpoint's
+    connections never settle)."""
+
+    def __init__(self) -> None:
+        self._scopes: dict[trio.lowlevel.Task, trio.CancelScope] = {}  # oldest first
+        self.evicted = 0
+        """Connections closed to make room, since the start."""
+
+    def __len__(self) -> int:
+        return len(self._scopes)
+
+    @contextmanager
+    def entered(self) -> Iterator[None]:
+        """The current task's connection may be evicted in this block: the block is cancelled."""
+        task = trio.lowlevel.current_task()
+        with trio.CancelScope() as scope:
+            self._scopes[task] = scope
+            try:
+                yield
+            finally:
+                self._scopes.pop(task, None)
+
+    def settle(self) -> None:
+        """The current task's connection has shown itself a client: it is no longer evicted."""
+        self._scopes.pop(trio.lowlevel.current_task(), None)
+
+    def evict_oldest(self) -> bool:
+        """Cancel the oldest connection's block; False if there is none."""
+        for task in self._scopes:
+            self._scopes.pop(task).cancel()
+            self.evicted += 1
+            return True
+        return False
+
+
 async def accept_within(
     listener: trio.SocketListener,
     slots: trio.Semaphore,
     handle: Callable[[trio.SocketStream], Awaitable[object]],
     connections: trio.Nursery,
     log: RateLimitedLog,
+    evictable: Evictable | None = None,
 ) -> None:
     """Accept connections on ``listener`` for ever, each served by ``handle(stream)`` in a task
     of ``connections`` that holds one of ``slots`` until ``handle`` returns. ``handle`` owns
-    the stream (it closes it) and must not raise but to end the task."""
+    the stream (it closes it) and must not raise but to end the task.
+
+    With ``evictable``, a connection that comes when every slot is taken is accepted all the
+    same, and the oldest evictable connection is closed to make room for it: the loop then holds
+    one socket beyond ``slots`` until that connection's handler has returned its slot."""
     while True:
-        await slots.acquire()  # at the bound, connections wait in the listen backlog
+        making_room = evictable is not None and slots.value == 0 and len(evictable) > 0
+        if not making_room:
+            await slots.acquire()  # at the bound, connections wait in the listen backlog
         try:
             stream = await listener.accept()
         except BaseException as error:
-            slots.release()
+            if not making_room:
+                slots.release()
             if not isinstance(error, OSError):
                 raise
             log.log(logging.WARNING, "accept failed: %s", error)
             await trio.sleep(ACCEPT_BACKOFF)
             continue
+        if making_room:
+            assert evictable is not None
+            if slots.value == 0 and evictable.evict_oldest():
+                log.log(logging.INFO, "every slot was taken: closed the oldest waiting connection to make room")
+            try:
+                await slots.acquire()
+            except BaseException:
+                stream.socket.close()
+                raise
         connections.start_soon(_holding, slots, handle, stream)
 
 

@@ -52,7 +52,7 @@ from ..streams import Publisher, Subscriber
 from ..transport import TcpTransport, Transport, accept_websocket
 from ..transport.tcp import describe_peer
 from .failures import CONNECTION_LINES_PER_MINUTE, RateLimitedLog, failure_log
-from .listening import accept_within
+from .listening import Evictable, accept_within
 from .session import (
     DEFAULT_OUTPUT_BUDGET_BYTES,
     Host,
@@ -73,7 +73,8 @@ REFUSAL_SLOTS = 32
 still in their handshake hold a socket before they count as served, and one more than the
 limit is accepted to be told GOING_AWAY. Further connections wait in the listen backlog, not
 in the process: accepted sockets (file descriptors) stay within ``max_connections`` plus this,
-whatever peers do (those that never finish a handshake are closed after ``handshake_timeout``)."""
+whatever peers do. Those that never finish a handshake are closed after ``handshake_timeout``,
+or sooner, oldest first, when every socket is taken and another connection comes."""
 
 MAX_REPORTED_PARAM_ERRORS = 10
 """Invalid params are reported field by field, up to this many fields (then "and N more"):
@@ -105,7 +106,9 @@ class Server:
     ``max_connections`` bounds the connections served at once over all listeners: one more is
     answered CONN_ERROR ``GOING_AWAY`` ("try again later") after its HELLO, and closed; at most
     :data:`REFUSAL_SLOTS` sockets more are accepted at once (handshakes under way, refusals), the
-    rest wait to be accepted. Each accepted socket is a file descriptor: keep ``max_connections``
+    rest wait to be accepted; when every socket is taken, the oldest connection still in its
+    handshake is closed to make room for the next (:class:`rsnet.net.listening.Evictable`: silent
+    sockets cannot keep clients out). Each accepted socket is a file descriptor: keep ``max_connections``
     well below the process's descriptor limit (:func:`connection_limit`).
     ``output_budget_bytes`` bounds what all connections together hold unwritten for peers that
     do not read, for publishers that wait for room (the broker's subscriptions: see
@@ -134,6 +137,7 @@ class Server:
         self._max_connections = max_connections
         self._connection_slots = trio.Semaphore(max_connections)  # shared by every listener
         self._socket_slots = trio.Semaphore(max_connections + REFUSAL_SLOTS)  # accepted, any state
+        self._handshaking = Evictable()  # accepted, not yet a session
         self._connection_log = RateLimitedLog(
             log,
             CONNECTION_LINES_PER_MINUTE,
@@ -307,7 +311,13 @@ class Server:
                 guarded = functools.partial(self._handle_guarded, handle)
                 for listener in listeners:
                     acceptors.start_soon(
-                        accept_within, listener, self._socket_slots, guarded, connections, self._connection_log
+                        accept_within,
+                        listener,
+                        self._socket_slots,
+                        guarded,
+                        connections,
+                        self._connection_log,
+                        self._handshaking,
                     )
         for listener in listeners:
             await trio.aclose_forcefully(listener)
@@ -315,7 +325,8 @@ class Server:
     async def _handle_guarded(self, handle: Callable[[trio.abc.Stream], Any], stream: trio.SocketStream) -> None:
         """One connection's whole life; nothing it does may take the server down."""
         try:
-            await handle(stream)
+            with self._handshaking.entered():  # until the session starts
+                await handle(stream)
         except (ConnectionLost, trio.BrokenResourceError, trio.ClosedResourceError, ssl.SSLError, OSError) as error:
             self._connection_log.log(logging.INFO, "connection ended: %s", error)
         except Exception:
@@ -327,20 +338,10 @@ class Server:
             stream.socket.close()
 
     async def handle(self, transport: Transport) -> None:
-        """Serve one connection on an established transport: handshake, then its streams."""
-        try:
-            self._connection_slots.acquire_nowait()
-        except trio.WouldBlock:
-            await self._serve_connection(transport, full=True)
-            return
-        try:
-            await self._serve_connection(transport, full=False)
-        finally:
-            self._connection_slots.release()
-
-    async def _serve_connection(self, transport: Transport, *, full: bool) -> None:
-        """The handshake, then the session; ``full``: beyond ``max_connections``, refused after
-        the HELLO (read first, so closing never resets the connection over our CONN_ERROR)."""
+        """Serve one connection on an established transport: handshake, then its streams.
+        Beyond ``max_connections`` it is refused after its HELLO (read first, so closing never
+        resets the connection over our CONN_ERROR): a connection counts once it is a client,
+        so sockets that never send a HELLO cannot make the server refuse those that do."""
         conn = Connection(
             Role.SERVER,
             max_frame_size=self._max_frame_size,
@@ -352,12 +353,21 @@ class Server:
         except HandshakeError as failure:
             self._connection_log.log(logging.INFO, "%s", failure)
             return
-        if full:
+        try:
+            self._connection_slots.acquire_nowait()
+        except trio.WouldBlock:
             limit = f"the server is at its limit of {self._max_connections} connections; try again later"
             conn.send_conn_error(ErrorCode.GOING_AWAY, limit)
             await transport.send([conn.data_to_send()])
             self._connection_log.log(logging.INFO, "refused %s: %s", transport.peer, limit)
             return
+        try:
+            await self._serve_client(transport, conn, hello, events)
+        finally:
+            self._connection_slots.release()
+
+    async def _serve_client(self, transport: Transport, conn: Connection, hello: Hello, events: list[Any]) -> None:
+        """A connection within ``max_connections``: its token checked, then its session."""
         offered = hello.settings.get("auth_token")
         principal = None
         if self._authenticate is not None:
@@ -375,6 +385,7 @@ class Server:
             conn.send_conn_error(ErrorCode.GOING_AWAY, "the server is shutting down")
             await transport.send([conn.data_to_send()])
             return
+        self._handshaking.settle()
         conn.send_welcome()
         budget = self._output_budget
         session = Session(transport, conn, host=self._host or self, principal=principal, output_budget=budget)

@@ -407,6 +407,35 @@ async def test_health_is_answered_while_every_slot_is_taken_and_the_rest_is_refu
         await stream.aclose()
 
 
+@pytest.mark.parametrize("opening", [b"", b"GET /metrics HTTP/1.1\r\n"], ids=["silent", "half-a-request"])
+async def test_health_is_answered_at_once_behind_a_flood_of_sockets_that_hold_every_slot(nursery, opening):
+    # Attack round 6: 200 silent sockets held the 72 slots until their request timeout, and a
+    # /health probe waited behind them in the listen backlog for 17 s. The oldest are now
+    # closed to make room: the probe is answered with every flooding socket still open (and
+    # a request timeout of an hour, which would otherwise be the wait).
+    health = functools.partial(dict, healthy=True)
+    serve = functools.partial(
+        serve_http, BrokerMetrics(), "127.0.0.1", 0, health, request_timeout=3600, max_connections=4
+    )
+    port = (await nursery.start(serve))[0].socket.getsockname()[1]
+    before = len(os.listdir("/proc/self/fd"))
+    flood = []
+    for _ in range(100):
+        stream = await trio.open_tcp_stream("127.0.0.1", port)
+        if opening:
+            await stream.send_all(opening)
+        flood.append(stream)
+    try:
+        await trio.testing.wait_all_tasks_blocked()
+        with trio.fail_after(5):
+            assert (await get(port, "/health"))[0] == 200
+        await trio.testing.wait_all_tasks_blocked()
+        assert len(os.listdir("/proc/self/fd")) - before - len(flood) <= 4 + REFUSAL_SLOTS
+    finally:
+        for stream in flood:
+            await stream.aclose()
+
+
 async def test_the_endpoint_stops_when_cancelled():
     with trio.CancelScope() as scope:
         async with trio.open_nursery() as nursery:

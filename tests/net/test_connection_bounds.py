@@ -2,7 +2,7 @@
 
 Peers that open connections and never finish a handshake hold accepted sockets (file
 descriptors) until ``handshake_timeout``; they must not be able to take every descriptor of
-the process, nor write a log line each without limit.
+the process, nor keep other clients out, nor write a log line each without limit.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import logging
 import os
 import pathlib
 
+import pytest
 import trio
 import trio.testing
 
@@ -45,10 +46,10 @@ async def idle_sockets(port: int, count: int) -> list[trio.SocketStream]:
 
 
 async def test_sockets_in_their_handshake_stay_within_max_connections_plus_the_refusal_slots():
-    """One server of max_connections 2: 2 + REFUSAL_SLOTS silent sockets are accepted, the rest
-    wait in the listen backlog (before: every one was accepted, a descriptor each, for the
-    whole handshake timeout); sockets that go free are taken from the backlog, and once the
-    silent peers are gone a client is served again."""
+    """One server of max_connections 2: at most 2 + REFUSAL_SLOTS silent sockets are held at
+    once (before: every one was accepted, a descriptor each, for the whole handshake timeout);
+    sockets that go free are taken again, and once the silent peers are gone a client is
+    served again."""
     limit = 2 + server.REFUSAL_SLOTS
     app = demo_server(max_connections=2, handshake_timeout=3600)
     async with running(app) as urls:
@@ -57,11 +58,11 @@ async def test_sockets_in_their_handshake_stay_within_max_connections_plus_the_r
         await trio.testing.wait_all_tasks_blocked(0.05)  # the server accepted all it will
         # Each listener's accept loop (TCP and WebSocket here) takes its slot before accept().
         assert limit - 2 <= accepted_sockets(port) <= limit
-        for stream in silent[:5]:  # the server sees these end their handshakes: 5 slots free
+        for stream in silent[:5]:  # ended, or closed by the server already: none held more
             await stream.aclose()
         del silent[:5]
         await trio.testing.wait_all_tasks_blocked(0.05)
-        assert limit - 2 <= accepted_sockets(port) <= limit  # 5 more from the backlog
+        assert limit - 2 <= accepted_sockets(port) <= limit
         for stream in silent:
             await stream.aclose()
         with trio.fail_after(5):
@@ -69,6 +70,47 @@ async def test_sockets_in_their_handshake_stay_within_max_connections_plus_the_r
                 assert [x async for x in conn.subscribe("range", {"count": 2})] == [0, 1]
         await trio.testing.wait_all_tasks_blocked(0.05)
         assert accepted_sockets(port) == 0  # nothing left behind
+
+
+@pytest.mark.parametrize("scheme", ["tcp", "ws"])
+async def test_silent_sockets_holding_every_slot_do_not_keep_a_client_out(scheme):
+    """Attack round 6's /health finding, on the rsnet listeners: sockets that never send their
+    HELLO held every slot until handshake_timeout, and a client waited behind them in the
+    backlog (here for an hour). Now the oldest of them is closed to make room for the next
+    connection, and the client is served at once, the silent sockets still open."""
+    limit = 2 + server.REFUSAL_SLOTS
+    app = demo_server(max_connections=2, handshake_timeout=3600)
+    async with running(app) as urls:
+        port = int(urls[scheme].rstrip("/").rsplit(":", 1)[1])
+        silent = await idle_sockets(port, limit + 20)
+        await trio.testing.wait_all_tasks_blocked(0.05)
+        with trio.fail_after(5):
+            async with rsnet.connect(urls[scheme]) as conn:
+                assert [x async for x in conn.subscribe("range", {"count": 2})] == [0, 1]
+        assert accepted_sockets(port) <= limit
+        closed = 0
+        for stream in silent:  # the oldest were closed by the server, the client's room among them
+            with trio.move_on_after(0.01):
+                closed += await stream.receive_some(1) == b""
+            await stream.aclose()
+        assert closed >= 21
+
+
+async def test_a_connection_that_finished_its_handshake_is_not_closed_to_make_room():
+    """Only connections still in their handshake are closed for a newcomer: a client with an
+    open stream keeps it through a flood of silent sockets."""
+    app = demo_server(max_connections=2, handshake_timeout=3600)
+    async with running(app) as urls:
+        port = int(urls["tcp"].rsplit(":", 1)[1])
+        async with rsnet.connect(urls["tcp"]) as conn:
+            items = conn.subscribe("range", {"count": 3})
+            assert await anext(items) == 0
+            silent = await idle_sockets(port, 2 + server.REFUSAL_SLOTS + 20)
+            await trio.testing.wait_all_tasks_blocked(0.05)
+            with trio.fail_after(5):
+                assert [x async for x in items] == [1, 2]
+            for stream in silent:
+                await stream.aclose()
 
 
 async def test_refused_connections_write_a_bounded_number_of_log_lines(caplog, monkeypatch):
