@@ -722,8 +722,15 @@ class TopicReader(DrainLoop, Subscription):
     def cancel(self) -> None:
         if not self.cancelled:
             self.cancelled = True
-            self.subscriber = None  # rule 3.13
+            self._drop_subscriber()  # rule 3.13
             self._leave()
+
+    def _drop_subscriber(self) -> None:
+        """Forget the subscriber, its bound methods too: it holds this subscription, and the
+        two would otherwise stay a reference cycle, its whole session with them, until a
+        full garbage collection (attack round 6: 30,000 waiting subscriptions a burst grew the
+        broker's memory about 10 MB a burst)."""
+        self.subscriber = self._many = self._encoded = self._room = None
 
     def _leave(self) -> None:
         topics = list(self.positions)
@@ -927,7 +934,7 @@ class TopicReader(DrainLoop, Subscription):
         """End the subscription: ``on_error(error)``, or ``on_complete`` for None."""
         subscriber = self.subscriber
         self.cancelled = True
-        self.subscriber = None
+        self._drop_subscriber()
         self._leave()
         if subscriber is not None:
             if error is None:
