@@ -92,6 +92,7 @@ from .topic import (
     offset_trimmed,
     resolve_start,
     storage_refusal,
+    storage_state_log,
 )
 
 log = logging.getLogger("rsnet.broker")
@@ -268,6 +269,7 @@ class Broker:
         self._open_failed: dict[str, tuple[float, StorageError]] = {}
         self._idle_since: dict[Topic, float] = {}
         self._failure_log = RateLimitedLog(log, TRACEBACKS_PER_MINUTE)  # failures a client can repeat
+        self._storage_log = storage_state_log()  # topics' storage failing and working again
         self._nursery: trio.Nursery | None = None
         self._retention_failing: set[str] = set()  # topics whose last retention sweep failed
 
@@ -359,7 +361,7 @@ class Broker:
             for topic in list(self.topics.values()):
                 if topic.storage_failure is not None:
                     if await self._storage_works_again(topic):
-                        log.warning("topic %s: storage works again", topic.name)
+                        self._storage_log.log(logging.WARNING, "topic %s: storage works again", topic.name)
                         topic.storage_failure = None
                     elif topic.name not in self._memory_logs:
                         continue  # no retention: its writer repairs the log first
@@ -569,6 +571,7 @@ class Broker:
             max_lag=settings.max_lag,
             on_stored=self._stored,
             failure_log=self._failure_log,
+            storage_log=self._storage_log,
             on_storage_failed=self._storage_failed,
             recent_budget=self._recent_budget,
             fences=self.fences,

@@ -46,6 +46,13 @@ from .storage import CorruptData, OffsetDamaged, StorageError, TopicLog, WriteFa
 
 log = logging.getLogger("rsnet.broker")
 
+STORAGE_LINES_PER_MINUTE = 30
+"""Lines saying a topic's storage failed, or works again, that the log takes a minute, all
+topics of a broker together (the rest are counted in one line): memory topics share one
+budget, so a client that fills it and purges it makes every memory topic fail and recover in
+turn, a line each (attack round 6). ``/health`` and the ``storage_failing`` metric still show
+every topic."""
+
 READ_BATCH = 256
 """Records read from the log per step of a subscription's drain loop."""
 
@@ -76,6 +83,7 @@ class Topic:
         max_lag: int = 10_000,
         on_stored: Callable[[Topic, list[tuple[str, int]]], None] | None = None,
         failure_log: RateLimitedLog | None = None,
+        storage_log: RateLimitedLog | None = None,
         on_storage_failed: Callable[[Topic, StreamError, list[str]], None] | None = None,
         recent_budget: RecentBudget | None = None,
         fences: Fences | None = None,
@@ -104,6 +112,7 @@ class Topic:
         self._sync_wanted = trio.Event()  # the writer appended records for the syncer to sync
         self._on_stored = on_stored  # (producer, last sequence) pairs that became durable
         self.failure_log = failure_log or RateLimitedLog(logging.getLogger("rsnet.broker"), TRACEBACKS_PER_MINUTE)
+        self.storage_log = storage_log or storage_state_log()
         self._on_storage_failed = on_storage_failed  # the error and the producers refused (storage, or a record)
         self.storage_failure: str | None = None  # why the last append or sync failed, until an append succeeds
         self.storage_failures = 0  # appends and syncs that failed
@@ -328,7 +337,12 @@ class Topic:
             "sequence was stored: offer them again later",
         )
         if self.storage_failure is None:  # one line per failing spell, not per refused offer
-            log.error("topic %s: storage failed, producers refused until it works again: %s", self.name, failure)
+            self.storage_log.log(
+                logging.ERROR,
+                "topic %s: storage failed, producers refused until it works again: %s",
+                self.name,
+                failure,
+            )
         self.storage_failure = str(failure)
         self.storage_failures += 1
         self.recent.clear()  # offsets not acknowledged may now go to other records
@@ -941,6 +955,17 @@ class TopicReader(DrainLoop, Subscription):
                 deliver_safely(subscriber.on_complete)
             else:
                 deliver_safely(subscriber.on_error, error)
+
+
+def storage_state_log() -> RateLimitedLog:
+    """A log for topics' storage failing and working again (:data:`STORAGE_LINES_PER_MINUTE`)."""
+    return RateLimitedLog(
+        log,
+        STORAGE_LINES_PER_MINUTE,
+        "%d more reports of topics' storage failing or working again in the last minute were left out "
+        "(/health and the storage_failing metric show each topic)",
+        logging.WARNING,
+    )
 
 
 def offset_trimmed(topic: str, requested: int, first_available: int) -> StreamError:

@@ -4,7 +4,9 @@ topic, echoed values in errors, what a producer may send before it is stored."""
 
 from __future__ import annotations
 
+import logging
 import pathlib
+import re
 import socket
 import tracemalloc
 from typing import Any
@@ -19,7 +21,8 @@ from rsnet.broker.client import commit, publish
 from rsnet.broker.codes import BrokerCode
 from rsnet.broker.storage import Retention
 from rsnet.broker.storage.memory import PRODUCER_COST
-from rsnet.broker.topic import TopicSink
+from rsnet.broker.topic import STORAGE_LINES_PER_MINUTE, TopicSink
+from rsnet.net import failures
 from rsnet.net.session import DEFAULT_CONNECTION_WINDOW_BYTES
 from rsnet.protocol import Complete, ErrorCode, Hello, Next, Offer, Request, Subscribe, Welcome
 
@@ -360,6 +363,40 @@ async def test_the_producers_a_memory_topic_remembers_count_in_the_memory_budget
         assert broker.memory_budget.used == producers * PRODUCER_COST
         await admin(conn, "delete", "many")
         assert broker.memory_budget.used == 0
+
+
+async def test_memory_topics_failing_and_recovering_in_turn_write_a_bounded_number_of_lines(caplog, monkeypatch):
+    """Attack round 6: a client that fills the memory budget every memory topic shares, and
+    purges it, made each topic log an ERROR (storage failed) and a WARNING (works again), as
+    often as it liked: log lines without bound. At most STORAGE_LINES_PER_MINUTE of them a
+    minute now; the next minute begins with one line counting the rest."""
+    now = [1000.0]
+    monkeypatch.setattr(failures.time, "monotonic", lambda: now[0])
+    broker = Broker(memory_budget_bytes=20_000, max_record_bytes=2_000, retention_sweep_s=0.01)
+    with caplog.at_level(logging.WARNING, logger="rsnet.broker"):
+        async with broker_running(broker) as url, rsnet.connect(url) as conn:
+            await publish(conn, "fill", ["x" * 1000] * 15, producer="fill")
+            for i in range(40):  # 40 topics fail: 40 reports
+                with pytest.raises(rsnet.StreamError) as refused:
+                    await publish(conn, f"t{i}", ["x" * 1000] * 10, producer="p")
+                assert refused.value.code == BrokerCode.STORAGE_FULL
+            await admin(conn, "purge", "fill")
+            with trio.fail_after(10):  # and work again: 40 more
+                while any(topic.storage_failure for topic in broker.topics.values()):
+                    await trio.sleep(0.01)
+            reports = [r.getMessage() for r in caplog.records if "storage" in r.getMessage()]
+            assert len(reports) == STORAGE_LINES_PER_MINUTE
+            assert all(
+                re.fullmatch(r"topic \w+: storage (failed, producers refused.*|works again)", r) for r in reports
+            )
+            now[0] += 61
+            with pytest.raises(rsnet.StreamError):  # fills it again: the next line says what was left out
+                await publish(conn, "fill", ["x" * 1000] * 40, producer="fill", first_sequence=15)
+    summary = [r.getMessage() for r in caplog.records if "were left out" in r.getMessage()]
+    assert summary == [
+        f"{80 - STORAGE_LINES_PER_MINUTE} more reports of topics' storage failing or working again in the last "
+        "minute were left out (/health and the storage_failing metric show each topic)"
+    ]
 
 
 async def test_offers_a_full_budget_refused_after_they_completed_leave_their_topic():
