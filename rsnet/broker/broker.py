@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import errno
+import fcntl
 import heapq
 import logging
 import os
@@ -78,6 +79,7 @@ from .storage import (
     UncleanRecoveryNeeded,
 )
 from .storage import files as storage_files
+from .storage.descriptors import DescriptorBudget
 from .storage.memory import RECORD_OVERHEAD, MemoryBudget
 from .storage.segments import LOCK_NAME
 from .storage.settings import FILE_NAME as SETTINGS_FILE
@@ -242,6 +244,7 @@ class Broker:
         self._pattern_topics = 0  # topics followed by the readers in _watchers, summed
         # At most the default: past it, open topics could take the descriptors connections need.
         self.max_open_topics = min(max_open_topics or default_max_open_topics(), default_max_open_topics())
+        self.descriptors = DescriptorBudget(self.max_open_topics)  # durable logs holding their files open
         self.unclean_recovery = unclean_recovery  # see SegmentLog.open; off: damage it cannot place refuses its topic
         self.sync_threads = trio.CapacityLimiter(sync_threads)  # fsyncs running at once, all topics
         self.storage_files = storage_files.REAL  # how durable logs change their files (tests inject faults)
@@ -287,9 +290,11 @@ class Broker:
         cannot be opened is refused, and the rest served (:meth:`_recover_at_start`).
         """
         failure: StorageError | None = None
+        data_dir_lock = -1
         try:
             if self.data_dir is not None:
                 self._check_data_dir()
+                data_dir_lock = _lock_data_dir(self.data_dir)
                 self.retired = self._open_retired(self.data_dir)
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
@@ -321,6 +326,8 @@ class Broker:
         finally:
             for topic in list(self.topics.values()):
                 self._close_topic(topic)
+            if data_dir_lock >= 0:
+                os.close(data_dir_lock)
         if failure is not None:
             raise failure
 
@@ -489,8 +496,7 @@ class Broker:
     def topic(self, name: str, *, create: bool) -> Topic | None:
         """The topic, opened if it exists; if not, created if ``create``, else None.
 
-        Raises StreamError TOO_MANY_TOPICS if creating it would pass ``max_topics``, or if
-        opening a durable topic would pass ``max_open_topics`` while every open one is in use.
+        Raises StreamError TOO_MANY_TOPICS if creating it would pass ``max_topics``.
         """
         topic = self.topics.get(name)
         if topic is not None:
@@ -561,8 +567,6 @@ class Broker:
                 "on disk" if settings.durable else "in memory",
             )
         new = not self.exists(name)
-        if settings.durable and self.data_dir is not None:
-            self._make_room(name)
         topic_log = self._open_log(name, settings)
         topic = Topic(
             name,
@@ -592,25 +596,6 @@ class Broker:
                     self._follow(reader, topic, topic_log.first_offset)
         return topic
 
-    def _make_room(self, name: str) -> None:
-        """Keep open durable logs (and their file descriptors) under ``max_open_topics``: close
-        idle ones, the longest idle first, before opening ``name``; refuse if none is idle."""
-        open_durable = [topic for topic in self.topics.values() if topic.name not in self._memory_logs]
-        excess = len(open_durable) + 1 - self.max_open_topics
-        if excess <= 0:
-            return
-        now = trio.current_time()
-        idle = sorted((self._idle_since.get(topic, now), id(topic), topic) for topic in open_durable if topic.idle)
-        for _, _, topic in idle[:excess]:
-            self._close_topic(topic)
-        if excess > len(idle):
-            raise StreamError(
-                BrokerCode.TOO_MANY_TOPICS,
-                f"cannot open topic {name!r}: {self.max_open_topics} topics are open and in use, the most this "
-                "broker keeps open at once (max_open_topics); try again later",
-                {"topic": name, "max_open_topics": self.max_open_topics},
-            )
-
     def _open_log(self, name: str, settings: TopicSettings) -> TopicLog:
         """The topic's log and cursors: opened (recovered) from ``data_dir``, or in memory.
 
@@ -624,6 +609,7 @@ class Broker:
                 self.fsync,
                 file_ops=self.storage_files,
                 unclean_recovery=self.unclean_recovery,
+                descriptors=self.descriptors,
             )
             if report.damaged or name not in self.recovery:
                 # A report of damage stays while this process runs (/health shows it): opening
@@ -1245,6 +1231,34 @@ def default_memory_budget() -> int:
     return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2
 
 
+DATA_DIR_LOCK = ".lock"
+"""The file in ``data_dir`` a running broker holds locked (``flock``): a second broker started
+on the same directory stops at once, saying so, instead of writing the same logs. (Each
+topic's directory has a lock of its own, but a log gives it up with its other descriptors
+when it is not used for a while: ``storage/descriptors.py``.)"""
+
+
+def _lock_data_dir(data_dir: pathlib.Path) -> int:
+    """Lock :data:`DATA_DIR_LOCK` in ``data_dir``; returns its descriptor, to close when the
+    broker stops. Raises StorageError if another process holds it."""
+    path = data_dir / DATA_DIR_LOCK
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except OSError as failure:
+        raise StorageError(f"data_dir {data_dir}: {path} cannot be opened ({failure})") from failure
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as failure:
+        os.close(fd)
+        if isinstance(failure, BlockingIOError):
+            raise StorageError(
+                f"data_dir {data_dir} is in use by another broker (it holds {path} locked): "
+                "two brokers must not share a data_dir"
+            ) from None
+        raise StorageError(f"data_dir {data_dir}: {path} cannot be locked ({failure})") from failure
+    return fd
+
+
 def _write_check(files: storage_files.FileOps, directory: str, free: int) -> None:
     """Whether ``directory`` takes writes: at least ``free`` bytes available in its file system
     (room for the largest record: a disk with room for the 4 KiB block but not for the
@@ -1367,7 +1381,7 @@ class _PatternPublisher(Publisher[Any]):
             if not reader.cancelled:
                 try:
                     topic = broker.topic(name, create=False)
-                except StreamError as refused:  # e.g. too many open topics: this subscription ends
+                except StreamError as refused:  # (a topic whose log failed): this subscription ends
                     reader.fail(refused)
                     return
                 except Exception as failure:  # the topic's log cannot be opened
@@ -1447,7 +1461,7 @@ class _AckPublisher(Publisher[Any]):
         subscriber.on_subscribe(subscription)
         try:
             topic = broker.topic(self._topic, create=False)
-        except StreamError as refused:  # e.g. too many open topics: rule 1.9, an error after on_subscribe
+        except StreamError as refused:  # e.g. its log cannot be opened: rule 1.9, an error after on_subscribe
             subscription.cancel()
             deliver_safely(subscriber.on_error, refused)
             return

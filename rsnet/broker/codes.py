@@ -21,9 +21,7 @@ class BrokerCode(enum.IntEnum):
     SLOW_SUBSCRIBER = 4102
     """The subscriber fell more than ``max_lag`` records behind on a ``disconnect`` topic."""
     TOO_MANY_TOPICS = 4103
-    """Publishing would create a topic beyond the broker's ``max_topics`` (``data.max_topics``),
-    or opening a stored topic would pass ``max_open_topics`` while every open one is in use
-    (``data.max_open_topics``; try again later)."""
+    """Publishing would create a topic beyond the broker's ``max_topics`` (``data.max_topics``)."""
     OFFSET_DAMAGED = 4110
     """The offset's record was found damaged on disk; ``data`` has the damaged range and the next
     intact offset (subscribe from there to go on)."""

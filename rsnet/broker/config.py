@@ -15,8 +15,8 @@ Schema (``server/rsnet.toml`` is a commented example of every key)::
     fsync = "always"                # always | interval | never (only for durable topics)
     fsync_interval_ms = 100         # for "interval"
     max_topics = 10000              # topics at most; a publish creating one more gets TOO_MANY_TOPICS
-    max_open_topics = 128           # durable topics open at once (omitted: 1/8 of the fd limit);
-                                    # idle ones are closed to make room, else TOO_MANY_TOPICS
+    max_open_topics = 128           # durable topics with their files open at once (omitted: 1/8
+                                    # of the fd limit); the least recently used give theirs up
     idle_topic_close_s = 60         # a durable topic with no producer nor subscriber for this long
                                     # has its log (its open files) closed; reopened on demand
     memory_budget_bytes = 1073741824  # memory topics together, in memory; beyond: STORAGE_FULL

@@ -16,20 +16,25 @@ import trio
 
 import rsnet
 from rsnet.broker.auth import Authorizer
-from rsnet.broker.broker import Broker, TopicSettings
+from rsnet.broker.broker import DATA_DIR_LOCK, Broker, TopicSettings
 from rsnet.broker.client import publish
 from rsnet.broker.codes import BrokerCode
 from rsnet.broker.config import load_config
 from rsnet.broker.daemon import build_broker
-from rsnet.broker.storage import Retention
+from rsnet.broker.storage import Retention, StorageError
 from rsnet.broker.topic import now_ms
-from rsnet.protocol import Accept, Cancel, Complete, Error, ErrorCode, Subscribe
+from rsnet.protocol import Accept, Batch, Cancel, Error, ErrorCode, Next, Request, Subscribe
 
 from .support import RawClient, broker_running, served_url, start_daemon, take
 
 
 def open_fds() -> int:
     return len(os.listdir("/proc/self/fd"))
+
+
+def stored(data_dir: pathlib.Path) -> list[str]:
+    """What ``data_dir`` holds, the broker's lock aside."""
+    return sorted(p.name for p in data_dir.iterdir() if p.name != DATA_DIR_LOCK)
 
 
 async def topic_names(url: str) -> list[str]:
@@ -53,7 +58,7 @@ async def test_subscribing_to_missing_topics_creates_nothing_and_holds_no_files(
                 stream_id += 2
             await client.send(*frames)
         assert await topic_names(url) == []  # also: the broker has handled every frame above
-        assert list(tmp_path.iterdir()) == []
+        assert stored(tmp_path) == []
         assert broker.topic_count == 0 and broker.waiting_subscriptions == 0
         assert open_fds() <= baseline + 2  # the $topics connection may still be closing
         await client.aclose()
@@ -112,7 +117,7 @@ async def test_publishing_to_a_missing_topic_is_refused_without_auto_create(tmp_
             "no topic named 'orders.new', and publishing does not create it here (auto_create is never"
             " for it): an admin creates it ($admin create; rsnet topics create)"
         )
-        assert list(tmp_path.iterdir()) == []
+        assert stored(tmp_path) == []
 
 
 async def test_max_topics_refuses_one_more_topic_with_a_clear_error(tmp_path):
@@ -125,7 +130,7 @@ async def test_max_topics_refuses_one_more_topic_with_a_clear_error(tmp_path):
         assert caught.value.code == BrokerCode.TOO_MANY_TOPICS
         assert "3 topics" in caught.value.message
         assert caught.value.data == {"topic": "d", "max_topics": 3}
-        assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b", "c"]
+        assert stored(tmp_path) == ["a", "b", "c"]
         # Existing topics are not affected, closed or open.
         broker.idle_close_s = 0
         broker.close_idle_topics()
@@ -207,38 +212,68 @@ def test_the_daemon_builds_the_broker_the_configuration_describes():
     assert (live.auto_create, live.wait_if_missing) == (True, False)
 
 
-async def test_open_durable_topics_stay_within_max_open_topics_closing_idle_ones_first(tmp_path):
+async def test_open_durable_topics_hold_the_descriptors_of_max_open_topics_logs_at_most(tmp_path):
+    """More topics in use than max_open_topics: each stays open, and the least recently used
+    logs give their descriptors up, to take them again when they are read or written."""
     broker = Broker(data_dir=tmp_path, max_open_topics=4, retention_sweep_s=3600)  # no idle timeout here
     async with broker_running(broker) as url, rsnet.connect(url) as conn:
         baseline = open_fds()
         for index in range(TOPICS):
             assert await publish(conn, f"t{index}", [index]) == 1
-            assert len(broker.topics) <= 4
+            assert len(broker.descriptors) <= 4
+        assert len(broker.topics) == TOPICS
         assert open_fds() <= baseline + 4 * 3  # a lock, the active segment, one being read, per log
         for index in range(TOPICS):
             assert [r["value"] for r in await take(conn, f"t{index}", 1, **{"from": "earliest"})] == [index]
+            assert await publish(conn, f"t{index}", [index + 100], producer="again") == 1
+        for index in range(TOPICS):
+            records = await take(conn, f"t{index}", 2, **{"from": "earliest"})
+            assert [(r["offset"], r["value"]) for r in records] == [(0, index), (1, index + 100)]
+        assert open_fds() <= baseline + 4 * 3
+        assert broker.descriptors.suspensions > TOPICS
 
 
-async def test_when_every_open_topic_is_in_use_one_more_is_refused_until_one_frees_up(tmp_path):
+async def test_subscriptions_to_more_topics_than_max_open_topics_keep_no_one_out(tmp_path):
+    """Attack round 6: a subscription held its topic's log open, so one client subscribed to
+    max_open_topics topics (128 at a descriptor limit of 1,024), even with no demand, made every
+    other durable topic refuse every client with TOO_MANY_TOPICS, and a pattern subscription
+    over more topics than that could not start. Now subscriptions hold no descriptor."""
     broker = Broker(data_dir=tmp_path, max_open_topics=2, retention_sweep_s=3600)
     async with broker_running(broker) as url, rsnet.connect(url) as conn:
-        for name in ("a", "b", "c"):
+        for name in ("a", "b", "c", "d"):
             assert await publish(conn, name, [name]) == 1
-        holder = await RawClient.connect(url)  # keeps a and b in use: a subscription to each
-        await holder.send(Subscribe(1, "a", {}, 0, {}), Subscribe(3, "b", {}, 0, {}))
-        for stream_id in (1, 3):
+        holder = await RawClient.connect(url)  # a subscription to each of a, b and c, no demand
+        await holder.send(*(Subscribe(2 * i + 1, name, {"from": "earliest"}, 0, {}) for i, name in enumerate("abc")))
+        for stream_id in (1, 3, 5):
             assert isinstance(await holder.frame_of((Accept, Error), stream_id), Accept)
-        with pytest.raises(rsnet.StreamError) as caught:
-            await publish(conn, "c", ["again"])
-        assert caught.value.code == BrokerCode.TOO_MANY_TOPICS
-        assert caught.value.data == {"topic": "c", "max_open_topics": 2}
-        with pytest.raises(rsnet.StreamError) as caught:  # a pattern needing a third one too
-            await take(conn, "*", 3, **{"from": "earliest"})
-        assert caught.value.code == BrokerCode.TOO_MANY_TOPICS
-        await holder.send(Cancel(1), Subscribe(5, "$topics", {}, 100, {}))
-        assert isinstance(await holder.frame_of(Complete, 5), Complete)  # so the CANCEL before it was handled
-        assert await publish(conn, "c", ["again"]) == 1  # a subscription ended: room again
+        assert await publish(conn, "d", ["again"]) == 1
+        assert await publish(conn, "e", ["new"]) == 1
+        records = await take(conn, "*", 6, **{"from": "earliest"})
+        assert sorted(r["value"] for r in records) == ["a", "again", "b", "c", "d", "new"]
+        await holder.send(Request(1, 10), Request(3, 10), Request(5, 10))  # and they read, in turn
+        read: dict[int, list[str]] = {}
+        while len(read) < 3:
+            frame = await holder.next_frame()
+            if isinstance(frame, (Next, Batch)):
+                items = [frame.item] if isinstance(frame, Next) else frame.items
+                read.setdefault(frame.stream_id, []).extend(item["value"] for item in items)
+        assert read == {1: ["a"], 3: ["b"], 5: ["c"]}
+        assert len(broker.descriptors) <= 2
         await holder.aclose()
+
+
+async def test_a_second_broker_on_the_same_data_dir_stops_at_its_start(tmp_path):
+    """Two brokers writing the same logs would destroy records: the second stops at once,
+    saying why (a topic's own lock is given up with its log's other descriptors, so it can no
+    longer be what keeps them apart)."""
+    async with broker_running(Broker(data_dir=tmp_path)) as url, rsnet.connect(url) as conn:
+        await publish(conn, "a", ["kept"])
+        with pytest.raises(ExceptionGroup) as caught:  # (from the test's nursery)
+            async with broker_running(Broker(data_dir=tmp_path)):
+                raise AssertionError("a second broker started on the same data_dir")
+        assert caught.group_contains(StorageError, match="is in use by another broker", depth=None)
+    async with broker_running(Broker(data_dir=tmp_path)) as url, rsnet.connect(url) as conn:  # free again
+        assert [r["value"] for r in await take(conn, "a", 1, **{"from": "earliest"})] == ["kept"]
 
 
 FD_LIMIT = 128
@@ -295,7 +330,7 @@ async def test_the_daemon_at_a_128_descriptor_limit_serves_2000_missing_names_an
                 assert await publish(conn, f"t{index}", [index]) == 1
             assert [r["value"] for r in await take(conn, "t0", 1, **{"from": "earliest"})] == [0]
             assert len(await topic_names(url)) == 60
-        assert sorted(p.name for p in tmp_path.iterdir()) == sorted(f"t{index}" for index in range(60))
+        assert stored(tmp_path) == sorted(f"t{index}" for index in range(60))
         assert process.returncode is None
         await client.aclose()
     finally:

@@ -53,6 +53,7 @@ import zlib
 from typing import Any
 
 from . import recovery, segment_file, sidecars, synced_mark
+from .descriptors import DescriptorBudget
 from .files import REAL, FileOps, unlink_if_present
 from .log import CorruptData, FsyncPolicy, LogFailed, PendingSync, Retention, StorageError, TopicLog, WriteFailed
 from .records import BadRecord, decode_fields, unpack
@@ -88,6 +89,7 @@ class SegmentLog(TopicLog):
         self._active_fd = -1
         self._readers: collections.OrderedDict[Segment, int] = collections.OrderedDict()
         self._lock_fd = -1
+        self._budget: DescriptorBudget | None = None  # see descriptors.py; None: never suspended
         self._synced_offset = 0  # every record below this has been fsynced
         self._directory_synced = True
         self._failure: BaseException | None = None
@@ -107,6 +109,7 @@ class SegmentLog(TopicLog):
         *,
         file_ops: FileOps = REAL,
         unclean_recovery: bool = False,
+        descriptors: DescriptorBudget | None = None,
     ) -> tuple[SegmentLog, RecoveryReport]:
         """Open (creating if needed) the log in ``directory``; recover it; report what was found.
 
@@ -115,7 +118,9 @@ class SegmentLog(TopicLog):
         left untouched. Recovery makes everything it keeps durable unless ``fsync`` is NEVER.
         ``file_ops``: how the log changes its files (tests pass one that injects faults).
         Damage recovery cannot place raises :class:`UncleanRecoveryNeeded`, changing nothing,
-        unless ``unclean_recovery`` (see the package docstring).
+        unless ``unclean_recovery`` (see the package docstring). With ``descriptors``, the log
+        holds its file descriptors within that budget: it gives them up when others are used
+        more recently (:meth:`suspend`), and takes them again, lock first, when it is used.
         """
         if not isinstance(fsync, FsyncPolicy):
             raise TypeError(f"fsync must be a FsyncPolicy, not {fsync!r}")
@@ -136,7 +141,35 @@ class SegmentLog(TopicLog):
         except BaseException:
             log._release()
             raise
+        log._budget = descriptors
+        if descriptors is not None:
+            descriptors.used(log)
         return log, report
+
+    def suspend(self) -> None:
+        """Close every file descriptor the log holds, its directory's lock too, keeping all
+        else: the next read, append, sync or change takes them again (``descriptors.py``).
+        Nothing else may take the directory meanwhile: the broker holds its ``data_dir``."""
+        if self._lock_fd < 0:
+            return
+        self._release()
+        if self._budget is not None:
+            self._budget.released(self)
+
+    def _hold_descriptors(self) -> None:
+        """Take the descriptors back if the log gave them up, and count them as used now.
+        Raises StorageError if the directory is locked by another log, OSError as opening
+        does (no descriptor left, the active segment gone)."""
+        if self._lock_fd < 0:
+            try:
+                self._lock()
+                if self._segments:  # (none after a failed advance: repair finds what is there)
+                    self._active_fd = self._files.open(self._active.path, os.O_RDWR | os.O_APPEND)
+            except BaseException:
+                self._release()
+                raise
+        if self._budget is not None:
+            self._budget.used(self)
 
     # -- TopicLog -----------------------------------------------------------------------------
 
@@ -155,6 +188,7 @@ class SegmentLog(TopicLog):
             return None
         fds: list[int] = []
         try:
+            self._hold_descriptors()
             for segment in unsynced:
                 # The active segment's own descriptor stays the log's (to append, truncate,
                 # close); the thread gets a duplicate, which only it closes.
@@ -344,6 +378,10 @@ class SegmentLog(TopicLog):
         self._check_usable()
         self._check_advance(offset)
         self._await_in_flight()
+        try:
+            self._hold_descriptors()
+        except OSError as exc:  # nothing changed yet
+            raise WriteFailed(f"{self.directory}: the log's new start cannot be stored: {exc}", exc.errno) from exc
         if self.fsync is not FsyncPolicy.NEVER:
             try:
                 synced_mark.write(self._files, self.directory, 0, offset)
@@ -378,6 +416,7 @@ class SegmentLog(TopicLog):
         first, so the log is left empty at the same ``next_offset``); return their records."""
         if not expired:
             return 0
+        self._hold_descriptors()
         if expired == len(self._segments):
             self._roll()
         dropped = 0
@@ -405,6 +444,8 @@ class SegmentLog(TopicLog):
             self._drop_in_flight()
             self._closed = True
             self._release()
+            if self._budget is not None:
+                self._budget.released(self)
 
     # -- storing --------------------------------------------------------------------------------
 
@@ -447,6 +488,7 @@ class SegmentLog(TopicLog):
 
     def _write(self, segment: Segment, frames: list[bytes], timestamp_ms: int) -> None:
         data = b"".join(frames)
+        self._hold_descriptors()
         try:
             self._files.write_all(self._active_fd, data)
         except OSError as exc:
@@ -470,6 +512,7 @@ class SegmentLog(TopicLog):
 
         A sync running on a worker is waited for first, whatever the policy: the sync point a
         failed fsync rolls back to must be in the active segment (see ``_roll_back``)."""
+        self._hold_descriptors()
         self._await_in_flight()
         if self.fsync is not FsyncPolicy.NEVER and self._synced_offset < self._next_offset:
             self.sync()
@@ -527,9 +570,10 @@ class SegmentLog(TopicLog):
         # segments since the sync point, and their bytes with them.
         size_bytes = self._size_bytes - (self._active.size - checkpoint[1])
         try:
+            self._hold_descriptors()
             self._files.truncate(self._active_fd, checkpoint[1])
             self._files.datasync(self._active_fd)
-        except OSError:
+        except (OSError, StorageError):  # (StorageError: its lock taken again failed)
             # The file may still hold what follows the sync point: refuse writes until
             # repair() has scanned it again. The state below is what is durable either way.
             self._failure = cause
@@ -662,6 +706,7 @@ class SegmentLog(TopicLog):
         raise CorruptData(segment.path, segment.size, f"the file ends before offset {offset}")
 
     def _reader(self, segment: Segment) -> int:
+        self._hold_descriptors()
         if segment is self._active:
             return self._active_fd
         fd = self._readers.get(segment)
@@ -712,6 +757,14 @@ class SegmentLog(TopicLog):
             return
         self._drop_in_flight()  # what it covers, the scan below finds (or not) on its own
         try:
+            if self._lock_fd < 0:  # given up (descriptors.py): the lock first, not the segment it checks
+                try:
+                    self._lock()
+                except BaseException:
+                    self._release()
+                    raise
+            if self._budget is not None:
+                self._budget.used(self)
             recovered = recovery.recover(self._files, self.directory, self.fsync is not FsyncPolicy.NEVER)
         except OSError as exc:
             raise StorageError(f"{self.directory}: the log cannot be repaired yet: {exc}") from exc
