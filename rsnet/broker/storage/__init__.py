@@ -12,7 +12,8 @@ the (producer, sequence) idempotency key stored with each record.
 - :class:`SegmentLog` (``segments.py``): a directory of CRC-checked segment files
   (``segment_file.py``: one file's format and scan; ``sidecars.py``: the index saved when a
   segment is sealed; ``synced_mark.py``: how far syncs went, which recovery must not cut
-  below; ``recovery.py``: what opening keeps).
+  below; ``recovery.py``: what opening keeps; ``descriptors.py``: how many logs hold their
+  files open at once, the least recently used giving theirs up).
 - ``files.py``: every call that changes a file, behind :class:`~.files.FileOps` (the seam
   tests inject storage faults through).
 - :class:`CursorStore` (``cursors.py``): committed offsets, replaced atomically.
