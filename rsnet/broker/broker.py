@@ -726,8 +726,8 @@ class Broker:
 
     def delete_topic(self, topic: Topic) -> None:
         """Remove the (open) topic and everything stored of it (records, cursors); its
-        producers, their ``$acks`` and its readers (a pattern reader too) end with
-        UNKNOWN_PUBLISHER. Its next offset is kept first, for a topic created under its name
+        producers, their ``$acks`` and its readers end with UNKNOWN_PUBLISHER, but for
+        pattern subscriptions, which go on with their other topics. Its next offset is kept first, for a topic created under its name
         (``retired.py``); raises StreamError STORAGE_FULL or STORAGE_ERROR, deleting nothing,
         if it cannot be."""
         try:
@@ -766,6 +766,11 @@ class Broker:
             store.closed = True  # a commit waiting for its write is refused, not written into a new topic
         self.overrides.forget(topic.name)  # its file goes with the directory
         self._closed.pop(topic.name, None)
+        for reader in list(topic.readers):
+            pattern = self._watchers.get(reader)
+            if pattern is not None and is_wildcard(pattern):
+                reader.drop_topic(topic)
+                self._pattern_topics -= 1
         gone = StreamError(ErrorCode.UNKNOWN_PUBLISHER, f"topic {topic.name!r} was deleted", {"topic": topic.name})
         topic.fail(gone)
         for (_, name), subscriptions in list(self._acks.items()):

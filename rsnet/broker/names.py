@@ -52,7 +52,9 @@ def _check(text: object, *, wildcards: bool) -> str:
             raise InvalidName(f"{what} {_show(text)} has an empty segment (a leading, trailing or doubled '.')")
         if segment in ("*", ">"):
             if not wildcards:
-                raise InvalidName(f"topic name {_show(text)} contains a wildcard; publish to a concrete topic")
+                raise InvalidName(
+                    f"topic name {_show(text)} contains a wildcard: name one topic here (wildcards are for subscriptions)"
+                )
             if segment == ">" and index != last:
                 raise InvalidName(f"pattern {_show(text)}: '>' may only be the last segment")
             continue

@@ -714,6 +714,17 @@ class TopicReader(DrainLoop, Subscription):
         if self.requested or self._until is not None:  # (it may be at its end already)
             self.drain()
 
+    def drop_topic(self, topic: Topic) -> None:
+        """Stop reading ``topic`` (it was deleted) and go on with the others: a pattern
+        subscription follows the topics that exist, a topic created again among them too."""
+        if self.positions.pop(topic, None) is None:
+            return
+        self._ready.pop(topic, None)
+        self.skipped.pop(topic, None)
+        if self._only is topic:
+            self._only = None
+        topic.readers.discard(self)
+
     def lag(self, topic: Topic) -> int:
         return topic.log.next_offset - self.positions[topic]
 

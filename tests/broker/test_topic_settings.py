@@ -315,6 +315,32 @@ async def test_a_purge_keeps_the_offsets_so_no_reader_gets_other_data_under_an_o
 
 
 @pytest.mark.parametrize("storage", ["in memory", "durable"])
+async def test_a_pattern_subscription_goes_on_through_the_delete_of_a_topic_it_follows(tmp_path, storage):
+    # Attack round 6: deleting one topic ended every pattern subscription that matched it.
+    data_dir = tmp_path if storage == "durable" else None
+    async with configured(data_dir) as (broker, conn):
+        await publish(conn, "jobs.a", ["a0"])
+        await publish(conn, "jobs.b", ["b0"])
+        async with (
+            conn.subscribe("jobs.>", {"from": "earliest"}) as pattern,
+            conn.subscribe("jobs.a", {"from": "earliest"}) as plain,
+        ):
+            assert sorted([(await anext(pattern))["value"], (await anext(pattern))["value"]]) == ["a0", "b0"]
+            assert (await anext(plain))["value"] == "a0"
+            await admin(conn, "delete", "jobs.a")
+            with pytest.raises(rsnet.StreamError) as ended:  # a subscription to the topic itself ends
+                await anext(plain)
+            assert ended.value.code == ErrorCode.UNKNOWN_PUBLISHER
+            await publish(conn, "jobs.b", ["b1"], producer="again")
+            record = await anext(pattern)
+            assert (record["topic"], record["value"]) == ("jobs.b", "b1")
+            await publish(conn, "jobs.a", ["a-new"], producer="again")  # created again: followed again
+            record = await anext(pattern)
+            assert (record["topic"], record["offset"], record["value"]) == ("jobs.a", 1, "a-new")
+            assert broker.pattern_subscriptions()  # (still running)
+
+
+@pytest.mark.parametrize("storage", ["in memory", "durable"])
 async def test_a_topic_created_again_after_a_delete_goes_on_from_the_deleted_ones_offsets(tmp_path, storage):
     # A reader holding a position in the deleted topic (a Spark checkpoint, say) is told its
     # records are gone, never handed the new topic's records under offsets it had read.
