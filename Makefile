@@ -23,14 +23,22 @@ test: $(VENV)/.installed java shells nats chromium client/js/node_modules/.packa
 	$(BIN)/mypy
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-# The Spark connector's tests start a real local Spark, which needs Java 17.
+# The Spark connector's tests start a real local Spark, which needs Java 17 or later (the
+# java of JAVA_HOME if set, else the one on PATH; "1.8" is Java 8).
+JAVA_MAJOR = { if [ -n "$$JAVA_HOME" ]; then "$$JAVA_HOME/bin/java" -version; else java -version; fi; } 2>&1 \
+	| sed -n 's/.* version "\(1\.\)\{0,1\}\([0-9]*\).*/\2/p' | head -n 1
 java:
-	@if command -v java >/dev/null 2>&1 || { [ -n "$$JAVA_HOME" ] && [ -x "$$JAVA_HOME/bin/java" ]; }; then exit 0; fi; \
+	@major=$$($(JAVA_MAJOR)); if [ -n "$$major" ] && [ "$$major" -ge 17 ]; then exit 0; fi; \
 	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 		echo "installing Java 17 for the Spark tests (apt-get install openjdk-17-jre-headless)"; \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless || exit 1; \
+		major=$$($(JAVA_MAJOR)); if [ -n "$$major" ] && [ "$$major" -ge 17 ]; then exit 0; fi; \
+		echo "make test: Java 17 is installed, but $${JAVA_HOME:-the java on PATH} is $${major:+Java $$major}$${major:-no Java}:" \
+			"set JAVA_HOME=$$(ls -d /usr/lib/jvm/java-17-openjdk-* | head -n 1)" >&2; \
+		exit 1; \
 	else \
-		echo "make test: the Spark tests need Java 17 and none was found; install it, e.g." >&2; \
+		echo "make test: the Spark tests need Java 17 or later, and $${major:+Java $$major was found}$${major:-none was found};" \
+			"install it, e.g." >&2; \
 		echo "  sudo apt-get install -y openjdk-17-jre-headless   (or set JAVA_HOME)" >&2; \
 		exit 1; \
 	fi

@@ -11,7 +11,9 @@ Spark section for the options, the type mapping and the delivery guarantees.
 from __future__ import annotations
 
 import os
+import re
 import shutil
+import subprocess
 from typing import Any
 
 # What the connector needs beyond rsnet, checked first: a missing one would otherwise fail
@@ -37,15 +39,37 @@ def register(spark: Any) -> None:
     spark.dataSource.register(RsnetDataSource)
 
 
+JAVA_NEEDED = 17
+"""The oldest Java PySpark 4 starts on."""
+
+
 def check_java() -> str:
     """The ``java`` Spark will start, or RuntimeError saying how to install one. Call it
-    before building a SparkSession: without Java, PySpark fails with an obscure gateway error."""
+    before building a SparkSession: without Java, or with one older than 17, PySpark fails
+    with an obscure gateway error (or ``UnsupportedClassVersionError``)."""
     home = os.environ.get("JAVA_HOME")
     java = os.path.join(home, "bin", "java") if home else shutil.which("java")
+    install = "install it, e.g. `apt-get install -y openjdk-17-jre-headless`, or set JAVA_HOME"
     if not java or not os.path.exists(java):
         where = f"JAVA_HOME={home} has no bin/java" if home else "no java on PATH and JAVA_HOME is not set"
+        raise RuntimeError(f"rsnet.spark: Spark needs Java {JAVA_NEEDED} ({where}); {install}")
+    major = java_major_version(java)
+    if major is not None and major < JAVA_NEEDED:
         raise RuntimeError(
-            f"rsnet.spark: Spark needs Java 17 ({where}); install it, e.g. "
-            "`apt-get install -y openjdk-17-jre-headless`, or set JAVA_HOME"
+            f"rsnet.spark: Spark needs Java {JAVA_NEEDED} or later, and {java} is Java {major}; {install}"
         )
     return java
+
+
+def java_major_version(java: str) -> int | None:
+    """The major version ``java -version`` reports (8 for "1.8.0_402", 17 for "17.0.9"), or None
+    if it does not say."""
+    try:
+        shown = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=30).stderr
+    except (OSError, subprocess.SubprocessError):
+        return None
+    found = re.search(r'version "(\d+)(?:\.(\d+))?', shown)
+    if found is None:
+        return None
+    major = int(found.group(1))
+    return int(found.group(2) or 0) if major == 1 else major

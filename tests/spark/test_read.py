@@ -254,6 +254,27 @@ def test_user_schema_nested_types_and_timestamps(spark, broker_url):
     }
 
 
+@pytest.mark.parametrize(
+    ("shown", "major"), [('openjdk version "11.0.22" 2024-01-16', 11), ('java version "1.8.0_402"', 8)]
+)
+def test_a_java_older_than_17_is_named_before_spark_fails_obscurely(monkeypatch, tmp_path, shown, major):
+    import rsnet.spark
+
+    java = tmp_path / "bin" / "java"
+    java.parent.mkdir()
+    java.write_text(f"#!/bin/sh\necho '{shown}' >&2\n")
+    java.chmod(0o755)
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path))
+    with pytest.raises(RuntimeError, match=rf"needs Java 17 or later, and .*/bin/java is Java {major}; install"):
+        rsnet.spark.check_java()
+
+
+def test_the_java_the_tests_run_on_passes_the_check():
+    import rsnet.spark
+
+    assert rsnet.spark.java_major_version(rsnet.spark.check_java()) >= 17
+
+
 def test_a_missing_java_is_named_before_spark_fails_obscurely(monkeypatch, tmp_path):
     import rsnet.spark
 
