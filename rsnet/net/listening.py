@@ -39,8 +39,6 @@ class Evictable:
 
     def __init__(self) -> None:
         self._scopes: dict[trio.lowlevel.Task, trio.CancelScope] = {}  # oldest first
-        self.evicted = 0
-        """Connections closed to make room, since the start."""
 
     def __len__(self) -> int:
         return len(self._scopes)
@@ -64,7 +62,6 @@ class Evictable:
         """Cancel the oldest connection's block; False if there is none."""
         for task in self._scopes:
             self._scopes.pop(task).cancel()
-            self.evicted += 1
             return True
         return False
 
