@@ -398,7 +398,7 @@ async def serve_http(
 
     async def handle(stream: trio.SocketStream) -> None:
         nonlocal busy
-        with waiting.entered():  # any connection may be closed for a newcomer, oldest first
+        with waiting.entered(stream):  # any connection may be closed for a newcomer, oldest first
             if busy >= max_connections:
                 await _refuse(stream, health, request_timeout)
                 return

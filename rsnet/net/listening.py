@@ -38,30 +38,35 @@ class Evictable:
     connections never settle)."""
 
     def __init__(self) -> None:
-        self._scopes: dict[trio.lowlevel.Task, trio.CancelScope] = {}  # oldest first
+        self._held: dict[trio.lowlevel.Task, tuple[trio.CancelScope, trio.SocketStream]] = {}  # oldest first
 
     def __len__(self) -> int:
-        return len(self._scopes)
+        return len(self._held)
 
     @contextmanager
-    def entered(self) -> Iterator[None]:
-        """The current task's connection may be evicted in this block: the block is cancelled."""
+    def entered(self, stream: trio.SocketStream) -> Iterator[None]:
+        """The current task's connection, on ``stream``, may be evicted in this block: the
+        block is cancelled and the socket closed."""
         task = trio.lowlevel.current_task()
         with trio.CancelScope() as scope:
-            self._scopes[task] = scope
+            self._held[task] = (scope, stream)
             try:
                 yield
             finally:
-                self._scopes.pop(task, None)
+                self._held.pop(task, None)
 
     def settle(self) -> None:
         """The current task's connection has shown itself a client: it is no longer evicted."""
-        self._scopes.pop(trio.lowlevel.current_task(), None)
+        self._held.pop(trio.lowlevel.current_task(), None)
 
     def evict_oldest(self) -> bool:
-        """Cancel the oldest connection's block; False if there is none."""
-        for task in self._scopes:
-            self._scopes.pop(task).cancel()
+        """Close the oldest connection; False if there is none. Its socket is closed at once,
+        not only its block cancelled: a shielded step (a WebSocket's lingering close after a
+        violation, a second long) would otherwise hold its slot, and the accept loop, with it."""
+        for task in self._held:
+            scope, stream = self._held.pop(task)
+            scope.cancel()
+            stream.socket.close()  # its waits end with ClosedResourceError
             return True
         return False
 

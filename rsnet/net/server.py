@@ -38,7 +38,7 @@ from typing import Any
 import pydantic
 import trio
 
-from ..client_rules import DEFAULT_KEEPALIVE, HANDSHAKE_TIMEOUT, keepalive_ms
+from ..client_rules import DEFAULT_KEEPALIVE, FLUSH_TIMEOUT, HANDSHAKE_TIMEOUT, keepalive_ms
 from ..errors import ConnectionLost, HandshakeError, StreamError, error_frame_fields
 from ..protocol import (
     DEFAULT_MAX_FRAME_SIZE,
@@ -274,7 +274,8 @@ class Server:
             if ssl_context is not None:
                 stream = trio.SSLStream(stream, ssl_context, server_side=True)
             transport = None
-            with trio.move_on_after(self._handshake_timeout):
+            deadline = trio.current_time() + self._handshake_timeout  # TLS, WebSocket and HELLO together
+            with trio.move_on_at(deadline):
                 transport = await accept_websocket(
                     stream, max_message_size=max_message, path=path, conn_error=conn_error_frame
                 )
@@ -282,7 +283,7 @@ class Server:
                 await trio.aclose_forcefully(stream)
                 return
             try:
-                await self.handle(transport)
+                await self.handle(transport, handshake_deadline=deadline)
             finally:
                 await transport.aclose()  # a closing handshake even when the rsnet handshake failed
 
@@ -325,7 +326,7 @@ class Server:
     async def _handle_guarded(self, handle: Callable[[trio.abc.Stream], Any], stream: trio.SocketStream) -> None:
         """One connection's whole life; nothing it does may take the server down."""
         try:
-            with self._handshaking.entered():  # until the session starts
+            with self._handshaking.entered(stream):  # until the session starts
                 await handle(stream)
         except (ConnectionLost, trio.BrokenResourceError, trio.ClosedResourceError, ssl.SSLError, OSError) as error:
             self._connection_log.log(logging.INFO, "connection ended: %s", error)
@@ -337,11 +338,15 @@ class Server:
             # 30 µs of CPU, a tenth of what a short connection costs the server.
             stream.socket.close()
 
-    async def handle(self, transport: Transport) -> None:
+    async def handle(self, transport: Transport, *, handshake_deadline: float | None = None) -> None:
         """Serve one connection on an established transport: handshake, then its streams.
-        Beyond ``max_connections`` it is refused after its HELLO (read first, so closing never
-        resets the connection over our CONN_ERROR): a connection counts once it is a client,
-        so sockets that never send a HELLO cannot make the server refuse those that do."""
+
+        The HELLO must come within ``handshake_timeout``, or by ``handshake_deadline`` (trio
+        time) when the transport's own handshake already used some of it (WebSocket). A missing
+        or wrong token is refused with UNAUTHORIZED; beyond ``max_connections``, GOING_AWAY.
+        Both come after the HELLO (read first, so closing never resets the connection over our
+        CONN_ERROR), and a connection counts once it is a client: sockets that never send a
+        HELLO, or a good token, cannot make the server refuse those that do."""
         conn = Connection(
             Role.SERVER,
             max_frame_size=self._max_frame_size,
@@ -349,25 +354,12 @@ class Server:
             keepalive_interval=self._keepalive_ms,
         )
         try:
-            hello, events = await complete_handshake(transport, conn, Hello, self._handshake_timeout)
+            hello, events = await complete_handshake(
+                transport, conn, Hello, self._handshake_timeout, deadline=handshake_deadline
+            )
         except HandshakeError as failure:
             self._connection_log.log(logging.INFO, "%s", failure)
             return
-        try:
-            self._connection_slots.acquire_nowait()
-        except trio.WouldBlock:
-            limit = f"the server is at its limit of {self._max_connections} connections; try again later"
-            conn.send_conn_error(ErrorCode.GOING_AWAY, limit)
-            await transport.send([conn.data_to_send()])
-            self._connection_log.log(logging.INFO, "refused %s: %s", transport.peer, limit)
-            return
-        try:
-            await self._serve_client(transport, conn, hello, events)
-        finally:
-            self._connection_slots.release()
-
-    async def _serve_client(self, transport: Transport, conn: Connection, hello: Hello, events: list[Any]) -> None:
-        """A connection within ``max_connections``: its token checked, then its session."""
         offered = hello.settings.get("auth_token")
         principal = None
         if self._authenticate is not None:
@@ -377,26 +369,34 @@ class Server:
             allowed = self._token is None or _token_matches(offered, self._token)
         if not allowed:
             self.unauthenticated += 1
-            conn.send_conn_error(ErrorCode.UNAUTHORIZED, "missing or wrong auth_token")
-            await transport.send([conn.data_to_send()])
+            await _refuse(transport, conn, ErrorCode.UNAUTHORIZED, "missing or wrong auth_token")
             self._connection_log.log(logging.INFO, "refused %s: bad token", transport.peer)
             return
         if self._stopping:
-            conn.send_conn_error(ErrorCode.GOING_AWAY, "the server is shutting down")
-            await transport.send([conn.data_to_send()])
+            await _refuse(transport, conn, ErrorCode.GOING_AWAY, "the server is shutting down")
             return
-        self._handshaking.settle()
-        conn.send_welcome()
-        budget = self._output_budget
-        session = Session(transport, conn, host=self._host or self, principal=principal, output_budget=budget)
-        self.sessions.add(session)
-        self.sessions_opened += 1
-        budget.connections += 1
         try:
-            await session.run(events=events)
+            self._connection_slots.acquire_nowait()
+        except trio.WouldBlock:
+            limit = f"the server is at its limit of {self._max_connections} connections; try again later"
+            await _refuse(transport, conn, ErrorCode.GOING_AWAY, limit)
+            self._connection_log.log(logging.INFO, "refused %s: %s", transport.peer, limit)
+            return
+        try:
+            self._handshaking.settle()
+            conn.send_welcome()
+            budget = self._output_budget
+            session = Session(transport, conn, host=self._host or self, principal=principal, output_budget=budget)
+            self.sessions.add(session)
+            self.sessions_opened += 1
+            budget.connections += 1
+            try:
+                await session.run(events=events)
+            finally:
+                budget.connections -= 1
+                self.sessions.discard(session)
         finally:
-            budget.connections -= 1
-            self.sessions.discard(session)
+            self._connection_slots.release()
 
     async def shutdown(self, grace: float = 5.0) -> None:
         """Stop accepting, send GO_AWAY on every connection, let open streams drain for up to
@@ -454,6 +454,14 @@ def _invalid_params(name: str, invalid: pydantic.ValidationError) -> StreamError
     if len(problems) > len(errors):
         summary += f"; and {len(problems) - len(errors)} more"
     return StreamError(ErrorCode.REJECTED, f"invalid params for {_clip(repr(name))}: {summary}", errors)
+
+
+async def _refuse(transport: Transport, conn: Connection, code: ErrorCode, message: str) -> None:
+    """Send CONN_ERROR ``code``: within FLUSH_TIMEOUT, as a peer that does not read must not
+    hold the connection (nor a slot) for ever."""
+    conn.send_conn_error(code, message)
+    with trio.move_on_after(FLUSH_TIMEOUT):
+        await transport.send([conn.data_to_send()])
 
 
 def _token_matches(offered: Any, expected: str) -> bool:

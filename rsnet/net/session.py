@@ -1361,17 +1361,18 @@ def conn_error_frame(code: int, message: str) -> bytes:
 
 
 async def complete_handshake(
-    transport: Transport, conn: Connection, wanted: type, timeout: float
+    transport: Transport, conn: Connection, wanted: type, timeout: float, *, deadline: float | None = None
 ) -> tuple[Any, list[Any]]:
     """Pump the transport until the handshake event ``wanted`` (Hello or Welcome) arrives.
 
     Returns it and the events that arrived with it. Raises :class:`HandshakeError` if the
-    peer closed or refused, or ``timeout`` seconds passed (after sending CONN_ERROR TIMEOUT,
-    SPEC 6.2); each step is :func:`rsnet.client_rules.handshake_outcome`. Whatever the
+    peer closed or refused, or ``timeout`` seconds passed (or ``deadline``, trio time, when
+    the handshake's ``timeout`` began before this call), after sending CONN_ERROR TIMEOUT,
+    SPEC 6.2; each step is :func:`rsnet.client_rules.handshake_outcome`. Whatever the
     connection must send meanwhile (HELLO, CONN_ERROR) is flushed.
     """
     received: list[Any] = []
-    with trio.move_on_after(timeout):
+    with trio.move_on_at(trio.current_time() + timeout if deadline is None else deadline):
         while True:
             pending = conn.data_to_send()
             if pending:

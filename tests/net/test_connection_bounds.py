@@ -96,6 +96,80 @@ async def test_silent_sockets_holding_every_slot_do_not_keep_a_client_out(scheme
         assert closed >= 21
 
 
+WS_UPGRADE = (
+    b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+    b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Protocol: rsnet\r\n\r\n"
+)
+TEXT_FRAME = b"\x81\x81\x00\x00\x00\x00x"  # a masked text message "x": a violation (SPEC 2.2)
+
+
+async def _violate_and_stay(port: int) -> trio.SocketStream:
+    """A WebSocket client that upgrades, sends a text message and keeps its socket open:
+    the server fails the connection and lingers a second to let it read why."""
+    stream = await trio.open_tcp_stream("127.0.0.1", port)
+    await stream.send_all(WS_UPGRADE)
+    await stream.receive_some(4096)  # the 101, once the server got round to accepting it
+    await stream.send_all(TEXT_FRAME)
+    return stream
+
+
+async def test_connections_lingering_after_a_violation_are_closed_at_once_to_make_room():
+    """Attack round 7: a WebSocket connection failed for a violation lingers a second in a
+    shielded scope, which eviction's cancel could not cut short: each eviction held the accept
+    loop that long, and 50 such connections a second kept WebSocket clients out (p50 2.5 s).
+    Evicting closes the socket now. 300 of them ahead of a client in the backlog: it is served
+    at once (it used to wait for their lingering, 300 / 34 slots seconds)."""
+    app = demo_server(max_connections=2, handshake_timeout=3600)
+    async with running(app) as urls:
+        port = int(urls["ws"].rstrip("/").rsplit(":", 1)[1])
+        violators: list[trio.SocketStream] = []
+
+        async def violate() -> None:
+            violators.append(await _violate_and_stay(port))
+
+        with trio.fail_after(3):  # 9 s at least before
+            async with trio.open_nursery() as nursery:
+                for _ in range(300):
+                    nursery.start_soon(violate)
+                await trio.testing.wait_all_tasks_blocked(0.05)
+                async with rsnet.connect(urls["ws"]) as conn:
+                    assert [x async for x in conn.subscribe("range", {"count": 2})] == [0, 1]
+                nursery.cancel_scope.cancel()
+        for stream in violators:
+            await stream.aclose()
+
+
+async def test_a_websocket_upgrade_and_its_hello_share_one_handshake_timeout(autojump_clock):
+    """Attack round 7: the upgrade had handshake_timeout, then the HELLO as long again, so a
+    socket could hold its slot twice as long as documented (upgrade at 9.5 s, closed at 19.5)."""
+    async with running(demo_server(handshake_timeout=10)) as urls:
+        stream = await trio.open_tcp_stream("127.0.0.1", int(urls["ws"].rstrip("/").rsplit(":", 1)[1]))
+        start = trio.current_time()
+        await trio.sleep(9)
+        await stream.send_all(WS_UPGRADE)  # upgraded at 9 s: a second left for the HELLO
+        while await stream.receive_some(4096):
+            pass
+        assert trio.current_time() - start < 12  # (19 before)
+        await stream.aclose()
+
+
+async def test_a_wrong_token_is_refused_as_such_when_every_connection_slot_is_taken():
+    """A connection's token is checked before it takes a slot of max_connections: a refused
+    client never holds one (attack round 7: its refusal's write, with no timeout, could hold it
+    for ever), and hears the real reason, not GOING_AWAY."""
+    app = demo_server(max_connections=1, token="right")
+    async with running(app) as urls, rsnet.connect(urls["tcp"], token="right") as holder:
+        with pytest.raises(rsnet.HandshakeError) as refused:
+            async with rsnet.connect(urls["tcp"], token="wrong"):
+                raise AssertionError("a wrong token was let in")
+        assert refused.value.code == ErrorCode.UNAUTHORIZED
+        with pytest.raises(rsnet.HandshakeError) as full:
+            async with rsnet.connect(urls["tcp"], token="right"):
+                raise AssertionError("one more than max_connections was let in")
+        assert full.value.code == ErrorCode.GOING_AWAY
+        assert [x async for x in holder.subscribe("range", {"count": 1})] == [0]
+
+
 async def test_a_connection_that_finished_its_handshake_is_not_closed_to_make_room():
     """Only connections still in their handshake are closed for a newcomer: a client with an
     open stream keeps it through a flood of silent sockets."""
