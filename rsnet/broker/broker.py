@@ -80,7 +80,7 @@ from .storage import (
 )
 from .storage import files as storage_files
 from .storage.descriptors import DescriptorBudget
-from .storage.memory import RECORD_OVERHEAD, MemoryBudget
+from .storage.memory import MemoryBudget
 from .storage.segments import LOCK_NAME
 from .storage.settings import FILE_NAME as SETTINGS_FILE
 from .topic import (
@@ -399,9 +399,11 @@ class Broker:
         descriptors no longer used up): its log repaired, and a block written, synced and
         removed beside it, in a worker thread. So the topic stops counting as failing (in
         /health) without waiting for a producer to try; an append that fails says so again."""
-        if isinstance(topic.log, MemoryLog):  # over the memory budget: room for a large record again
+        if isinstance(topic.log, MemoryLog):  # over the memory budget: room for what it refused
+            # (Room for the largest record a producer may send, as it was, is more than a small
+            # budget ever has: its topics stayed failing, /health 503, for good.)
             budget = self.memory_budget
-            return budget.total - budget.used >= self.max_record_bytes + RECORD_OVERHEAD
+            return budget.total - budget.used >= min(topic.log.refused_memory, budget.total)
         directory = getattr(topic.log, "directory", None)
         if directory is None:
             return False

@@ -372,7 +372,7 @@ async def test_memory_topics_failing_and_recovering_in_turn_write_a_bounded_numb
     minute now; the next minute begins with one line counting the rest."""
     now = [1000.0]
     monkeypatch.setattr(failures.time, "monotonic", lambda: now[0])
-    broker = Broker(memory_budget_bytes=20_000, max_record_bytes=2_000, retention_sweep_s=0.01)
+    broker = Broker(memory_budget_bytes=20_000, retention_sweep_s=0.01)
     with caplog.at_level(logging.WARNING, logger="rsnet.broker"):
         async with broker_running(broker) as url, rsnet.connect(url) as conn:
             await publish(conn, "fill", ["x" * 1000] * 15, producer="fill")
@@ -397,6 +397,24 @@ async def test_memory_topics_failing_and_recovering_in_turn_write_a_bounded_numb
         f"{80 - STORAGE_LINES_PER_MINUTE} more reports of topics' storage failing or working again in the last "
         "minute were left out (/health and the storage_failing metric show each topic)"
     ]
+
+
+async def test_a_memory_topic_a_full_budget_refused_works_again_once_there_is_room_for_it():
+    """Attack round 7: a memory topic counted as failing (/health 503) until the budget had
+    room for the largest record a producer may send (1 MiB), which a 20 KB budget never has:
+    purged and empty, it stayed failing for good, and a probe would restart the broker."""
+    broker = Broker(memory_budget_bytes=20_000, retention_sweep_s=0.01)
+    async with broker_running(broker) as url, rsnet.connect(url) as conn:
+        await publish(conn, "fill", ["x" * 1000] * 15, producer="fill")
+        with pytest.raises(rsnet.StreamError) as refused:
+            await publish(conn, "t", ["x" * 1000] * 10, producer="p")
+        assert refused.value.code == BrokerCode.STORAGE_FULL
+        await trio.sleep(0.1)  # sweeps: still no room for it
+        assert broker.topics["t"].storage_failure is not None
+        await admin(conn, "purge", "fill")
+        with trio.fail_after(5):
+            while broker.topics["t"].storage_failure is not None:
+                await trio.sleep(0.01)
 
 
 async def test_offers_a_full_budget_refused_after_they_completed_leave_their_topic():

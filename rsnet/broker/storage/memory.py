@@ -55,6 +55,8 @@ class MemoryLog(TopicLog):
         super().__init__(retention if retention is not None else Retention())
         self.budget = budget  # shared with the broker's other memory logs, if any
         self._producers_charged = 0  # what its remembered producers count in the budget
+        self.refused_memory = 0
+        """What the last append the budget refused would have taken of it, in bytes."""
         # Parallel lists; index i holds offset first_offset + i - head. Dropped records stay
         # below head until compaction, so dropping one record costs O(1).
         self._frames: list[bytes] = []
@@ -125,6 +127,7 @@ class MemoryLog(TopicLog):
             memory = _memory(size, len(frames))
             new_producer = producer is not None and first_sequence is not None and producer not in self._producers
             if budget.used + memory + (PRODUCER_COST if new_producer else 0) > budget.total:
+                self.refused_memory = memory + (PRODUCER_COST if new_producer else 0)
                 raise WriteFailed(
                     f"memory topics hold their memory budget ({budget.total} bytes, memory_budget_bytes) and"
                     " these records do not fit: retention, a purge or a deleted memory topic frees some",
