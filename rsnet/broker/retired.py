@@ -14,7 +14,9 @@ aside, loudly, and a topic re-created under a name it held starts at 0). An entr
 a topic of that name starts from it. (A file removed by hand leaves no trace to go by.)
 
 Bound: at most :data:`MAX_RETIRED` names (the oldest deletion is forgotten first, with a
-warning), each at most 255 characters: the file stays under 2.7 MB.
+warning, at most :data:`FORGOTTEN_LINES_PER_MINUTE` such lines a minute), each at most 255
+characters: the file stays under 2.7 MB. A topic deleted at offset 0 (it never held a record)
+is not kept: one created again under its name starts there anyway.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import logging
 import os
 import stat
 
+from ..net.failures import RateLimitedLog
 from .storage import CorruptData, offset_maps
 from .storage.files import FileOps
 
@@ -33,6 +36,11 @@ MAGIC = b"rsnetret"
 
 MAX_RETIRED = 10_000
 """Deleted topics whose next offsets are kept; past it, the oldest deletion is forgotten."""
+
+FORGOTTEN_LINES_PER_MINUTE = 10
+"""Warnings that a deleted topic's next offset was forgotten, a minute (the rest are counted):
+a client allowed to create and delete topics can make thousands of deletions a second
+(attack round 7: 2,800 lines a second)."""
 
 
 class RetiredOffsets:
@@ -46,6 +54,12 @@ class RetiredOffsets:
         self._path = None if directory is None else os.path.join(directory, FILE_NAME)
         self._limit = limit
         self._offsets: dict[str, int] = {}  # oldest deletion first
+        self._forgotten_log = RateLimitedLog(
+            log,
+            FORGOTTEN_LINES_PER_MINUTE,
+            "%d more deleted topics' next offsets were forgotten in the last minute",
+            logging.WARNING,
+        )
         if self._path is not None:
             try:
                 fd = os.open(self._path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
@@ -67,11 +81,14 @@ class RetiredOffsets:
         """Keep ``next_offset`` for ``topic``, about to be deleted (a kept higher one stays).
         Durable when this returns; raises OSError, changing nothing, if it cannot be stored.
         ``files``: how the file is written (the broker's ``storage_files``)."""
+        if next_offset == 0 and topic not in self._offsets:
+            return  # nothing to keep: a topic created again starts at 0 either way
         offsets = dict(self._offsets)
         offsets[topic] = max(next_offset, offsets.pop(topic, 0))  # newest last
         while len(offsets) > self._limit:
             oldest = next(iter(offsets))
-            log.warning(
+            self._forgotten_log.log(
+                logging.WARNING,
                 "the next offset of deleted topic %s (%d) is forgotten: %d deleted topics' are kept at most, and a "
                 "topic created under its name starts at offset 0",
                 oldest,

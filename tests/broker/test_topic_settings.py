@@ -27,10 +27,11 @@ from rsnet.broker.codes import BrokerCode
 from rsnet.broker.config import load_config
 from rsnet.broker.daemon import build_broker
 from rsnet.broker.overrides import InvalidSettings, parse
-from rsnet.broker.retired import RetiredOffsets
+from rsnet.broker.retired import FORGOTTEN_LINES_PER_MINUTE, RetiredOffsets
 from rsnet.broker.storage import UncleanRecoveryNeeded
 from rsnet.broker.storage.files import FileOps
 from rsnet.broker.topic import now_ms
+from rsnet.net import failures
 from rsnet.protocol import ErrorCode
 
 from .storage_faults import FaultyFiles
@@ -477,6 +478,28 @@ async def test_a_broker_stopped_partway_through_a_delete_or_a_new_start_keeps_it
         entry = (await listing(conn))["jobs.empty"]
         assert (entry["first_offset"], entry["next_offset"]) == (7, 7)
         assert len(broker.retired) == 0  # each entry has done its work
+
+
+def test_deletions_beyond_the_kept_offsets_write_a_bounded_number_of_lines(tmp_path, caplog, monkeypatch):
+    """Attack round 7: past MAX_RETIRED deletions, each one logged a warning (12,000 creates
+    and deletes in 4 s: 2,000 lines in a second), and topics that never held a record (offset
+    0) were kept too, pushing out the offsets of real ones."""
+    now = [1000.0]
+    monkeypatch.setattr(failures.time, "monotonic", lambda: now[0])
+    retired = RetiredOffsets(str(tmp_path), limit=5)
+    for index in range(50):
+        retired.retire(f"empty.{index}", 0, FileOps())
+    assert len(retired) == 0  # nothing to keep: created again, they start at 0 anyway
+    with caplog.at_level(logging.WARNING, logger="rsnet.broker.retired"):
+        for index in range(50):
+            retired.retire(f"used.{index}", index + 1, FileOps())
+        assert len(retired) == 5 and retired.get("used.49") == 50 and retired.get("used.44") is None
+        assert len(caplog.records) == FORGOTTEN_LINES_PER_MINUTE  # of 45 forgotten
+        now[0] += 61
+        retired.retire("used.50", 51, FileOps())
+    assert caplog.records[-2].getMessage() == (
+        f"{45 - FORGOTTEN_LINES_PER_MINUTE} more deleted topics' next offsets were forgotten in the last minute"
+    )
 
 
 @pytest.mark.parametrize("damage", ["flipped byte", "directory", "fifo", "dangling link"])
