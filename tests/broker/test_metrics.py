@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import threading
+import tracemalloc
 from types import SimpleNamespace
 
 import pytest
@@ -434,6 +435,35 @@ async def test_health_is_answered_at_once_behind_a_flood_of_sockets_that_hold_ev
     finally:
         for stream in flood:
             await stream.aclose()
+
+
+async def test_slow_readers_of_metrics_share_its_encoding_instead_of_a_copy_each(nursery):
+    # Attack round 7: 72 connections asking for a 29 MB /metrics and reading nothing took the
+    # broker from 271 to 2,101 MiB: each pending answer held the headers and body joined anew.
+    metrics = BrokerMetrics()
+    for index in range(3000):
+        metrics.records_in(f"topic.{index:05d}.{'x' * 100}", 1)
+    serve = functools.partial(
+        serve_http, metrics, "127.0.0.1", 0, functools.partial(dict, healthy=True), request_timeout=3600
+    )
+    port = (await nursery.start(serve))[0].socket.getsockname()[1]
+    size = len((await get(port, "/metrics"))[2])  # encoded: scrapes within a second share it
+    assert size > 400_000
+    readers = []
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for _ in range(20):
+            stream = await trio.open_tcp_stream("127.0.0.1", port)
+            await stream.send_all(b"GET /metrics HTTP/1.1\r\nhost: x\r\n\r\n")  # and never reads
+            readers.append(stream)
+        await trio.testing.wait_all_tasks_blocked(0.1)
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+        for stream in readers:
+            await stream.aclose()
+    assert held < size  # (20 copies before)
 
 
 async def test_the_endpoint_stops_when_cancelled():
