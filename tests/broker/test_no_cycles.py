@@ -13,7 +13,6 @@ from __future__ import annotations
 import gc
 import pathlib
 import weakref
-from collections.abc import Iterator
 
 import pytest
 import trio
@@ -24,16 +23,6 @@ from rsnet.broker.client import publish
 from rsnet.broker.topic import TopicReader
 
 from .support import broker_serving
-
-
-@pytest.fixture
-def collector_off() -> Iterator[None]:
-    gc.collect()  # what earlier tests left
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
 
 
 def readers_alive() -> int:

@@ -10,13 +10,10 @@ and check that the sessions and protocol connections of closed connections are g
 
 from __future__ import annotations
 
-import gc
 import socket
 import struct
 import weakref
-from collections.abc import Iterator
 
-import pytest
 import trio
 
 import rsnet
@@ -25,16 +22,6 @@ from rsnet.protocol import MAX_INT, Connection, Role, State
 from .support import demo_server, running
 
 CONNECTIONS = 20
-
-
-@pytest.fixture
-def collector_off() -> Iterator[None]:
-    gc.collect()  # what earlier tests left
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
 
 
 async def test_closed_connections_are_freed_without_the_garbage_collector(collector_off):
