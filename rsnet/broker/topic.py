@@ -315,8 +315,9 @@ class Topic:
         """REJECTED for records of fenced ``producer`` from ``sequence``, past its ``resume``."""
         return StreamError(
             ErrorCode.REJECTED,
-            f"records of producer {producer!r} from sequence {resume} on were refused by a failure of"
-            f" {self.name!r} and not stored: offer again from sequence {resume}, not {sequence}",
+            f"records of producer {producer!r} from sequence {resume} on were refused by {self.name!r} (one of them"
+            f" could not be stored, or its storage failed) and not stored: offer again from sequence {resume},"
+            f" not {sequence}",
             {"topic": self.name, "producer": producer, "sequence": resume},
         )
 

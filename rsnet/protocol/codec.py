@@ -206,7 +206,10 @@ def _why(exc: Exception) -> str:
         return "a byte no msgpack value starts with (0xc1 is never used)"
     if isinstance(exc, msgpack.StackError):
         return "values nested deeper than the decoder's stack of 1,024 levels (SPEC 3 allows 512)"
-    return str(exc) or type(exc).__name__
+    text = str(exc)
+    if "strict_map_key" in text:  # msgpack names its own option: "int is not allowed for map key when ..."
+        return f"a map key that is not a string or binary ({text.split(' is not allowed', 1)[0]}; SPEC 3)"
+    return text or type(exc).__name__
 
 
 class _IdleUnpackers:

@@ -102,6 +102,8 @@ def test_map_keys_other_than_strings_and_binary_are_refused() -> None:
     with pytest.raises(RemoteProtocolError) as caught:
         list(FrameDecoder().frames(msgpack.packb([21, 1, {1: "x"}])))
     assert caught.value.code == ErrorCode.PROTOCOL_ERROR
+    # In the protocol's words, not msgpack's option name (attack round 6).
+    assert str(caught.value).endswith("a map key that is not a string or binary (int; SPEC 3)"), str(caught.value)
 
 
 @pytest.mark.parametrize(
