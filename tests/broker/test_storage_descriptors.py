@@ -67,6 +67,18 @@ def test_at_most_max_logs_hold_descriptors_and_every_log_goes_on(tmp_path: pathl
         assert len(stored_values(tmp_path / f"t{index}")) == 20
 
 
+def test_a_log_holds_three_descriptors_at_most_whatever_its_readers_read(tmp_path: pathlib.Path) -> None:
+    """Its lock, its active segment and the sealed segment last read: 8 sealed ones were kept,
+    so max_open_topics logs could hold 10/8 of the descriptor limit."""
+    (log,) = open_logs(tmp_path, 1, DescriptorBudget(4), segment_bytes=300)
+    log.append([f"r{n}" for n in range(200)], timestamp_ms=0)
+    assert len([p for p in (tmp_path / "t0").iterdir() if p.suffix == ".log"]) > 10
+    for offset in [0, 150, 30, 120, 60, 90, 10, 199] * 2:  # readers far apart, in turn
+        assert [r.value for r in log.read(offset, 3)] == [f"r{n}" for n in range(offset, min(offset + 3, 200))]
+        assert len(open_descriptors(tmp_path / "t0")) <= 3
+    log.close()
+
+
 def test_a_log_that_gave_its_descriptors_up_holds_no_lock_and_takes_it_again(tmp_path: pathlib.Path) -> None:
     budget = DescriptorBudget(1)
     first, second = open_logs(tmp_path, 2, budget)

@@ -1,7 +1,7 @@
 """A bound on the logs that hold file descriptors at once, whatever the number of logs open.
 
-An open :class:`~.segments.SegmentLog` holds a few descriptors: its directory's lock, its
-active segment, and up to ``OPEN_SEALED_SEGMENTS`` sealed ones being read. A broker may keep
+An open :class:`~.segments.SegmentLog` holds up to three descriptors: its directory's lock,
+its active segment, and the sealed segment last read (``OPEN_SEALED_SEGMENTS``). A broker may keep
 thousands of topics open for their subscribers (a pattern subscription follows every topic it
 matches, a subscriber with no demand waits on its topic for ever), so the descriptors cannot
 be tied to the log being open: the process's limit (1,024 by default) would be a limit on

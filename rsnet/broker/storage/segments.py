@@ -65,8 +65,12 @@ DEFAULT_SEGMENT_BYTES = 64 << 20
 READ_CHUNK = 64 << 10
 READ_BATCH = 1024
 """Records a search by timestamp reads at a time."""
-OPEN_SEALED_SEGMENTS = 8
-"""File descriptors kept open for reading sealed segments, per log (least recently used go)."""
+OPEN_SEALED_SEGMENTS = 1
+"""File descriptors kept open for reading sealed segments, per log (least recently used go).
+One: with its lock and its active segment, a log holds three descriptors at most, so the
+broker's ``max_open_topics`` logs (an eighth of the descriptor limit) hold 3/8 of it at most,
+beside the connections' half (8 per log allowed 10/8 of the limit in the worst case). Readers
+at different places in the sealed segments reopen theirs per read, a few µs per 64 KiB read."""
 LOCK_NAME = "lock"
 
 __all__ = ["DEFAULT_SEGMENT_BYTES", "RecoveryReport", "SegmentLog"]
