@@ -729,9 +729,9 @@ class Broker:
     def delete_topic(self, topic: Topic) -> None:
         """Remove the (open) topic and everything stored of it (records, cursors); its
         producers, their ``$acks`` and its readers end with UNKNOWN_PUBLISHER, but for
-        pattern subscriptions, which go on with their other topics. Its next offset is kept first, for a topic created under its name
-        (``retired.py``); raises StreamError STORAGE_FULL or STORAGE_ERROR, deleting nothing,
-        if it cannot be."""
+        pattern subscriptions, which go on with their other topics. Its next offset is kept
+        first, for a topic created under its name (``retired.py``); raises StreamError
+        STORAGE_FULL or STORAGE_ERROR, deleting nothing, if it cannot be."""
         try:
             self.retired.retire(topic.name, topic.log.next_offset, self.storage_files)
         except OSError as failure:

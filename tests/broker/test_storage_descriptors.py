@@ -123,7 +123,7 @@ def test_a_sync_in_flight_when_its_log_gives_its_descriptors_up_finishes(
 
 
 def test_a_failed_fsync_rolls_back_a_log_that_gave_its_descriptors_up(tmp_path: pathlib.Path) -> None:
-    files = GatedFiles()
+    files = FaultyFiles()
     budget = DescriptorBudget(1)
     log, other = open_logs(tmp_path, 2, budget, files)
     log.append(["a"], timestamp_ms=0, producer="p", first_sequence=0)  # synced: acknowledged

@@ -154,24 +154,22 @@ class SegmentLog(TopicLog):
         """Close every file descriptor the log holds, its directory's lock too, keeping all
         else: the next read, append, sync or change takes them again (``descriptors.py``).
         Nothing else may take the directory meanwhile: the broker holds its ``data_dir``."""
-        if self._lock_fd < 0:
-            return
-        self._release()
-        if self._budget is not None:
-            self._budget.released(self)
+        if self._lock_fd >= 0:
+            self._release()
 
-    def _hold_descriptors(self) -> None:
-        """Take the descriptors back if the log gave them up, and count them as used now.
-        Raises StorageError if the directory is locked by another log, OSError as opening
-        does (no descriptor left, the active segment gone)."""
+    def _hold_descriptors(self, *, active: bool = True) -> None:
+        """Take the descriptors back if the log gave them up (the lock alone without
+        ``active``), and count them as used now. Raises StorageError if the directory is
+        locked by another log, OSError as opening does (no descriptor left, the active
+        segment gone)."""
         if self._lock_fd < 0:
-            try:
-                self._lock()
-                if self._segments:  # (none after a failed advance: repair finds what is there)
+            self._lock()
+            if active and self._segments:  # (none after a failed advance: repair finds what is there)
+                try:
                     self._active_fd = self._files.open(self._active.path, os.O_RDWR | os.O_APPEND)
-            except BaseException:
-                self._release()
-                raise
+                except BaseException:
+                    self._release()
+                    raise
         if self._budget is not None:
             self._budget.used(self)
 
@@ -448,8 +446,6 @@ class SegmentLog(TopicLog):
             self._drop_in_flight()
             self._closed = True
             self._release()
-            if self._budget is not None:
-                self._budget.released(self)
 
     # -- storing --------------------------------------------------------------------------------
 
@@ -735,18 +731,26 @@ class SegmentLog(TopicLog):
     # -- opening --------------------------------------------------------------------------------
 
     def _lock(self) -> None:
-        self._lock_fd = os.open(os.path.join(self.directory, LOCK_NAME), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        """Lock the directory (holding nothing more if that fails)."""
+        fd = os.open(os.path.join(self.directory, LOCK_NAME), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
-            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise StorageError(f"{self.directory} is already open (by this or another process)") from None
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BaseException as failure:
+            os.close(fd)
+            if isinstance(failure, BlockingIOError):
+                raise StorageError(f"{self.directory} is already open (by this or another process)") from None
+            raise
+        self._lock_fd = fd
 
     def _release(self) -> None:
+        """Close every descriptor the log holds, its lock's too (see :meth:`suspend`)."""
         for fd in [self._active_fd, *self._readers.values(), self._lock_fd]:
             if fd >= 0:
                 os.close(fd)
         self._active_fd = self._lock_fd = -1
         self._readers.clear()
+        if self._budget is not None:
+            self._budget.released(self)
 
     def repair(self) -> None:
         """Recover the directory again (as :meth:`open` does, still holding its lock) and take
@@ -761,14 +765,7 @@ class SegmentLog(TopicLog):
             return
         self._drop_in_flight()  # what it covers, the scan below finds (or not) on its own
         try:
-            if self._lock_fd < 0:  # given up (descriptors.py): the lock first, not the segment it checks
-                try:
-                    self._lock()
-                except BaseException:
-                    self._release()
-                    raise
-            if self._budget is not None:
-                self._budget.used(self)
+            self._hold_descriptors(active=False)  # the lock, if given up: not the segment it checks
             recovered = recovery.recover(self._files, self.directory, self.fsync is not FsyncPolicy.NEVER)
         except OSError as exc:
             raise StorageError(f"{self.directory}: the log cannot be repaired yet: {exc}") from exc
