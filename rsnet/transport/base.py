@@ -24,6 +24,9 @@ class Transport(abc.ABC):
     message_based: bool = False
     half_closable: bool = True
     """Whether :meth:`send_eof` really half-closes (so lingering for the peer's close is quick)."""
+    cancel_safe_receive: bool = False
+    """Whether a cancelled :meth:`receive` loses no byte, so that any one task at a time may
+    call it (a session lets a waiting consumer read in its reader's place)."""
 
     @abc.abstractmethod
     async def receive(self) -> Bytes:
@@ -33,6 +36,12 @@ class Transport(abc.ABC):
 
         Raises :class:`TransportClosed` if the transport broke.
         """
+
+    def interrupt_receive(self) -> None:
+        """Make a :meth:`receive` waiting in another task raise :class:`TransportClosed` now:
+        the connection is ending, and the transport is about to be closed. Only where
+        :attr:`cancel_safe_receive` (the receive loses nothing); later receives work as before."""
+        raise NotImplementedError(f"{type(self).__name__} has no receive that may be interrupted")
 
     @abc.abstractmethod
     async def send(self, chunks: Sequence[Bytes]) -> None:

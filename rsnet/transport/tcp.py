@@ -124,6 +124,9 @@ class TcpTransport(Transport):
         self.half_closable = isinstance(stream, trio.abc.HalfCloseableStream)  # not TLS
         self._direct = direct_socket(stream)
         self._reader = SocketReader(stream)
+        # A plain socket's read either returns bytes or is cancelled before it took any (TLS
+        # may have decrypted bytes in hand when a cancel lands).
+        self.cancel_safe_receive = self._direct is not None
         self._rest: list[Bytes] = []  # taken by send_nowait, not written yet: send writes it first
 
     @property
@@ -142,6 +145,12 @@ class TcpTransport(Transport):
             return False
         self._rest = write_nowait(self._direct, chunks)
         return not self._rest
+
+    def interrupt_receive(self) -> None:
+        if self._direct is not None:
+            # What closing the socket does to its waiters, without closing it: the session
+            # still reads it until the peer's end of file before it closes (its linger).
+            trio.lowlevel.notify_closing(self._direct)
 
     async def send(self, chunks: Sequence[Bytes]) -> None:
         pieces: list[Bytes] = [*self._rest, *chunks]
