@@ -1135,6 +1135,15 @@ class Session:
             return
         timer = self._timer
         assert timer is not None, "_send runs inside _writer's keepalive timer"
+        if timer.cancel_called:
+            # The timer went off while the writer was on its way here: its cancel, taken inside
+            # the write below, would drop what the transport holds unwritten (the rest of a
+            # frame, whose next frame would then follow its first part). Taken here, it leaves
+            # that rest with the transport (send_nowait kept it), and the writer, looking at the
+            # keepalive state again, writes it first on its next round.
+            self._unfinished = True
+            self._wakeup.set()
+            await trio.lowlevel.checkpoint()  # (raises the timer's Cancelled)
         paused, timer.deadline = timer.deadline, math.inf  # the timer must not cut a write short
         self._send_wait = wait = trio.CancelScope(deadline=keepalive.dead_at())
         try:
