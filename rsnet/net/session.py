@@ -1164,7 +1164,7 @@ class Session:
                 self.conn.send_request(inbound.stream_id, amount)
 
     async def _reader(self) -> None:
-        conn, transport = self.conn, self.transport
+        conn = self.conn
         while conn.state is not _CLOSED:
             if self._lent_to is not None:
                 await self._wait_for_socket()  # a consumer reads in this task's place
@@ -1180,12 +1180,10 @@ class Session:
                 # from it until the write it is not taking is done (MAX_UNTAKEN_ANSWERS).
                 self._written = written = trio.Event()
                 await written.wait()
-            try:
-                data = await transport.receive()
-            except TransportClosed as error:
-                self._transport_closed(error)
+            taken = await self._read_once()
+            if taken is None:
                 return
-            events, done = self._take_in(data)
+            events, done = taken
             if done < len(events):  # openings took a slice
                 await self._dispatch_slices(events, done)
             # What these bytes brought dies now, not after the next read: objects that outlive
@@ -1203,6 +1201,16 @@ class Session:
                 self._at_rest = True
                 await trio.lowlevel.cancel_shielded_checkpoint()
                 await trio.lowlevel.cancel_shielded_checkpoint()
+
+    async def _read_once(self) -> tuple[list[Any], int] | None:
+        """Receive the peer's next bytes and handle them (:meth:`_take_in`); None once the
+        transport is closed (the connection is over)."""
+        try:
+            data = await self.transport.receive()
+        except TransportClosed as error:
+            self._transport_closed(error)
+            return None
+        return self._take_in(data)
 
     def _take_in(self, data: Bytes) -> tuple[list[Any], int]:
         """Handle bytes received (b"": end of file), as far as that needs no wait: the events
@@ -1272,15 +1280,13 @@ class Session:
         to the reader. Left earlier (the socket back to the reader) where handling them needs
         a wait: openings beyond a slice, answers the peer does not take. Cancellable: no byte
         is lost."""
-        conn, transport = self.conn, self.transport
+        conn = self.conn
         try:
             while not until() and conn.state is not _CLOSED:
-                try:
-                    data = await transport.receive()
-                except TransportClosed as error:
-                    self._transport_closed(error)
+                taken = await self._read_once()
+                if taken is None:
                     return
-                events, done = self._take_in(data)
+                events, done = taken
                 self._woke_consumer = False  # woken consumers run when this task waits
                 if done < len(events):
                     self._leftover = (events, done)
