@@ -144,6 +144,9 @@ class StreamIterator(Subscriber[Any]):
                 self._cancel()  # every item the limit allows was taken
             if self._terminal:
                 if self._error is not None:
+                    # A consumer whose scope was cancelled hears of that, not of the stream's
+                    # end, which the cancel may have caused (its connection closing under it).
+                    await trio.lowlevel.checkpoint_if_cancelled()
                     raise self._error
                 raise StopAsyncIteration
             self._demand.starved()
@@ -200,6 +203,12 @@ class StreamIterator(Subscriber[Any]):
             self._queue.clear()
             if self._subscription is not None:
                 self._subscription.cancel()
+            # Closed from another task: the one waiting for the next item stops waiting (the
+            # loop ends), at once if parked, and if it reads in the reader's place, at the
+            # next bytes that arrive, which a PING asks the peer for.
+            self._wake()
+            if self._reading and self._session is not None:
+                self._session.ask_for_bytes()
 
     async def __aenter__(self) -> StreamIterator:
         return self

@@ -1300,6 +1300,14 @@ class Session:
             if reader is not None:
                 trio.lowlevel.reschedule(reader)
 
+    def ask_for_bytes(self) -> None:
+        """Make the peer send something (a PING's PONG), so that a task reading in the reader's
+        place for a stream that ended from elsewhere (closed by another task) stops waiting
+        one round trip from now rather than at the connection's next traffic."""
+        if self._lent_to is not None and self.conn.state is _OPEN:
+            self.conn.send_ping()
+            self._write_urgently()
+
     async def _wait_for_socket(self) -> None:
         """Park the calling task (the reader, or the end of :meth:`run`) while a consumer
         reads in its place."""

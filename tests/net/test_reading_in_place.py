@@ -192,3 +192,53 @@ async def test_openings_a_consumer_cannot_hand_on_at_once_go_to_the_reader_in_or
                 assert await answer_then_wait(conn, items, open_four_then_send) == 5
         assert results == [[100, 101, 102]] * 4
         await one_answer(conn)
+
+
+@pytest.mark.parametrize("in_place", [True, False])
+async def test_closing_an_iterator_from_another_task_ends_the_wait_for_its_next_item(in_place):
+    """The loop of the task waiting for the next item ends (StopAsyncIteration): at once if it
+    was parked, one round trip later if it read in the reader's place (a PING's answer wakes
+    it; the keepalive here is an hour, so nothing else would)."""
+    server, _ = gated_server()
+    async with running(server) as urls, rsnet.connect(urls["tcp"], keepalive_interval=3600) as conn:
+        readers = []
+
+        async def close_it(reader):
+            readers.append(reader)
+            await items.aclose()
+
+        items = conn.subscribe("gated", prefetch=1)
+        with trio.fail_after(5):
+            if in_place:
+                with pytest.raises(StopAsyncIteration):
+                    await answer_then_wait(conn, items, close_it)
+                assert readers[0] is trio.lowlevel.current_task()
+            else:
+                async with trio.open_nursery() as nursery:
+
+                    async def wait_for_next():
+                        with pytest.raises(StopAsyncIteration):
+                            await items.__anext__()
+
+                    nursery.start_soon(wait_for_next)
+                    await close_it(await reading_in_place(conn))
+                assert readers == [None]
+        await one_answer(conn)
+
+
+async def test_a_cancelled_consumer_hears_of_its_cancel_not_of_the_end_it_caused():
+    """A stream that ended with an error while its consumer was busy elsewhere (as when the
+    cancel of a scope around ``rsnet.connect`` closes the connection under it): the consumer's
+    next ``__anext__`` in that cancelled scope raises Cancelled, which the scope catches."""
+    async with running(demo_server()) as urls, rsnet.connect(urls["tcp"]) as conn:
+        items = conn.subscribe("fail", {"n": 1}, prefetch=4)
+        assert await items.__anext__() == 0
+        with trio.fail_after(5):
+            while not items._terminal:  # the ERROR arrives while nobody waits for it
+                await trio.sleep(0.01)
+        with trio.CancelScope() as scope:
+            scope.cancel()
+            await items.__anext__()
+        assert scope.cancelled_caught
+        with pytest.raises(rsnet.StreamError):  # outside it, the end is told as before
+            await items.__anext__()
