@@ -16,6 +16,11 @@ It is the Reactive Streams subscriber of the stream and the consumer's iterator 
   Ticks land exactly where the policy's next top-up is due (:meth:`until_due`), so demand
   on the wire is the same as if every item were counted one by one;
 - an empty buffer while the stream is open is a wait: the policy hears of it (``starved``).
+  Where the session lends it the socket (:meth:`rsnet.net.session.Session.lend_socket`), the
+  waiting task reads the connection itself until its stream's next signal, so an answer
+  reaches it without a hand-over from the reader task;
+- closed from another task (``aclose``), the stream is cancelled and the task waiting for
+  its next item stops waiting: its loop ends.
 
 ``limit``: the policy never requests more than ``limit`` items, so once that many were taken
 the stream is done: the iterator cancels it and stops.
