@@ -120,13 +120,16 @@ def single_errors() -> Iterator[None]:
     """Re-raise a lone exception out of the group a nursery wrapped it in.
 
     For APIs whose caller's code runs inside a nursery of theirs (``async with connect()``):
-    ``except ConnectionLost`` around them should work. Several errors stay a group.
+    ``except ConnectionLost`` around them should work. One exception that several tasks
+    raised (a connection's end, which every stream on it reports with the same error) is one
+    too. Several errors stay a group.
     """
     try:
         yield
     except BaseExceptionGroup as group:
-        if len(group.exceptions) == 1:
-            raise group.exceptions[0] from None
+        first = group.exceptions[0]
+        if all(error is first for error in group.exceptions):
+            raise first from None
         raise
 
 

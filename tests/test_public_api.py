@@ -11,6 +11,7 @@ import pytest
 import rsnet
 import rsnet.streams
 import rsnet.sync
+from rsnet.errors import single_errors
 
 INIT = pathlib.Path(rsnet.__file__)
 
@@ -44,6 +45,19 @@ def test_the_error_tree():
     assert issubclass(rsnet.StreamError, rsnet.RsnetError) and not issubclass(rsnet.StreamError, rsnet.ConnectionLost)
     error = rsnet.StreamError(8, "no")
     assert (error.code, error.code_name, str(error)) == (8, "REJECTED", "REJECTED: no")
+
+
+def test_an_api_with_a_nursery_of_its_own_raises_one_error_not_a_group():
+    """``except ConnectionLost`` around ``connect`` or ``publish`` works: the group their nursery
+    makes is undone for a lone error, and for one error several tasks raised (a connection's
+    end, which each of its streams reports); different errors stay a group."""
+    lost = rsnet.ConnectionLost("connection closed")
+    with pytest.raises(rsnet.ConnectionLost) as caught, single_errors():
+        raise ExceptionGroup("two tasks heard of it", [lost, lost])
+    assert caught.value is lost
+    other = rsnet.ConnectionLost("connection closed")
+    with pytest.raises(ExceptionGroup), single_errors():
+        raise ExceptionGroup("two errors", [lost, other])
 
 
 def test_clients_are_made_by_connect_only():

@@ -54,7 +54,6 @@ async def publish(
         return record
 
     refused: list[StreamError] = []
-    lost: list[ConnectionLost] = []
 
     async def watch_acks(task_status: trio.TaskStatus[None]) -> None:
         acks = conn.subscribe("$acks", {"producer": producer, "topic": topic}, prefetch=16)
@@ -69,11 +68,6 @@ async def publish(
                         return
             except StreamError as error:  # refused (e.g. UNAUTHORIZED): publishing cannot succeed
                 refused.append(error)
-                nursery.cancel_scope.cancel()
-            except ConnectionLost as error:
-                # Raised once, below: the offer may hear of it in the same step, and two would
-                # reach the caller as a group, not as the ConnectionLost this promises.
-                lost.append(error)
                 nursery.cancel_scope.cancel()
 
     with single_errors():
@@ -92,8 +86,6 @@ async def publish(
             nursery.cancel_scope.cancel()
     if refused:
         raise refused[0]
-    if lost:
-        raise lost[0]
     return sent
 
 
