@@ -77,6 +77,67 @@ def new_packer() -> msgpack.Packer:
     return msgpack.Packer(use_bin_type=True, buf_size=PACKER_BUFFER)  # type: ignore[call-arg]  # msgpack-types lacks buf_size (msgpack >= 1.0 has it)
 
 
+SCRATCH_KEEP = DEFAULT_MAX_FRAME_SIZE + 64 * 1024
+"""The largest buffer a :class:`ScratchPacker` keeps: one that packed more at once (a batch too
+large to go out as one frame) is dropped rather than given back."""
+
+MAX_IDLE_SCRATCH = 4
+"""Scratch packers kept between frames, per process: one is in use at a time per thread."""
+
+
+class ScratchPacker:
+    """Packs a frame into a buffer kept for the next one, for a caller that copies the bytes
+    out at once (into a connection's output) instead of keeping them.
+
+    A connection's own packer returns a new bytes object per frame, and a large frame (a
+    BATCH of 256 items of 1 KiB) also makes it grow its buffer from scratch and be replaced
+    (PACKER_KEEP). Scratch packers are shared by every connection in the process and keep
+    their size, so a large frame costs one copy out of a warm, mapped buffer rather than
+    three copies through memory allocated afresh, which the kernel maps a page fault per
+    4 KiB at a time. Measured on scenario 1 with 1 KiB items: the server's page faults per
+    million items 140,000 -> 28,000-80,000, its CPU time about a fifth less.
+
+    Take one with :func:`scratch_packer`, pack one frame, copy it out, :meth:`release` it
+    (a packer not released, as after an error while copying, is simply not reused).
+    Taking and giving back are single deque operations, atomic under the GIL, so threads
+    (the blocking client's) never share one, and the module needs no thread module.
+    """
+
+    __slots__ = ("_packer",)
+
+    def __init__(self) -> None:
+        self._packer = msgpack.Packer(use_bin_type=True, autoreset=False)
+
+    def pack(self, value: Any) -> memoryview:
+        """The encoding of ``value``: a view to release (``with`` it) before :meth:`release`.
+        If ``value`` cannot be packed, raises as ``msgpack`` does, and the packer goes back."""
+        packer = self._packer
+        try:
+            packer.pack(value)
+        except BaseException:
+            _idle_scratch.append(self)  # (msgpack empties its buffer when it refuses a value)
+            raise
+        return packer.getbuffer()
+
+    def release(self, size: int) -> None:
+        """Done with the ``size`` bytes :meth:`pack` returned, whose view the caller has
+        released: the packer goes back for the next frame, unless it grew too large to keep."""
+        if size <= SCRATCH_KEEP:
+            self._packer.reset()
+            _idle_scratch.append(self)
+
+
+_idle_scratch: collections.deque[ScratchPacker] = collections.deque(maxlen=MAX_IDLE_SCRATCH)
+
+
+def scratch_packer() -> ScratchPacker:
+    """An idle :class:`ScratchPacker`, or a new one: the caller's until it releases it."""
+    try:
+        return _idle_scratch.pop()
+    except IndexError:
+        return ScratchPacker()
+
+
 def encode_frame(frame: Frame) -> bytes:
     """The exact bytes of ``frame`` on the wire. Convenient, not fast: see ``Connection``."""
     return new_packer().pack(frame_fields(frame))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+import threading
 import tracemalloc
 from collections.abc import Callable
 from typing import Any
@@ -16,15 +18,17 @@ from rsnet.protocol import (
     Connection,
     ErrorCode,
     FrameDecoder,
+    LocalProtocolError,
     Next,
     RemoteProtocolError,
     encode_frame,
     parse_frame,
 )
-from rsnet.protocol.codec import PACKER_KEEP
+from rsnet.protocol.codec import MAX_IDLE_SCRATCH, PACKER_KEEP, SCRATCH_KEEP, scratch_packer
+from rsnet.protocol.events import Items
 
 from .strategies import frames
-from .support import PROPERTY, subscribed
+from .support import PROPERTY, subscribed, transfer
 
 
 def decode_all(decoder: FrameDecoder, chunks: list[bytes]) -> list[Any]:
@@ -193,6 +197,77 @@ def test_a_connection_keeps_no_packer_buffer_a_large_frame_grew() -> None:
             assert kept < 10 * 2 * PACKER_KEEP, f"{kept / 1024:.0f} KiB kept by 10 connections"
     finally:
         tracemalloc.stop()
+
+
+def received_items(client: Connection, server: Connection) -> list[Any]:
+    return [item for event in transfer(server, client) if isinstance(event, Items) for item in event.items]
+
+
+def test_a_batch_refused_halfway_leaves_nothing_in_the_scratch_packer() -> None:
+    """A batch is packed whole in a scratch packer before any byte of it is written: a value
+    msgpack refuses halfway through writes nothing, and the bytes packed before it must not
+    lead the next batch, which takes the same packer."""
+    client, server, stream_id = subscribed(demand=10)
+    with pytest.raises(LocalProtocolError, match="not encodable as msgpack") as refused:
+        server.send_batch(stream_id, [b"before", object(), b"after"])
+    assert refused.value.code == ErrorCode.APPLICATION_ERROR
+    assert server.buffered == 0
+    server.send_batch(stream_id, [1, 2, 3])
+    assert received_items(client, server) == [1, 2, 3]
+
+
+def test_scratch_packers_are_bounded_and_none_keeps_a_grown_buffer() -> None:
+    """Batches are packed in scratch packers shared by the process's connections: at most
+    MAX_IDLE_SCRATCH of them are kept, each with a buffer of at most twice SCRATCH_KEEP (msgpack
+    doubles a buffer it grows); a batch too large for one frame grows its packer past that, and
+    that packer is dropped."""
+    item = b"x" * 200_000
+    _, server, stream_id = subscribed(demand=1_000, max_frame_size=8 << 20)
+    _, server_small, small_id = subscribed(demand=1_000)
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        taken = [scratch_packer() for _ in range(2 * MAX_IDLE_SCRATCH)]  # as many threads at once
+        for scratch in taken:
+            with scratch.pack([item] * 5) as view:  # 1 MB, within SCRATCH_KEEP: kept
+                size = len(view)
+            scratch.release(size)
+        del taken, scratch  # beyond MAX_IDLE_SCRATCH, released ones are let go
+        server.send_batch(stream_id, [item] * 20)  # 4 MB in one frame: its packer is dropped
+        server_small.send_batch(small_id, [item] * 20)  # in frames of 1 MiB at most
+        server.data_to_send(), server_small.data_to_send()
+        kept = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert kept <= MAX_IDLE_SCRATCH * 2 * SCRATCH_KEEP, f"{kept / 1024:.0f} KiB kept"
+
+
+def test_threads_never_share_a_scratch_packer() -> None:
+    """Connections in several threads (the blocking client's) pack batches at once: each
+    take-pack-copy-release holds its packer alone, however the threads interleave."""
+    errors: list[str] = []
+
+    def sender(tag: int) -> None:
+        client, server, stream_id = subscribed(demand=1_000_000)
+        for round_ in range(300):
+            batch = [f"{tag}-{round_}-{n}" for n in range(8)]
+            server.send_batch(stream_id, batch)
+            got = received_items(client, server)
+            if got != batch:
+                errors.append(f"thread {tag}, round {round_}: {got[:3]}")
+                return
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as the interpreter can
+    try:
+        threads = [threading.Thread(target=sender, args=(tag,)) for tag in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert errors == []
 
 
 def test_idle_unpackers_are_bounded_and_none_keeps_a_grown_buffer() -> None:
