@@ -79,6 +79,12 @@ class StreamIterator(Subscriber[Any]):
             subscription.request(self._demand.initial)
 
     @property
+    def buffered(self) -> int:
+        """Items received and not yet taken: the next as many ``__anext__`` return without
+        waiting for the network."""
+        return len(self._queue)
+
+    @property
     def consumer_waiting(self) -> bool:
         """Whether a task waits in ``__anext__`` for the next signal (the session's reader
         lets it run before reading on)."""

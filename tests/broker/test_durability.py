@@ -177,7 +177,7 @@ async def test_reconnect_loops_under_load_lose_and_repeat_nothing():
                     await trio.sleep(0.01)
 
         async def consume():
-            async with contextlib.aclosing(follow(url, "feed", start="earliest", retry_delay=0.01)) as records:
+            async with follow(url, "feed", start="earliest", retry_delay=0.01) as records:
                 async for record in records:
                     received.append(record)
                     if len(received) == total:
@@ -240,7 +240,6 @@ async def test_a_shutdown_ends_subscriptions_at_once_and_lets_producers_drain(tm
     """SIGTERM: topic and pattern subscriptions end at once with GOING_AWAY (they never
     complete, so waiting for them would hold every restart for the whole grace); a follower
     resumes from its next offset on the next broker, with no gap and no duplicate."""
-    from contextlib import aclosing
 
     from rsnet.protocol import ErrorCode
 
@@ -273,7 +272,7 @@ async def test_a_shutdown_ends_subscriptions_at_once_and_lets_producers_drain(tm
     }
     process, printed = await start_daemon("--tcp", "127.0.0.1:0", "--data-dir", data, announces=b"serving")
     try:
-        async with aclosing(follow(served_url(printed), "restart.t", start=1)) as records:
+        async with follow(served_url(printed), "restart.t", start=1) as records:
             assert (await records.__anext__())["offset"] == 1
     finally:
         process.kill()

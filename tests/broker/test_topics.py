@@ -16,7 +16,7 @@ from rsnet.broker.topic import Shape, SlowPolicy, Topic, TopicReader
 from rsnet.protocol import Accept, ErrorCode, Subscribe
 from rsnet.streams import Subscriber, Subscription, from_iterable
 
-from .support import RawClient, broker_running, take
+from .support import RawClient, broker_running, broker_serving, take
 
 
 async def test_published_records_get_contiguous_offsets_and_timestamps():
@@ -400,7 +400,6 @@ async def test_a_timestamp_start_takes_no_other_key():
 
 
 async def test_follow_starts_at_a_cursor_then_resumes_from_its_own_position():
-    from contextlib import aclosing
 
     from rsnet.broker.client import follow
 
@@ -408,7 +407,7 @@ async def test_follow_starts_at_a_cursor_then_resumes_from_its_own_position():
         await publish(conn, "followed", list(range(5)))
         await commit(conn, "followed", "group", 2)
         values = []
-        async with aclosing(follow(url, "followed", start="earliest", cursor="group", budget=1 << 16)) as records:
+        async with follow(url, "followed", start="earliest", cursor="group", budget=1 << 16) as records:
             async for record in records:
                 values.append(record["value"])
                 if len(values) == 3:
@@ -416,10 +415,37 @@ async def test_follow_starts_at_a_cursor_then_resumes_from_its_own_position():
         assert values == [2, 3, 4]
 
 
-async def test_follow_waits_out_a_server_going_away_and_raises_other_stream_errors():
+async def test_leaving_a_follow_loop_early_closes_its_connection_there_and_then():
+    """An outside check: ``break`` out of a ``follow`` loop, then a connection of the task's
+    own, crashed the program (Nursery misnesting) when ``follow`` was an async generator that
+    yielded from inside its connection. Its connection now lives in a task of the ``async
+    with`` block, and ends with it."""
+
+    from rsnet.broker.client import follow
+
+    async with broker_serving(Broker()) as (url, server):
+        async with rsnet.connect(url) as conn:
+            await publish(conn, "t", [1, 2, 3])
+        with trio.fail_after(5):
+            while server.sessions:  # the publisher's connection is gone
+                await trio.sleep(0.01)
+        values = []
+        async with follow(url, "t", start="earliest") as records:
+            async for record in records:
+                values.append(record["value"])
+                break
+            assert len(server.sessions) == 1  # follow's own, open while the block lasts
+        assert values == [1]
+        with trio.fail_after(5):
+            while server.sessions:
+                await trio.sleep(0.01)
+        async with rsnet.connect(url) as conn:  # the task goes on, with connections of its own
+            assert [r["value"] for r in await take(conn, "t", 3, **{"from": "earliest"})] == [1, 2, 3]
+
+
+async def test_follow_waits_out_a_server_going_away_and_raises_other_stream_errors(caplog):
     """A restarting server refuses new streams with GOING_AWAY (SPEC 10.2): retryable, as a lost
-    connection is. Any other stream error ends the loop."""
-    from contextlib import aclosing
+    connection is, and each retry is logged. Any other stream error ends the loop."""
 
     from rsnet.broker.client import follow
 
@@ -435,11 +461,13 @@ async def test_follow_waits_out_a_server_going_away_and_raises_other_stream_erro
     async with trio.open_nursery() as nursery:
         port = await nursery.start(server.serve_tcp, "127.0.0.1", 0)
         url = f"tcp://127.0.0.1:{port}"
-        async with aclosing(follow(url, "feed", start=7, retry_delay=0.01)) as records:
+        async with follow(url, "feed", start=7, retry_delay=0.01) as records:
             assert [record["value"] async for record in records] == ["after the restart"]
         assert refusals == [ErrorCode.REJECTED]
+        retries = [r.getMessage() for r in caplog.records if r.name == "rsnet.broker.client"]
+        assert len(retries) == 2 and all("going away" in line and "retrying in" in line for line in retries)
         with pytest.raises(rsnet.StreamError) as refused:
-            async with aclosing(follow(url, "feed", start="earliest", retry_delay=0.01)) as records:
+            async with follow(url, "feed", start="earliest", retry_delay=0.01) as records:
                 async for _ in records:
                     pass
         assert refused.value.code == ErrorCode.REJECTED

@@ -4,8 +4,6 @@ within its configured bound, on both sides and in both clients (issue 10)."""
 
 from __future__ import annotations
 
-import contextlib
-
 import pytest
 import trio
 
@@ -38,9 +36,7 @@ async def test_follow_through_latency_and_mid_frame_resets_gets_every_record_onc
         proxy.reset_after_bytes = 30_000  # every connection through the proxy dies mid-stream
 
         async def consume():
-            async with contextlib.aclosing(
-                follow(proxy.url, "faults", start="earliest", prefetch=64, retry_delay=0.01)
-            ) as records:
+            async with follow(proxy.url, "faults", start="earliest", prefetch=64, retry_delay=0.01) as records:
                 async for record in records:
                     received.append(record)
                     if len(received) == total:

@@ -1,11 +1,10 @@
 """Type-checked by ``make test`` (mypy, pyproject's ``files``), never run: the public API used as
 the README and docstrings show it, so a type that contradicts its documentation fails the build
-(an outside check: ``aclosing(follow(...))`` and a blocking ``subscribe(...).close()`` were
+(an outside check: ``follow(...)`` and a blocking ``subscribe(...).close()`` were
 errors under mypy)."""
 
 from __future__ import annotations
 
-import contextlib
 from typing import Any
 
 import rsnet
@@ -18,7 +17,7 @@ async def trio_client(url: str) -> list[Any]:
         taken = [item async for item in conn.subscribe("range", {"count": 3}, prefetch=8)]
         await publish(conn, "orders", [{"id": 1}], producer="shop")
         await commit(conn, "orders", "billing", 1)
-    async with contextlib.aclosing(follow(url, "orders", start="earliest", cursor="billing")) as records:
+    async with follow(url, "orders", start="earliest", cursor="billing") as records:
         async for record in records:
             taken.append(record["value"])
             break
