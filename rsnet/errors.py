@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 import ssl
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -89,7 +90,9 @@ def cannot_connect(peer: str, error: BaseException) -> TransportClosed:
     if isinstance(error.__cause__, BaseExceptionGroup):  # trio: one failure per address tried
         reason = next((e for e in error.__cause__.exceptions if isinstance(e, OSError)), error)
     if isinstance(reason, OSError) and not isinstance(reason, ssl.SSLError) and reason.errno:
-        text = os.strerror(reason.errno)  # (trio's own text repeats the address)
+        # (trio's own text repeats the address.) A name lookup's error has an EAI code as its
+        # errno, which os.strerror does not know ("Unknown error -2"): its own text says it.
+        text = reason.strerror if isinstance(reason, socket.gaierror) else os.strerror(reason.errno)
     else:
         text = str(reason) or type(reason).__name__
     return TransportClosed(f"cannot connect to {peer}: {text}")

@@ -635,3 +635,19 @@ async def test_both_clients_say_why_a_server_cannot_be_reached_in_the_same_words
         with rsnet.sync.connect(f"tcp://127.0.0.1:{port}"):
             pass
     assert str(trio_client.value).endswith(expected) and str(blocking_client.value).endswith(expected)
+
+
+async def test_both_clients_say_why_a_host_name_is_not_known_as_the_system_does():
+    # An outside check: "cannot connect to no-such-host.invalid:7600: Unknown error -2" (the
+    # lookup's EAI code read as an errno). ".invalid" never resolves (RFC 6761).
+    with pytest.raises(socket.gaierror) as lookup:
+        socket.getaddrinfo("no-such-host.invalid", 7600)
+    expected = f"cannot connect to no-such-host.invalid:7600: {lookup.value.strerror}"
+    with pytest.raises(rsnet.ConnectionLost) as trio_client:
+        async with rsnet.connect("tcp://no-such-host.invalid:7600"):
+            pass
+    with pytest.raises(rsnet.ConnectionLost) as blocking_client:
+        with rsnet.sync.connect("tcp://no-such-host.invalid:7600"):
+            pass
+    assert str(trio_client.value).endswith(expected) and str(blocking_client.value).endswith(expected)
+    assert "Unknown error" not in expected
