@@ -69,9 +69,10 @@ def administer(broker: Broker, action: Any, name: str, params: dict[str, Any]) -
         except StorageError as failure:
             raise storage_refusal(name, failure, f"{name!r} could not be purged: {failure}") from None
         return {"action": action, "topic": name, "removed": removed, "next_offset": existing.log.next_offset}
-    removed = existing.log.next_offset - existing.log.first_offset
+    next_offset = existing.log.next_offset  # where a topic created under its name goes on
+    removed = next_offset - existing.log.first_offset
     broker.delete_topic(existing)
-    return {"action": action, "topic": name, "removed": removed, "next_offset": broker.retired.get(name)}
+    return {"action": action, "topic": name, "removed": removed, "next_offset": next_offset}
 
 
 def _asked(broker: Broker, name: str, params: dict[str, Any]) -> dict[str, Any]:

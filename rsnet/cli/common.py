@@ -95,20 +95,22 @@ def context() -> dict[str, Any]:
     unknown = set(values) - {"url", "token_file"}
     if unknown or not all(isinstance(value, str) for value in values.values()):
         raise CommandError(f"{path}: expected only url and token_file, as strings; got {sorted(values)}", EXIT_USAGE)
+    if "token_file" in values:  # a relative path is the context file's neighbour, wherever we run
+        values["token_file"] = os.path.join(os.path.dirname(path), os.path.expanduser(values["token_file"]))
     return values
 
 
 def token_from(args: argparse.Namespace) -> str | None:
     """``--token-file``, then ``--token``, then ``RSNET_TOKEN``, then the context's ``token_file``."""
-    token_file = getattr(args, "token_file", None)
+    token_file, source = getattr(args, "token_file", None), "--token-file"
     if not token_file and not getattr(args, "token", None) and not os.environ.get("RSNET_TOKEN"):
-        token_file = context().get("token_file")
+        token_file, source = context().get("token_file"), "the context file's token_file"
     if token_file:
         try:
             with open(os.path.expanduser(token_file), encoding="utf-8") as file:
                 return file.readline().strip() or None
         except OSError as error:
-            raise CommandError(f"cannot read the token file: {describe(error)}", EXIT_USAGE) from None
+            raise CommandError(f"cannot read the token file ({source}): {describe(error)}", EXIT_USAGE) from None
     return getattr(args, "token", None) or os.environ.get("RSNET_TOKEN") or None
 
 
@@ -120,7 +122,9 @@ def url_from(args: argparse.Namespace) -> str:
 
 def add_connection_options(parser: argparse.ArgumentParser) -> None:
     """``-s/--url``, ``--token``, ``--token-file``: how a command reaches its server."""
-    parser.add_argument("-s", "--url", help=f"server URL (default: $RSNET_URL, else {DEFAULT_URL})")
+    parser.add_argument(
+        "-s", "--url", help=f"server URL (default: $RSNET_URL, else the context file's url, else {DEFAULT_URL})"
+    )
     parser.add_argument("--token", help="auth token (visible in ps: prefer $RSNET_TOKEN or --token-file)")
     parser.add_argument("--token-file", metavar="FILE", help="read the auth token from the first line of FILE")
 

@@ -206,6 +206,19 @@ def test_a_token_from_the_environment_or_a_file_reaches_the_server(tmp_path):
         (tmp_path / "token").write_text("s3cret\n")
         from_file = rsnet("sub", server.url, "range", "-p", "count=1", "--token-file", str(tmp_path / "token"))
         assert (from_file.returncode, from_file.stdout) == (0, "0\n")
+        # A relative token_file in the context file is beside it, wherever rsnet runs (it was
+        # read from the current directory: an outside check).
+        context = tmp_path / "ctx" / "context.toml"
+        context.parent.mkdir()
+        (context.parent / "token").write_text("s3cret\n")
+        context.write_text(f'url = "{server.url}"\ntoken_file = "token"\n')
+        from_context = rsnet("sub", "range", "-p", "count=1", env=env(RSNET_CONTEXT=str(context)), cwd="/")
+        assert (from_context.returncode, from_context.stdout) == (0, "0\n"), from_context.stderr
+        (context.parent / "token").unlink()
+        unreadable = rsnet("sub", "range", "-p", "count=1", env=env(RSNET_CONTEXT=str(context)), cwd="/")
+        assert unreadable.returncode == 2
+        assert "cannot read the token file (the context file's token_file)" in one_line(unreadable.stderr)
+        assert str(context.parent / "token") in one_line(unreadable.stderr)
 
 
 def run_on_a_terminal(*args: str, stdin: str) -> str:

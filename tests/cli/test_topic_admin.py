@@ -70,6 +70,14 @@ def test_create_purge_and_delete_a_durable_topic(tmp_path):
         old = rsnet("sub", broker.url, "jobs.eu", "--from", "0", "--until-end")
         assert old.returncode == 1 and "OFFSET_TRIMMED" in old.stderr, old.stderr
 
+        # A topic that never held a record: the next one goes to offset 0 (it said "None").
+        assert rsnet("topics", "create", broker.url, "jobs.empty").returncode == 0
+        empty_deleted = rsnet("topics", "delete", broker.url, "jobs.empty", "--yes")
+        assert (empty_deleted.returncode, empty_deleted.stdout) == (
+            0,
+            "jobs.empty: deleted (0 records removed; a topic created under its name starts at offset 0)\n",
+        ), empty_deleted.stderr
+
 
 def test_only_an_admin_grant_covering_the_topic_allows_it(tmp_path):
     config = tmp_path / "rsnet.toml"
