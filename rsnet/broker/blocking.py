@@ -19,6 +19,7 @@ This module must never import trio or asyncio (a test checks it): it runs where 
 from __future__ import annotations
 
 import itertools
+import uuid
 from collections.abc import Iterable, Iterator
 from typing import Any, Literal
 
@@ -159,19 +160,23 @@ def publish(
     topic: str,
     values: Iterable[Any],
     *,
-    producer: str,
-    first_sequence: int,
+    producer: str | None = None,
+    first_sequence: int = 0,
     wait: bool = True,
 ) -> int:
     """Publish ``values`` to ``topic`` as ``producer`` with sequences ``first_sequence``,
     ``first_sequence + 1``, ...; with ``wait``, return when the broker has stored every one
-    (see :func:`wait_acknowledged`, which a caller publishing several times calls once).
+    (see :func:`wait_acknowledged`, which a caller publishing several times calls once, with a
+    ``producer`` of its own). As the trio client's ``publish``: without ``producer``, one made
+    up for this call.
 
     The broker stores each (producer, sequence) once, so publishing the same values with the
-    same sequences again (a retried task) stores nothing twice. Returns how many values were
-    sent. Raises :class:`StreamError` if the broker refuses or stops the offer,
+    same sequences again (a retried task) stores nothing twice, and neither do other values
+    under a producer and sequences stored already. Returns how many values were sent. Raises
+    :class:`StreamError` if the broker refuses or stops the offer,
     :class:`~rsnet.errors.ConnectionLost` if the connection ends first.
     """
+    producer = producer or f"producer-{uuid.uuid4()}"
     sent = 0
     finished = False
 

@@ -100,3 +100,19 @@ def test_topics_and_patterns_resolve_beyond_what_one_listing_may_ask_for(broker_
     with rsnet.sync.connect(broker_url, token=TOKEN) as client:
         found = blocking.resolve_topics(client, patterns)
     assert {name: ends[1] for name, ends in found.items()} == {"many.a.x": 1, "many.b.x": 2}
+
+
+def test_publishing_without_a_producer_stores_each_call_and_with_one_stores_each_sequence_once(broker_url):
+    """The trio client's ``publish`` makes up a producer when given none; the blocking one
+    required one, and the README's example, rerun with other rows under its fixed producer,
+    stored nothing new (an outside check): each call without a producer stores its rows."""
+    from rsnet.broker import blocking
+
+    with rsnet.sync.connect(broker_url, token=TOKEN) as client:
+        assert blocking.publish(client, "producers.t", ["a", "b"]) == 2
+        assert blocking.publish(client, "producers.t", ["c"]) == 1
+        blocking.publish(client, "producers.t", ["d"], producer="fixed", first_sequence=0)
+        blocking.publish(client, "producers.t", ["e"], producer="fixed", first_sequence=0)  # stored already
+        values = [r["value"] for chunk in blocking.read_range(client, "producers.t", 0, 4) for r in chunk]
+        (info,) = blocking.list_topics(client, ["producers.t"])
+    assert values == ["a", "b", "c", "d"] and info["next_offset"] == 4
