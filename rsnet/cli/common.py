@@ -28,6 +28,7 @@ from typing import Any, NoReturn
 import trio
 
 from ..broker.codes import BrokerCode
+from ..client_rules import parse_endpoint
 from ..errors import ConnectionLost, RsnetError, StreamError
 from ..protocol import ErrorCode
 
@@ -116,8 +117,20 @@ def token_from(args: argparse.Namespace) -> str | None:
 
 def url_from(args: argparse.Namespace) -> str:
     """``-s/--url`` (or a URL argument), then ``RSNET_URL``, then the context's ``url``, then
-    :data:`DEFAULT_URL`."""
-    return getattr(args, "url", None) or os.environ.get("RSNET_URL") or context().get("url") or DEFAULT_URL
+    :data:`DEFAULT_URL`. One that is not a server URL is wrong usage (exit 2), said with where
+    it came from."""
+    url, source = getattr(args, "url", None), "the URL given"
+    if not url:
+        url, source = os.environ.get("RSNET_URL"), "RSNET_URL"
+    if not url:
+        url, source = context().get("url"), "the context file's url"
+    if not url:
+        return DEFAULT_URL
+    try:
+        parse_endpoint(url)
+    except ValueError as wrong:
+        raise CommandError(f"{wrong} ({source})", EXIT_USAGE) from None
+    return url
 
 
 def add_connection_options(parser: argparse.ArgumentParser) -> None:

@@ -84,7 +84,7 @@ def load(spec: str) -> Server | dict[str, Any]:
     """The rsnet.Server or the dict of factories ``module:attr`` names."""
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
-        raise CommandError(f"expected module:attr, got {spec!r}")
+        raise CommandError(f"expected module:attr, got {spec!r}", EXIT_USAGE)
     try:
         target = getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError) as error:
@@ -120,10 +120,10 @@ def serving_options(args: argparse.Namespace, loaded: dict[str, Server | dict[st
 
 async def run(args: argparse.Namespace) -> int:
     sys.path.insert(0, os.path.abspath(args.app_dir))
-    if (args.keepalive is not None and args.keepalive < 0) or (
-        args.max_connections is not None and args.max_connections < 1
-    ):
-        raise CommandError("--keepalive must be >= 0 and --max-connections >= 1")
+    if args.keepalive is not None and args.keepalive < 0:
+        raise CommandError(f"--keepalive must be >= 0 (seconds; 0: off), got {args.keepalive:g}", EXIT_USAGE)
+    if args.max_connections is not None and args.max_connections < 1:
+        raise CommandError(f"--max-connections must be >= 1, got {args.max_connections}", EXIT_USAGE)
     loaded = {spec: load(spec) for spec in args.publishers}
     options = serving_options(args, loaded)
     max_connections = connection_limit(args.max_connections or options["max_connections"])
@@ -143,7 +143,7 @@ async def run(args: argparse.Namespace) -> int:
             for name, factory in target.items():
                 server.add_publisher(name, factory)
     if not server.publisher_names:
-        raise CommandError("nothing to serve (give module:attr or --demo)")
+        raise CommandError("nothing to serve (give module:attr or --demo)", EXIT_USAGE)
     tune_for_serving()  # this process only serves: see rsnet/net/gc_tuning.py
     tcp = args.tcp or (None if args.ws else ("127.0.0.1", 7600))
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:

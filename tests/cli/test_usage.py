@@ -117,3 +117,26 @@ def test_a_host_and_port_without_a_scheme_is_told_how_to_write_it(capsys):
         "localhost:7600 is no URL: write tcp://localhost:7600 (or ws://localhost:7600/ for WebSocket)"
     )
     assert usage_error(capsys, "sub", "a", "b") == "rsnet sub: error: expected NAME, got a b"  # no address: no hint
+
+
+@pytest.mark.parametrize(
+    ("args", "environment", "said"),
+    [
+        (["sub", "http://127.0.0.1:7600", "x"], {}, "got 'http://127.0.0.1:7600' (the URL given)"),
+        (["sub", "tcp://127.0.0.1", "x"], {}, "got 'tcp://127.0.0.1' (the URL given)"),
+        (["sub", "x"], {"RSNET_URL": "127.0.0.1:7600"}, "got '127.0.0.1:7600' (RSNET_URL)"),
+        (["serve", "myapp"], {}, "expected module:attr, got 'myapp'"),
+        (["serve"], {}, "nothing to serve (give module:attr or --demo)"),
+        (["serve", "--demo", "--keepalive", "-1"], {}, "--keepalive must be >= 0 (seconds; 0: off), got -1"),
+        (["serve", "--demo", "--max-connections", "0"], {}, "--max-connections must be >= 1, got 0"),
+    ],
+)
+def test_wrong_usage_found_after_parsing_exits_2_and_says_what_and_where(args, environment, said):
+    """README: exit 2 is wrong usage. These were exit 1 (an outside check), and a bad URL did
+    not say where it came from; one option's error named both options."""
+    from .support import env
+
+    refused = rsnet(*args, env=env(**environment))
+    assert refused.returncode == 2, refused.stderr
+    line = refused.stderr.strip()
+    assert line.startswith(f"rsnet {args[0]}: ") and line.endswith(said), line
