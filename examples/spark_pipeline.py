@@ -106,6 +106,16 @@ def session() -> Any:
     return spark
 
 
+def reach(url: str, token: str | None) -> None:
+    """Connect to the broker once (and leave): an unreachable broker or a refused token raises
+    here, in a line, rather than as the failure of a started query, which Spark reports with
+    both tracebacks and its whole plan."""
+    import rsnet.sync
+
+    with rsnet.sync.connect(url, token=token):
+        pass
+
+
 def produce(url: str, topic: str, token: str | None, rate: float) -> None:
     """Publish a reading per sensor every ``1 / rate`` seconds, stamped with the current time."""
     import rsnet.sync
@@ -137,9 +147,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", type=float, default=2.0, help="produce: readings per sensor per second")
     parser.add_argument("--available-now", action="store_true", help="run: process what is there, then stop")
     args = parser.parse_args(argv)
-    if args.command == "produce":
-        from rsnet import RsnetError
+    from rsnet import RsnetError
 
+    if args.command == "produce":
         try:
             produce(args.url, args.source, args.token, args.rate)
         except KeyboardInterrupt:
@@ -148,6 +158,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"spark_pipeline produce: {error}", file=sys.stderr)
             return 1
         return 0
+    try:
+        reach(args.url, args.token)
+    except RsnetError as error:  # said in a line before Spark starts, not in its query's failure
+        print(f"spark_pipeline run: {error}", file=sys.stderr)
+        return 1
     spark = session()
     query = start(
         spark, args.url, args.source, args.sink, args.checkpoint, token=args.token, available_now=args.available_now
