@@ -436,6 +436,10 @@ async def _handshake_events(
         data = await stream.receive_some(RECEIVE_SIZE)
         if data and want is Request and first and not data[:1].isupper():
             raise NotHttp  # (an HTTP request starts with its method's capital letter)
+        if data and want is Response and first and not b"HTTP/".startswith(bytes(data[:5])):
+            if 0x90 <= data[0] <= 0x9F:  # a msgpack array: an rsnet frame (its CONN_ERROR)
+                raise TransportClosed("the server answered in the rsnet protocol, not HTTP: connect with tcp://")
+            raise TransportClosed(f"the server did not answer in HTTP (its first bytes: {bytes(data[:16])!r})")
         first = False
         if data:
             seen = tail + data
@@ -540,9 +544,9 @@ async def connect_websocket(
     except (trio.BrokenResourceError, trio.ClosedResourceError, ssl.SSLError, OSError) as error:
         await trio.aclose_forcefully(stream)
         raise TransportClosed(f"WebSocket handshake with {url} failed: {error!r}") from error
-    except TransportClosed:
+    except TransportClosed as error:
         await trio.aclose_forcefully(stream)
-        raise
+        raise TransportClosed(f"WebSocket handshake with {url} failed: {error}") from error
     if protocol.state is not _OPEN:
         await trio.aclose_forcefully(stream)
         raise TransportClosed(f"WebSocket handshake with {url} failed: {protocol.handshake_exc}")

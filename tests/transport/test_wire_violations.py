@@ -126,6 +126,15 @@ async def test_a_client_at_the_wrong_port_is_told_which_port_it_reached_at_once(
         assert received.frames[-1].message == (
             "an HTTP request, not the rsnet protocol: WebSocket clients connect to the WebSocket port (ws://)"
         )
+        # rsnet's own WebSocket client at the TCP port is told in its terms (it said "the peer
+        # closed during the WebSocket handshake": an outside check).
+        with trio.fail_after(5), pytest.raises(rsnet.ConnectionLost) as wrong_port:
+            async with rsnet.connect(f"ws://127.0.0.1:{ports['tcp']}/"):
+                pass
+        assert str(wrong_port.value) == (
+            f"WebSocket handshake with ws://127.0.0.1:{ports['tcp']}/ failed: "
+            "the server answered in the rsnet protocol, not HTTP: connect with tcp://"
+        )
 
 
 def test_a_tls_handshake_at_a_plain_port_is_named() -> None:
