@@ -232,7 +232,7 @@ async def run_broker(args: argparse.Namespace) -> int:
     if max_connections < config.listen.max_connections and "max_connections" in config.listen.model_fields_set:
         log.warning(
             "max_connections lowered from %d to %d: connections get half of the process's file "
-            "descriptor limit, the topics the rest (raise `ulimit -n` to allow more)",
+            "descriptor limit less 32, the topics the rest (raise `ulimit -n` to allow more)",
             config.listen.max_connections,
             max_connections,
         )

@@ -68,6 +68,8 @@ def describe(error: BaseException) -> str:
         name = code_name(error.code)
         return f"{name}: {error.message}" if error.message else name
     if isinstance(error, ConnectionLost):
+        if error.code == ErrorCode.UNAUTHORIZED:  # the wire's word is auth_token; a user gives it so
+            return f"{error} (UNAUTHORIZED: give the token with --token-file, --token or RSNET_TOKEN)"
         if error.code is not None:
             return f"{error} ({code_name(error.code)})"
         return str(error)

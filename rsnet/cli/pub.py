@@ -112,7 +112,7 @@ def parse_line(text: bytes, number: int, args: argparse.Namespace) -> Any:
     try:
         value = json.loads(line)
     except json.JSONDecodeError as error:
-        raise InvalidLine(number, f"not JSON: {error}") from None
+        raise InvalidLine(number, f"not JSON (--raw publishes each line as a string): {error}") from None
     if args.value_field is not None:
         if not isinstance(value, dict) or args.value_field not in value:
             raise InvalidLine(number, f"no field {args.value_field!r} in this line")

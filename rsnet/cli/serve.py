@@ -72,7 +72,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         default=None,
         metavar="N",
         help=f"connections served at once; one more is refused with GOING_AWAY (default {DEFAULT_MAX_CONNECTIONS:,}, "
-        "at most half the file descriptor limit)",
+        "at most half the file descriptor limit, less 32)",
     )
     serve.add_argument(
         "--app-dir", default=".", help="directory to import module:attr from, before sys.path (default: .)"
@@ -131,7 +131,7 @@ async def run(args: argparse.Namespace) -> int:
         say(
             "serve",
             f"--max-connections lowered from {args.max_connections} to {max_connections}: connections get "
-            "half of the process's file descriptor limit (raise `ulimit -n` to allow more)",
+            "half of the process's file descriptor limit, less 32 (raise `ulimit -n` to allow more)",
         )
     server = Server(**{**options, "max_connections": max_connections})
     if args.demo:

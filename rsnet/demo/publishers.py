@@ -49,7 +49,7 @@ def ticks_publisher(params: TicksParams, ctx: StreamContext) -> streams.Publishe
 
 
 def fail_publisher(params: FailParams, ctx: StreamContext) -> streams.Publisher[int]:
-    message = f"failed after {params.n} items, as asked"
+    message = f"failed after {params.n} item{'' if params.n == 1 else 's'}, as asked"
     return streams.ops.concat(
         streams.range_(0, params.n),
         streams.error(lambda: StreamError(ErrorCode.APPLICATION_ERROR, message)),

@@ -277,6 +277,13 @@ def test_an_integer_beyond_64_bits_is_refused_before_anything_is_sent(broker):
     assert "line 1: the integer at [1] does not fit in 64 bits" in one_line(result.stderr)
 
 
+def test_a_line_that_is_not_json_points_at_raw(broker):
+    # An outside check: "not JSON: Expecting value: line 1 column 1", with no word of --raw.
+    result = rsnet("pub", broker.url, "texts", stdin="plain words\n")
+    assert result.returncode == 1
+    assert "line 1: not JSON (--raw publishes each line as a string): Expecting value" in one_line(result.stderr)
+
+
 @pytest.mark.parametrize("count", ["0", "-1"])
 def test_count_must_be_at_least_1(count, demo):
     result = rsnet("sub", demo.url, "ticks", "--count", count)
