@@ -204,13 +204,25 @@ async function loadWs(): Promise<typeof import("ws")> {
   return createRequire(import.meta.url)("ws") as typeof import("ws");
 }
 
+/** What a server that answered the WebSocket request with no HTTP response said instead: an
+ *  rsnet frame (its CONN_ERROR) from an rsnet TCP port, most likely. Node's HTTP parser keeps
+ *  the bytes it refused (`rawPacket`); its own message names only what it expected. */
+function notHttp(error: Error & { code?: string; rawPacket?: Uint8Array }): string | undefined {
+  if (error.code !== "HPE_INVALID_CONSTANT") return undefined;
+  const first = error.rawPacket?.[0];
+  if (first !== undefined && first >= 0x90 && first <= 0x9f) {
+    return "the server answered in the rsnet protocol, not HTTP: connect with tcp://";
+  }
+  return `the server did not answer in HTTP (${error.message})`;
+}
+
 async function openNodeWebSocket(url: string, maxMessageSize: number, signal?: AbortSignal, tls: TlsOptions = {}): Promise<Transport> {
   const { WebSocket } = await loadWs();
   const ws = new WebSocket(url, ["rsnet"], { ...tls, maxPayload: maxMessageSize, perMessageDeflate: false });
   ws.on("error", () => {}); // a terminate() while connecting also emits one: the open's handler has settled
   await opening(signal, () => ws.terminate(), ({ resolve, reject }) => {
     ws.once("open", resolve);
-    ws.once("error", (error) => reject(new TransportError(`cannot connect to ${url}: ${error.message}`)));
+    ws.once("error", (error) => reject(new TransportError(`cannot connect to ${url}: ${notHttp(error) ?? error.message}`)));
   });
   class NodeWs extends Base {
     readonly messageBased = true;

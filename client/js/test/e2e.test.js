@@ -185,6 +185,16 @@ test("a URL no transport can use is a TypeError at once; an address nobody answe
   }
 });
 
+test("a WebSocket URL at the TCP port is told the server speaks rsnet there, not HTTP", async () => {
+  // An outside check: it said "Parse Error: Expected HTTP/, RTSP/ or ICE/".
+  const url = server.tcp.replace("tcp://", "ws://") + "/";
+  await assert.rejects(connect(url), (e) => {
+    assert.ok(e instanceof HandshakeError, String(e));
+    assert.equal(e.message, `cannot connect to ${url}: the server answered in the rsnet protocol, not HTTP: connect with tcp://`);
+    return true;
+  });
+});
+
 test("a connect that times out closes its socket, the WebSocket still upgrading included", async () => {
   // A listener that accepts and then says nothing: no HTTP upgrade answer, no WELCOME.
   const open = new Set();

@@ -3008,6 +3008,14 @@ async function loadWs() {
   const { createRequire } = await import("node:module");
   return createRequire(import.meta.url)("ws");
 }
+function notHttp(error) {
+  if (error.code !== "HPE_INVALID_CONSTANT") return void 0;
+  const first = error.rawPacket?.[0];
+  if (first !== void 0 && first >= 144 && first <= 159) {
+    return "the server answered in the rsnet protocol, not HTTP: connect with tcp://";
+  }
+  return `the server did not answer in HTTP (${error.message})`;
+}
 async function openNodeWebSocket(url, maxMessageSize, signal, tls = {}) {
   const { WebSocket: WebSocket2 } = await loadWs();
   const ws = new WebSocket2(url, ["rsnet"], { ...tls, maxPayload: maxMessageSize, perMessageDeflate: false });
@@ -3015,7 +3023,7 @@ async function openNodeWebSocket(url, maxMessageSize, signal, tls = {}) {
   });
   await opening(signal, () => ws.terminate(), ({ resolve, reject }) => {
     ws.once("open", resolve);
-    ws.once("error", (error) => reject(new TransportError(`cannot connect to ${url}: ${error.message}`)));
+    ws.once("error", (error) => reject(new TransportError(`cannot connect to ${url}: ${notHttp(error) ?? error.message}`)));
   });
   class NodeWs extends Base {
     messageBased = true;
