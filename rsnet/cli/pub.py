@@ -29,7 +29,7 @@ from typing import Any
 
 import trio
 
-from ..errors import RsnetError, StreamError
+from ..errors import HandshakeError, RsnetError, StreamError
 from ..net.client import connect
 from ..protocol import DEFAULT_MAX_FRAME_SIZE, ErrorCode
 from ..streams import from_async_iterable
@@ -54,6 +54,15 @@ published at once and a fast one's arrive in blocks."""
 
 MAX_LINE = DEFAULT_MAX_FRAME_SIZE - 1024
 """Bytes a line may have (a record must fit in one frame); the memory bound of the reader."""
+
+
+def not_a_broker(refusal: StreamError) -> bool:
+    """Whether a refusal of the offer or of its ``$acks`` (whichever came first) came from a
+    server that is no broker: rsnet.Server's (or a bare session's) words for a name it has no
+    sink or publisher for; a broker has ``$acks``, and creates the topic or refuses it in its
+    own words (``tests/cli`` holds them to it)."""
+    return refusal.message.startswith(("no sink named", "nothing accepts offers named", "no publisher named '$acks'"))
+
 
 REFUSED_FOR_GOOD = (ErrorCode.UNAUTHORIZED, ErrorCode.UNKNOWN_PUBLISHER, ErrorCode.REJECTED)
 """Refusals a resend meets again (a token without the grant, a topic the broker will not
@@ -290,10 +299,13 @@ async def run(args: argparse.Namespace) -> int:
         while isinstance(failure, BaseExceptionGroup):
             failure = failure.exceptions[0]
     progress.clear()
-    refused = isinstance(failure, StreamError) and failure.code in REFUSED_FOR_GOOD
+    refused = isinstance(failure, StreamError | HandshakeError) and failure.code in REFUSED_FOR_GOOD
     # An invalid line stops the reading too: it and the lines after it are the rest to send.
     rest_unread = bool(invalid) or (failure is not None and not stdin_ended)
     account = ledger.account(args.topic, producer, rest_unread=rest_unread, resend=not refused)
+    if isinstance(failure, StreamError) and failure.code == ErrorCode.UNKNOWN_PUBLISHER and not_a_broker(failure):
+        say("pub", f"{url_from(args)} is not a broker ({failure.message}); nothing was stored")
+        return EXIT_FAILED
     if failure is not None:
         say("pub", f"not every record was acknowledged: {describe(failure)}; {account}")
         return EXIT_FAILED

@@ -307,3 +307,12 @@ def test_from_a_timestamp_as_the_docs_say(broker):
     assert rsnet("pub", broker.url, "stamped", stdin="1\n2\n").returncode == 0
     result = rsnet("sub", broker.url, "stamped", "--from", '{"timestamp": 0}', "--count", "2", "--format", "value")
     assert (result.returncode, result.stdout) == (0, "1\n2\n"), result.stderr
+
+
+def test_pub_to_a_server_that_is_no_broker_says_so(demo):
+    # An outside check: "not every record was acknowledged: UNKNOWN_PUBLISHER: no sink named
+    # 'numbers'", where sub and topics say the server is not a broker.
+    result = rsnet("pub", demo.url, "numbers", stdin="1\n")
+    assert result.returncode == 1
+    line = one_line(result.stderr)
+    assert line.startswith(f"rsnet pub: {demo.url} is not a broker (") and line.endswith("); nothing was stored")

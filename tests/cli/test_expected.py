@@ -201,6 +201,9 @@ def test_a_token_from_the_environment_or_a_file_reaches_the_server(tmp_path):
     with Daemon("serve", "--demo", "--tcp", "127.0.0.1:0", "--token", "s3cret") as server:
         refused = rsnet("sub", server.url, "range", "-p", "count=1")
         assert refused.returncode == 1 and "UNAUTHORIZED" in one_line(refused.stderr)
+        # pub, refused at the handshake, offers no resend (the token is what is wrong).
+        unsent = rsnet("pub", server.url, "t", stdin="1\n")
+        assert unsent.returncode == 1 and "UNAUTHORIZED" in unsent.stderr and "--sequence" not in unsent.stderr
         # How a command-line user gives a token, not the wire's auth_token (an outside check).
         assert "give the token with --token-file, --token or RSNET_TOKEN" in one_line(refused.stderr)
         from_env = rsnet("sub", server.url, "range", "-p", "count=1", env=env(RSNET_TOKEN="s3cret"))
