@@ -1,7 +1,7 @@
 """Type-checked by ``make test`` (mypy, pyproject's ``files``), never run: the public API used as
 the README and docstrings show it, so a type that contradicts its documentation fails the build
-(an outside check: ``follow(...)`` and a blocking ``subscribe(...).close()`` were
-errors under mypy)."""
+(an outside check: ``aclosing(follow(...))``, when ``follow`` was an async generator, and a
+blocking ``subscribe(...).close()`` were errors under mypy)."""
 
 from __future__ import annotations
 
