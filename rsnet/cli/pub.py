@@ -30,7 +30,7 @@ from typing import Any
 import trio
 
 from ..errors import HandshakeError, RsnetError, StreamError
-from ..net.client import connect
+from ..net.client import Client, connect
 from ..protocol import DEFAULT_MAX_FRAME_SIZE, ErrorCode
 from ..streams import from_async_iterable
 from .common import (
@@ -45,6 +45,7 @@ from .common import (
     url_from,
 )
 from .progress import Progress
+from .sub import broker_topics
 
 USAGE = "rsnet pub [URL] TOPIC [options] < lines"
 
@@ -281,8 +282,10 @@ async def run(args: argparse.Namespace) -> int:
                 stop_reading.stop()
 
     failure: BaseException | None = None
+    growth: int | None = None  # how far the topic's next offset moved while we published
     try:
         async with connect(url_from(args), token=token_from(args)) as conn:
+            before = await next_offset(conn, args.topic)
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(on_ctrl_c)
                 if progress.enabled:
@@ -294,6 +297,9 @@ async def run(args: argparse.Namespace) -> int:
                 while ledger.acked < ledger.next_sequence - 1:
                     await ledger.changed.wait()
                 nursery.cancel_scope.cancel()
+            after = await next_offset(conn, args.topic)
+            if before is not None and after is not None:
+                growth = after - before
     except* (RsnetError, OSError) as group:
         failure = group.exceptions[0]
         while isinstance(failure, BaseExceptionGroup):
@@ -315,6 +321,33 @@ async def run(args: argparse.Namespace) -> int:
     if interrupted:
         say("pub", f"interrupted: {account}")
         return EXIT_INTERRUPTED
+    acknowledged = min(ledger.stored, ledger.sent)  # (an earlier run may have stored more)
+    if growth is not None and growth < acknowledged:
+        # Fewer new offsets than records acknowledged: the broker had some of them already
+        # under this producer and these sequences, and stores each (producer, sequence) once.
+        # (With other producers publishing meanwhile the topic can grow as much anyway: this
+        # says so only where it is certain.)
+        say(
+            "pub",
+            f"{acknowledged} record{'s' if acknowledged != 1 else ''} acknowledged, but the topic "
+            f"{args.topic} grew by only {growth}: the broker had records of producer {producer} with "
+            "these sequences already and stores each once (new data: another --producer, or "
+            "--sequence after the last one stored)",
+        )
+        return 0
     if not args.quiet:
         progress.summary(f"stored in {args.topic}")
     return 0
+
+
+async def next_offset(conn: Client, topic: str) -> int | None:
+    """``topic``'s next offset as ``$topics`` says it (0 for a topic that does not exist yet),
+    or None where it will not say (no broker, no grant to read the topic)."""
+    try:
+        topics = await broker_topics(conn, topic)
+    except StreamError:
+        return None
+    if topics is None:
+        return None
+    info = topics.get(topic)
+    return 0 if info is None else int(info["next_offset"])

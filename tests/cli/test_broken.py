@@ -316,3 +316,20 @@ def test_pub_to_a_server_that_is_no_broker_says_so(demo):
     assert result.returncode == 1
     line = one_line(result.stderr)
     assert line.startswith(f"rsnet pub: {demo.url} is not a broker (") and line.endswith("); nothing was stored")
+
+
+def test_pub_says_when_the_broker_had_its_records_already(broker):
+    # An outside check: a producer id reused for other data printed "3 records stored" and
+    # stored one (the broker stores each producer and sequence once).
+    first = rsnet("pub", broker.url, "dups", "--producer", "P1", stdin="1\n2\n")
+    assert (first.returncode, one_line(first.stderr)) == (0, "rsnet pub: 2 records stored in dups")
+    again = rsnet("pub", broker.url, "dups", "--producer", "P1", stdin="1\n2\n3\n")
+    assert again.returncode == 0
+    assert one_line(again.stderr).startswith(
+        "rsnet pub: 3 records acknowledged, but the topic dups grew by only 1: "
+        "the broker had records of producer P1 with these sequences already"
+    )
+    fresh = rsnet("pub", broker.url, "dups", stdin="4\n")  # a producer of its own: stored
+    assert (fresh.returncode, one_line(fresh.stderr)) == (0, "rsnet pub: 1 record stored in dups")
+    read = rsnet("sub", broker.url, "dups", "--from", "earliest", "--until-end", "--format", "value")
+    assert read.stdout == "1\n2\n3\n4\n"
