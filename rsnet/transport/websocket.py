@@ -176,6 +176,11 @@ class WebSocketTransport(Transport):
         # Control frames (pong, close) are written by the receiving task, data by the sender.
         self._send_lock = trio.Lock()
         self._direct = direct_socket(stream)
+        # Over a plain socket a cancelled receive loses nothing (what it read is handed over
+        # before any wait: _flush_control_nowait), so a consumer may read in the session
+        # reader's place (Session.lend_socket). Over TLS the receive may be cancelled with
+        # decoded bytes in hand.
+        self.cancel_safe_receive = self._direct is not None
         self._reader = SocketReader(stream)
         self._mask = protocol.side is Side.CLIENT  # client-to-server frames are masked
         self._held: list[Bytes] = []  # messages send_nowait could not start: send frames them
@@ -202,7 +207,10 @@ class WebSocketTransport(Transport):
                 self._protocol.receive_eof()
                 self._eof = True
             self._take_events()
-            await self._flush_control()
+            if self._direct is not None:
+                self._flush_control_nowait()  # no wait once bytes are taken: cancel-safe
+            else:
+                await self._flush_control()
             if self._violation is not None:
                 raise self._violation
             if payload:
@@ -316,13 +324,39 @@ class WebSocketTransport(Transport):
         if protocol.state is _CLOSED:
             self._eof = True
 
-    async def _flush_control(self) -> None:
+    def _pending_control(self) -> list[bytes]:
+        """Our own control frames (a CONN_ERROR ahead of a close), then what websockets queued
+        (a pong, a close), taken."""
         pending = self._protocol.data_to_send()
         if self._control:
             pending = [*self._control, *pending]
             self._control = []
+        return pending
+
+    async def _flush_control(self) -> None:
+        pending = self._pending_control()
         if pending:
             await self._write(pending)
+
+    def _flush_control_nowait(self) -> None:
+        """What :meth:`_flush_control` writes, written as far as the socket takes it now: the
+        rest, whole frames or their ends, goes first in the next write (:meth:`_write` also
+        writes what came while it was writing). A rest that finds no write after it waits
+        for the session's next one, a keepalive PING at the latest."""
+        pending = self._pending_control()
+        if not pending:
+            return
+        if self._rest or self._send_lock.locked():
+            self._rest += pending
+        else:
+            assert self._direct is not None
+            self._rest = write_nowait(self._direct, pending)
+
+    def interrupt_receive(self) -> None:
+        if self._direct is not None:
+            # As TcpTransport does: a consumer reading in the session reader's place hears
+            # that the connection is ending (the session closes the transport after its linger).
+            trio.lowlevel.notify_closing(self._direct)
 
     def send_nowait(self, chunks: Sequence[Bytes]) -> bool:
         protocol = self._protocol
@@ -364,6 +398,9 @@ class WebSocketTransport(Transport):
                 await send_all_tls(self._stream, pieces)
             else:  # headers and payloads as they are, gathered by the kernel
                 await send_all_pieces(self._direct, pieces)
+                while self._rest:  # control frames the receiving task queued meanwhile
+                    pieces, self._rest = self._rest, []
+                    await send_all_pieces(self._direct, pieces)
         except (trio.BrokenResourceError, trio.ClosedResourceError, ssl.SSLError, OSError) as error:
             raise TransportClosed(f"send to {self._peer} failed: {error!r}") from error
         finally:

@@ -8,10 +8,14 @@ when the connection ends hears of it at once."""
 
 from __future__ import annotations
 
+import functools
+import ssl
+
 import outcome
 import pytest
 import trio
 import trio.testing
+import trustme
 
 import rsnet
 import rsnet.net.session
@@ -75,17 +79,41 @@ async def test_a_request_response_loop_reads_its_answers_in_its_own_task(transpo
             await one_answer(conn)
         async with conn.subscribe("gated", prefetch=1) as items:
             assert await answer_then_wait(conn, items, release) == 7
-        if transport == "tcp":
-            assert readers == [trio.lowlevel.current_task()]
-        else:  # a cancelled WebSocket receive could lose a message's bytes: never lent
-            assert readers == [None]
+        assert readers == [trio.lowlevel.current_task()]
         assert conn._session._lent_to is None  # given back with the item
         assert conn._session._parked_reader is None
 
 
-async def test_a_consumer_reading_in_place_serves_every_other_stream():
+async def test_over_tls_the_reader_always_reads():
+    """A cancelled TLS receive can lose bytes it decrypted (trio's SSLStream), so over tls://
+    and wss:// the socket is never lent."""
+    authority = trustme.CA()
+    server_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    authority.issue_cert("127.0.0.1").configure_cert(server_context)
+    client_context = ssl.create_default_context()
+    authority.configure_trust(client_context)
     server, send = gated_server()
-    async with running(server) as urls, rsnet.connect(urls["tcp"]) as conn:
+    async with trio.open_nursery() as nursery:
+        tcp = await nursery.start(functools.partial(server.serve_tcp, ssl_context=server_context), "127.0.0.1", 0)
+        ws = await nursery.start(functools.partial(server.serve_websocket, ssl_context=server_context), "127.0.0.1", 0)
+        for url in (f"tls://127.0.0.1:{tcp}", f"wss://127.0.0.1:{ws}/"):
+            async with rsnet.connect(url, ssl_context=client_context) as conn:
+                readers = []
+
+                async def release(reader):
+                    readers.append(reader)
+                    await send.send(7)
+
+                async with conn.subscribe("gated", prefetch=1) as items:
+                    assert await answer_then_wait(conn, items, release) == 7
+                assert readers == [None], url
+        nursery.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize("transport", ["tcp", "ws"])
+async def test_a_consumer_reading_in_place_serves_every_other_stream(transport):
+    server, send = gated_server()
+    async with running(server) as urls, rsnet.connect(urls[transport]) as conn:
         others = []
 
         async def use_other_streams(reader):
@@ -102,9 +130,10 @@ async def test_a_consumer_reading_in_place_serves_every_other_stream():
         assert others == [5000, [0, 1, 2]]
 
 
-async def test_a_consumer_cancelled_while_reading_in_place_loses_nothing():
+@pytest.mark.parametrize("transport", ["tcp", "ws"])
+async def test_a_consumer_cancelled_while_reading_in_place_loses_nothing(transport):
     server, send = gated_server()
-    async with running(server) as urls, rsnet.connect(urls["tcp"]) as conn:
+    async with running(server) as urls, rsnet.connect(urls[transport]) as conn:
         session = conn._session
         readers = []
 
@@ -128,29 +157,33 @@ async def test_a_consumer_cancelled_while_reading_in_place_loses_nothing():
         await one_answer(conn)
 
 
-async def test_the_server_going_away_wakes_a_consumer_reading_in_place():
+@pytest.mark.parametrize("transport", ["tcp", "ws"])
+async def test_the_server_going_away_wakes_a_consumer_reading_in_place(transport):
     server, _ = gated_server()
     async with trio.open_nursery() as outer:
         server_scope = trio.CancelScope()
 
         async def serve(task_status):
             with server_scope:
-                await server.serve_tcp("127.0.0.1", 0, task_status=task_status)
+                serving = server.serve_tcp if transport == "tcp" else server.serve_websocket
+                await serving("127.0.0.1", 0, task_status=task_status)
 
         async def kill_server(reader):
             assert reader is not None
             server_scope.cancel()  # the server dies: its sockets close under the client
 
         port = await outer.start(serve)
-        async with rsnet.connect(f"tcp://127.0.0.1:{port}") as conn:
+        url = f"tcp://127.0.0.1:{port}" if transport == "tcp" else f"ws://127.0.0.1:{port}/"
+        async with rsnet.connect(url) as conn:
             with trio.fail_after(5), pytest.raises(rsnet.ConnectionLost):
                 await answer_then_wait(conn, conn.subscribe("gated"), kill_server)
             assert conn.closed
 
 
-async def test_closing_the_connection_wakes_a_consumer_reading_in_place():
+@pytest.mark.parametrize("transport", ["tcp", "ws"])
+async def test_closing_the_connection_wakes_a_consumer_reading_in_place(transport):
     server, _ = gated_server()
-    async with running(server) as urls, rsnet.connect(urls["tcp"]) as conn:
+    async with running(server) as urls, rsnet.connect(urls[transport]) as conn:
 
         async def close(reader):
             assert reader is not None
