@@ -19,8 +19,9 @@ import re
 SHELLS = ("bash", "zsh", "fish")
 
 COMPLETIONS = "completions"
-"""An attribute a command may set on a positional argument: words to offer for it (without
-making argparse refuse others, as ``choices`` would): ``rsnet topics``' actions."""
+"""An attribute a command may set on an argument: words to offer for it (without making
+argparse refuse others, as ``choices`` would): ``rsnet topics``' actions, ``sub --format``'s
+named formats (it takes templates too)."""
 
 _FILES = {"config", "token_file", "app_dir", "data_dir"}  # options that take a path
 _DIRECTORIES = {"app_dir", "data_dir"}
@@ -77,7 +78,9 @@ def _options(parser: argparse.ArgumentParser) -> list[_Option]:
                 long=[o for o in action.option_strings if o.startswith("--")],
                 help=_help(action),
                 takes_value=takes_value,
-                choices=[str(c) for c in action.choices] if takes_value and action.choices else [],
+                choices=[str(c) for c in (action.choices or getattr(action, COMPLETIONS, None) or [])]
+                if takes_value
+                else [],
                 repeatable=isinstance(action, argparse._AppendAction),
                 path=("directory" if dest in _DIRECTORIES else "file") if dest in _FILES else None,
                 metavar=str(action.metavar or dest.upper()),

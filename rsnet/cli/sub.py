@@ -51,6 +51,7 @@ from .common import (
     token_from,
     url_from,
 )
+from .completion import COMPLETIONS
 from .progress import Progress
 
 USAGE = "rsnet sub [URL] NAME [options]"
@@ -90,13 +91,14 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         help="exit at the end of the topic as it was when the command started (kcat -e)",
     )
     sub.add_argument("-c", "--count", type=positive_int, default=None, help="exit after N items (N >= 1)")
-    sub.add_argument(
+    formats = sub.add_argument(
         "-f",
         "--format",
         type=format_spec,
         default="json",
         help=f"json (default), value, raw, or a template like '{{offset}} {{value}}' (fields: {' '.join(FIELDS)})",
     )
+    setattr(formats, COMPLETIONS, ["json", "value", "raw"])  # offered, templates taken too
     sub.add_argument(
         "--prefetch",
         type=positive_int,

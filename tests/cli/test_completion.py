@@ -63,6 +63,9 @@ def test_bash_offers_option_values_and_actions(scripts):
     assert bash_offers(scripts["bash"], "rsnet", "topics", "--policy", "") == {"backpressure", "drop", "disconnect"}
     assert bash_offers(scripts["bash"], "rsnet", "topics", "cr") == {"create"}
     assert bash_offers(scripts["bash"], "rsnet", "completion", "") == {"bash", "zsh", "fish", "--help", "-h"}
+    # --format takes templates too, so it has no choices; its named formats are still offered
+    # (it offered option names: an outside check).
+    assert bash_offers(scripts["bash"], "rsnet", "sub", "--format", "") == {"json", "value", "raw"}
 
 
 def test_zsh_script_parses_and_offers_commands_options_and_values(scripts):
@@ -75,6 +78,7 @@ def test_zsh_script_parses_and_offers_commands_options_and_values(scripts):
     assert zsh_offers(script, "rsnet topics --policy ") == {"backpressure", "drop", "disconnect"}
     assert zsh_offers(script, "rsnet topics ") >= {"create", "alter", "delete", "purge"}
     assert zsh_offers(script, "rsnet broker --fsync ") == {"always", "interval", "never"}
+    assert zsh_offers(script, "rsnet sub --format ") == {"json", "value", "raw"}
 
 
 def test_fish_script_parses_and_offers_commands_options_and_values(scripts):
@@ -87,3 +91,4 @@ def test_fish_script_parses_and_offers_commands_options_and_values(scripts):
     assert fish_offers(script, "rsnet topics --policy ") == {"backpressure", "drop", "disconnect"}
     assert {"create", "alter", "delete", "purge"} <= fish_offers(script, "rsnet topics ")
     assert fish_offers(script, "rsnet broker --fsync ") == {"always", "interval", "never"}
+    assert fish_offers(script, "rsnet sub --format ") == {"json", "value", "raw"}

@@ -96,17 +96,17 @@ async def test_over_tls_the_reader_always_reads():
     async with trio.open_nursery() as nursery:
         tcp = await nursery.start(functools.partial(server.serve_tcp, ssl_context=server_context), "127.0.0.1", 0)
         ws = await nursery.start(functools.partial(server.serve_websocket, ssl_context=server_context), "127.0.0.1", 0)
+        readers = []
+
+        async def release(reader):
+            readers.append(reader)
+            await send.send(7)
+
         for url in (f"tls://127.0.0.1:{tcp}", f"wss://127.0.0.1:{ws}/"):
             async with rsnet.connect(url, ssl_context=client_context) as conn:
-                readers = []
-
-                async def release(reader):
-                    readers.append(reader)
-                    await send.send(7)
-
                 async with conn.subscribe("gated", prefetch=1) as items:
                     assert await answer_then_wait(conn, items, release) == 7
-                assert readers == [None], url
+        assert readers == [None, None]
         nursery.cancel_scope.cancel()
 
 
