@@ -147,6 +147,30 @@ def test_retention_removes_a_damaged_range_with_its_segment(tmp_path: pathlib.Pa
         assert log.read(log.first_offset, 1)[0].offset == log.first_offset
 
 
+def test_age_retention_keeps_a_segment_of_unknown_age_until_a_later_one_expires(tmp_path: pathlib.Path) -> None:
+    """An outside check: an oldest segment none of whose records can be read (emptied here)
+    has no known time, which age retention read as the oldest possible: its damaged range was
+    deleted, and reported as trimmed, a second after it was found. Its records came before
+    the next segment's, so it expires by age when that one does, not before."""
+    log, _ = SegmentLog.open(tmp_path, Retention(), FsyncPolicy.NEVER, 64 << 10)
+    with log:
+        for start in range(0, 3000, 100):
+            batch = [{"n": n, "pad": "x" * 50} for n in range(start, start + 100)]
+            log.append(batch, timestamp_ms=1_000_000 + start, producer="p", first_sequence=start)
+    oldest = min(path for path in tmp_path.iterdir() if path.suffix == ".log")
+    oldest.write_bytes(b"")
+    week = 7 * 86_400_000
+    log, report = SegmentLog.open(tmp_path, Retention(max_age_ms=week), FsyncPolicy.NEVER, 64 << 10)
+    with log:
+        (damage,) = report.damaged_ranges
+        assert damage.first == 0
+        log.enforce_retention(now_ms=1_000_000 + week)  # nothing has expired: every record is younger
+        assert log.first_offset == 0 and [(d.first, d.end) for d in log.damaged_ranges] == [(0, damage.end)]
+        second_newest = log._segments[1].max_timestamp
+        log.enforce_retention(now_ms=second_newest + week + 1)  # the segment after it has expired
+        assert log.first_offset > damage.end and log.damaged_ranges == []
+
+
 # -- through the broker -------------------------------------------------------------------------
 
 

@@ -58,7 +58,7 @@ from .files import REAL, FileOps, unlink_if_present
 from .log import CorruptData, FsyncPolicy, LogFailed, PendingSync, Retention, StorageError, TopicLog, WriteFailed
 from .records import BadRecord, decode_fields, unpack
 from .recovery import RecoveryReport
-from .segment_file import INDEX_INTERVAL_BYTES, Segment
+from .segment_file import INDEX_INTERVAL_BYTES, NO_TIMESTAMP, Segment
 from .sidecars import sidecar_path
 
 DEFAULT_SEGMENT_BYTES = 64 << 20
@@ -298,7 +298,7 @@ class SegmentLog(TopicLog):
         retention = self.retention
         expired = 0
         bytes_after = self._size_bytes
-        for segment in self._segments:
+        for index, segment in enumerate(self._segments):
             bytes_after -= segment.size
             if not (
                 (retention.max_records is not None and self._next_offset - segment.next_offset >= retention.max_records)
@@ -306,12 +306,24 @@ class SegmentLog(TopicLog):
                 or (
                     retention.max_age_ms is not None
                     and segment.records
-                    and segment.max_timestamp < now_ms - retention.max_age_ms
+                    and self._all_older_than(index, now_ms - retention.max_age_ms)
                 )
             ):
                 break
             expired += 1
         return expired
+
+    def _all_older_than(self, index: int, cutoff_ms: int) -> bool:
+        """Whether every record of segment ``index`` was appended before ``cutoff_ms``: by its
+        newest timestamp; for a segment none of whose records could be read (all damaged: its
+        times are unknown), by the newest of the first later segment that has one, whose
+        records came after its own. With no such segment, not by age: damage is reported until
+        retention deletes it for cause, never within a second of being found because an unknown
+        time read as the oldest possible (an outside check)."""
+        for segment in self._segments[index:]:
+            if segment.max_timestamp != NO_TIMESTAMP:
+                return segment.max_timestamp < cutoff_ms
+        return False
 
     def _start_after(self, expired: int) -> int:
         """Where the log starts once its ``expired`` oldest segments are deleted."""
