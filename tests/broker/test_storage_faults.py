@@ -221,6 +221,29 @@ def test_an_advance_whose_new_start_cannot_be_stored_changes_nothing(tmp_path: p
     log.close()
 
 
+def test_a_purge_writes_nothing_it_deletes_right_after(tmp_path: pathlib.Path) -> None:
+    """An outside check: purging a topic of one segment on a nearly full disk wrote the active
+    segment's sidecar (16 KiB for it) before rolling it, only to delete both: the new segment
+    then found no room, and the purge freed nothing. Only the new segment is written now."""
+
+    class Recording(FaultyFiles):
+        written: list[str] = []
+
+        def write_all(self, fd: int, data: bytes) -> None:
+            self.written.append(str(self._path(fd)))
+            super().write_all(fd, data)
+
+    files = Recording()
+    log = open_log(tmp_path, files)
+    log.append([{"n": n, "pad": "x" * 100} for n in range(2000)], timestamp_ms=0)
+    assert len(log._segments) == 1
+    files.written.clear()
+    assert log.drop_all() == 2000
+    assert not [path for path in files.written if ".idx" in path], files.written
+    assert (log.first_offset, log.next_offset) == (2000, 2000)
+    log.close()
+
+
 def test_a_purge_on_a_full_disk_frees_the_sealed_segments_before_it_writes_a_new_one(tmp_path: pathlib.Path) -> None:
     # A purge rolled the active segment first, a write a full disk refuses: it freed nothing,
     # and neither could a delete (its offsets' file is written first): only retention could.

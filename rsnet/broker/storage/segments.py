@@ -432,7 +432,9 @@ class SegmentLog(TopicLog):
             return 0
         self._hold_descriptors()
         if expired == len(self._segments):
-            self._roll()
+            # No sidecar for a segment deleted right after: on a nearly full disk it took the
+            # space the new segment needed, and a one-segment topic's purge freed nothing.
+            self._roll(sidecar=False)
         dropped = 0
         for _ in range(expired):
             segment = self._segments[0]
@@ -518,9 +520,10 @@ class SegmentLog(TopicLog):
             segment.crc = zlib.crc32(data, segment.crc)
         self._size_bytes += len(data)
 
-    def _roll(self) -> None:
-        """Seal the active segment (synced unless NEVER), write its sidecar, and start a new
-        one at ``next_offset``: a segment with a later one after it is sealed.
+    def _roll(self, *, sidecar: bool = True) -> None:
+        """Seal the active segment (synced unless NEVER), write its sidecar (unless it is about
+        to be deleted), and start a new one at ``next_offset``: a segment with a later one after
+        it is sealed.
 
         A sync running on a worker is waited for first, whatever the policy: the sync point a
         failed fsync rolls back to must be in the active segment (see ``_roll_back``)."""
@@ -529,7 +532,8 @@ class SegmentLog(TopicLog):
         if self.fsync is not FsyncPolicy.NEVER and self._synced_offset < self._next_offset:
             self.sync()
         old = self._active
-        self._write_sidecar(old)
+        if sidecar:
+            self._write_sidecar(old)
         segment, fd = self._create_segment(self._next_offset)
         old.sequences = {}  # only its sidecar needed them (kept until sealed, in case creating failed)
         self._readers[old] = self._active_fd
