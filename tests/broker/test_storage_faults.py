@@ -226,20 +226,20 @@ def test_a_purge_writes_nothing_it_deletes_right_after(tmp_path: pathlib.Path) -
     segment's sidecar (16 KiB for it) before rolling it, only to delete both: the new segment
     then found no room, and the purge freed nothing. Only the new segment is written now."""
 
-    class Recording(FaultyFiles):
-        written: list[str] = []
+    written: list[str] = []
 
+    class Recording(FaultyFiles):
         def write_all(self, fd: int, data: bytes) -> None:
-            self.written.append(str(self._path(fd)))
+            written.append(str(self._path(fd)))
             super().write_all(fd, data)
 
     files = Recording()
     log = open_log(tmp_path, files)
     log.append([{"n": n, "pad": "x" * 100} for n in range(2000)], timestamp_ms=0)
     assert len(log._segments) == 1
-    files.written.clear()
+    written.clear()
     assert log.drop_all() == 2000
-    assert not [path for path in files.written if ".idx" in path], files.written
+    assert not [path for path in written if ".idx" in path], written
     assert (log.first_offset, log.next_offset) == (2000, 2000)
     log.close()
 
