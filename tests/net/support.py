@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import trio
+import trustme
 
 import rsnet
 
@@ -61,3 +63,13 @@ def endless_server(pause: float = 0.0) -> tuple[rsnet.Server, trio.Event]:
         return rsnet.from_async_iterable(numbers, nursery=ctx.nursery)
 
     return server, stopped
+
+
+def tls_contexts() -> tuple[ssl.SSLContext, ssl.SSLContext]:
+    """A server's and a client's TLS context for 127.0.0.1, from a throwaway CA (trustme)."""
+    authority = trustme.CA()
+    server_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    authority.issue_cert("127.0.0.1").configure_cert(server_context)
+    client_context = ssl.create_default_context()
+    authority.configure_trust(client_context)
+    return server_context, client_context

@@ -9,18 +9,16 @@ when the connection ends hears of it at once."""
 from __future__ import annotations
 
 import functools
-import ssl
 
 import outcome
 import pytest
 import trio
 import trio.testing
-import trustme
 
 import rsnet
 import rsnet.net.session
 
-from .support import demo_server, running
+from .support import demo_server, running, tls_contexts
 
 
 def gated_server() -> tuple[rsnet.Server, trio.MemorySendChannel[int]]:
@@ -87,11 +85,7 @@ async def test_a_request_response_loop_reads_its_answers_in_its_own_task(transpo
 async def test_over_tls_the_reader_always_reads():
     """A cancelled TLS receive can lose bytes it decrypted (trio's SSLStream), so over tls://
     and wss:// the socket is never lent."""
-    authority = trustme.CA()
-    server_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    authority.issue_cert("127.0.0.1").configure_cert(server_context)
-    client_context = ssl.create_default_context()
-    authority.configure_trust(client_context)
+    server_context, client_context = tls_contexts()
     server, send = gated_server()
     async with trio.open_nursery() as nursery:
         tcp = await nursery.start(functools.partial(server.serve_tcp, ssl_context=server_context), "127.0.0.1", 0)

@@ -3,26 +3,19 @@
 from __future__ import annotations
 
 import functools
-import ssl
 
 import pytest
 import trio
-import trustme
 
 import rsnet
 from rsnet.transport import TransportClosed
 
-from .support import demo_server
+from .support import demo_server, tls_contexts
 
 
 @pytest.fixture
 def tls():
-    authority = trustme.CA()
-    server_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    authority.issue_cert("127.0.0.1").configure_cert(server_context)
-    client_context = ssl.create_default_context()
-    authority.configure_trust(client_context)
-    return server_context, client_context
+    return tls_contexts()
 
 
 async def test_tls_and_wss_carry_streams(tls):
