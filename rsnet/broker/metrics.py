@@ -401,7 +401,8 @@ async def serve_http(
 
     async def handle(stream: trio.SocketStream) -> None:
         nonlocal busy
-        with waiting.entered(stream):  # any connection may be closed for a newcomer, oldest first
+        waiting.hold(stream)  # any connection may be closed for a newcomer, oldest first
+        try:
             if busy >= max_connections:
                 await _refuse(stream, health, request_timeout)
                 return
@@ -410,6 +411,8 @@ async def serve_http(
                 await _serve_connection(stream, metrics, health, request_timeout, pages)
             finally:
                 busy -= 1
+        finally:
+            waiting.settle()
 
     listeners = await trio.open_tcp_listeners(port, host=host)
     slots = trio.Semaphore(max_connections + REFUSAL_SLOTS)

@@ -728,6 +728,8 @@ class Session:
         self._writer_done = trio.Event()
         self._eof = False  # the peer closed its side (or the transport broke)
         self._linger = False  # we ended the connection: read until the peer closes too
+        self._eof_sent = False  # the writer half-closed at the end: the reader reads to the end
+        self._linger_until = math.inf  # when the reading to the peer's end gives up
         self._peer_going_away = False
         self._closing_error: ConnectionLost | None = None
         self._send_wait: trio.CancelScope | None = None  # bounds the writer's wait in _send
@@ -764,13 +766,15 @@ class Session:
                         await self._dispatch_slices(events, done)
                 self._wake_writer()
                 await self._reader()
-                # The reader saw the end; let the writer flush what is left (a CONN_ERROR).
-                self._wake_writer()
-                with trio.move_on_after(FLUSH_TIMEOUT):
-                    await self._writer_done.wait()
+                if not self._writer_done.is_set():
+                    # The reader saw the end; let the writer flush what is left (a CONN_ERROR).
+                    self._wake_writer()
+                    with trio.move_on_after(FLUSH_TIMEOUT):
+                        await self._writer_done.wait()
                 # End the streams before cancelling, so hosted publishers see a cancel.
                 self._end_all(self._closing_error or ConnectionLost("connection closed"))
-                nursery.cancel_scope.cancel()
+                if nursery.child_tasks:  # producer tasks of hosted publishers, or the writer
+                    nursery.cancel_scope.cancel()
         finally:
             self._end_all(self._closing_error or ConnectionLost("connection closed"))
             # Streams the writer never got to (the connection broke first) would keep the
@@ -791,10 +795,11 @@ class Session:
             self._closed.set()
 
     async def _drain_until_eof(self) -> None:
-        """Read and discard until the peer closes, briefly: closing a socket with unread data
-        makes the kernel send a reset, which can destroy our last frame (a CONN_ERROR) in
-        the peer's receive buffer before it was read."""
-        with trio.move_on_after(FLUSH_TIMEOUT):
+        """Read and discard until the peer closes, briefly (``FLUSH_TIMEOUT`` from when the
+        writer ended the connection, if it began the linger): closing a socket with unread
+        data makes the kernel send a reset, which can destroy our last frame (a CONN_ERROR)
+        in the peer's receive buffer before it was read."""
+        with trio.move_on_at(min(self._linger_until, self._now() + FLUSH_TIMEOUT)):
             try:
                 await self.transport.send_eof()  # so the peer closes its side promptly
                 if self._lent_to is not None:  # a consumer reads, up to the end at most
@@ -1045,6 +1050,7 @@ class Session:
     # -- tasks ----------------------------------------------------------------------------------------
 
     async def _writer(self) -> None:
+        over = False
         try:
             while True:
                 # The keepalive timer: one deadline for as long as nothing is due, not one per
@@ -1055,14 +1061,19 @@ class Session:
                 now = self._now()
                 look = self._keepalive.due(now)[1] if self.conn.state is _OPEN else math.inf
                 with trio.CancelScope(deadline=look) as self._timer:
-                    await self._write_loop()
-                    return
+                    over = await self._write_loop()
+                    break
+            self._timer = None
+            if over:
+                await self._end_writing()  # (a wait the timer must not cut short)
         finally:
             self._timer = None
             self._release_reader()
             self._writer_done.set()
 
-    async def _write_loop(self) -> None:
+    async def _write_loop(self) -> bool:
+        """Write until the connection is over (True: everything up to its end is written) or
+        broken (False: the session's tasks are cancelled)."""
         conn = self.conn
         while True:
             await self._wait_for_work()
@@ -1083,7 +1094,7 @@ class Session:
                 except ConnectionLost as error:  # broken, or the peer fell silent (see _send)
                     self._lost(ConnectionLost(str(error)) if isinstance(error, TransportClosed) else error)
                     self.nursery.cancel_scope.cancel()
-                    return
+                    return False
                 finally:
                     self._sending = False
                 self._in_transport = 0  # (what send_nowait left went first)
@@ -1107,8 +1118,26 @@ class Session:
                 # sent GO_AWAY waits for this close, so an opening frame that crossed its
                 # GO_AWAY still gets its GOING_AWAY answer.
                 self._linger = True
-                self.nursery.cancel_scope.cancel()
-                return
+                return True
+
+    async def _end_writing(self) -> None:
+        """The connection is over on this side (everything is written): end it.
+
+        Where the transport half-closes, the reader reads on to the peer's own close (dropping
+        what comes), which the half-close prompts, for at most ``FLUSH_TIMEOUT``: so the last
+        frame is not reset away by closing with unread input, and the reader ends without a
+        cancel (raising and catching a Cancelled through its wait cost a short connection 5%
+        of the server's CPU). Otherwise (TLS, or a consumer reading in the reader's place) the
+        session's tasks are cancelled and :meth:`run` lingers as needed. Once the peer has
+        closed, the reader has ended, and :meth:`run` ends the rest."""
+        if self._eof:
+            return
+        if self.transport.half_closable and self._lent_to is None:
+            await self.transport.send_eof()
+            self._eof_sent = True
+            self._linger_until = self.nursery.cancel_scope.deadline = self._now() + FLUSH_TIMEOUT
+        else:
+            self.nursery.cancel_scope.cancel()
 
     def _release_reader(self) -> None:
         """A write is done (or the writer is): a reader waiting for it reads on."""
@@ -1209,6 +1238,11 @@ class Session:
             data = await self.transport.receive()
         except TransportClosed as error:
             self._transport_closed(error)
+            return None
+        if self._eof_sent:  # the connection is over (_end_writing): what comes is dropped
+            if data:
+                return [], 0
+            self._eof = True
             return None
         return self._take_in(data)
 

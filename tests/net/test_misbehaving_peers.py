@@ -16,6 +16,7 @@ import trio
 import trio.testing
 
 import rsnet
+from rsnet.client_rules import FLUSH_TIMEOUT
 from rsnet.net.session import DEFAULT_CONNECTION_WINDOW_BYTES, MAX_UNTAKEN_ANSWERS
 from rsnet.protocol import (
     MAX_INT,
@@ -25,6 +26,7 @@ from rsnet.protocol import (
     Error,
     ErrorCode,
     FrameDecoder,
+    GoAway,
     Hello,
     Ping,
     Pong,
@@ -345,6 +347,59 @@ async def test_wrong_magic_and_unsupported_version_are_refused():
         raw = await RawClient.connect(urls["tcp"], handshake=False)
         await raw.send(msgpack.packb([1, "rsocket", [1], {}]))
         assert (await raw.next_frame()).code == ErrorCode.PROTOCOL_ERROR
+
+
+def counting_server() -> tuple[rsnet.Server, list[object]]:
+    """A demo server with a publisher ``counted`` that notes each subscription it serves."""
+    server, opened = demo_server(), []
+
+    @server.publisher("counted")
+    def counted(params, ctx):
+        opened.append(params)
+        return rsnet.from_iterable([1, 2, 3])
+
+    return server, opened
+
+
+async def test_after_a_clients_go_away_the_server_closes_first_and_serves_nothing_more():
+    """SPEC 10.2: a client that sent GO_AWAY with no stream open is answered by the server
+    ending the connection: it half-closes at once (the client reads the end of the stream),
+    then reads on to the client's own close, so that closing never resets the connection over
+    bytes it did not read. What the client sends meanwhile is dropped: a stream opened against
+    the rule is not served."""
+    server, opened = counting_server()
+    async with running(server) as urls:
+        raw = await RawClient.connect(urls["tcp"])
+        await raw.send(encode_frame(GoAway("done")))
+        assert await raw.next_frame() is None  # the server's half-close
+        await raw.send(encode_frame(Subscribe(1, "counted", {"n": 1}, 5, {})))
+        await trio.testing.wait_all_tasks_blocked()
+        assert len(server.sessions) == 1, "the server reads on to the client's close"
+        await raw.stream.send_eof()
+        with trio.fail_after(5):
+            while server.sessions:
+                await trio.sleep(0.001)
+        await raw.stream.aclose()
+    assert opened == []
+
+
+async def test_a_client_that_says_go_away_and_never_closes_is_closed_after_the_flush_timeout(mock_clock):
+    """The reading to the client's close is bounded: FLUSH_TIMEOUT after the server ended the
+    connection its socket is closed, and only once (no second wait of the same length)."""
+    server, opened = counting_server()
+    async with running(server) as urls:
+        raw = await RawClient.connect(urls["tcp"])
+        await raw.send(encode_frame(GoAway("done")))
+        assert await raw.next_frame() is None
+        await trio.testing.wait_all_tasks_blocked()
+        mock_clock.jump(FLUSH_TIMEOUT * 0.9)
+        await trio.testing.wait_all_tasks_blocked()
+        assert len(server.sessions) == 1
+        mock_clock.jump(FLUSH_TIMEOUT * 0.2)
+        await trio.testing.wait_all_tasks_blocked()
+        assert len(server.sessions) == 0
+        await raw.stream.aclose()
+    assert opened == []
 
 
 async def test_a_silent_client_is_dropped_by_keepalive_but_a_busy_one_is_not(autojump_clock=None):
