@@ -26,6 +26,7 @@ running has returned. Durable topics fsync in worker threads, at most ``sync_thr
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import errno
 import fcntl
@@ -524,6 +525,8 @@ class Broker:
                 self._failure_log.log(logging.ERROR, "topic %s cannot be opened: %s", name, error)
                 if self.exists(name):  # (one that could not be created does not exist: its refusal says it)
                     self._open_failed[name] = (trio.current_time(), error)
+                elif self.data_dir is not None:
+                    _remove_unfinished(self.data_dir / name)
                 failure = error
             else:
                 self._open_failed.pop(name, None)
@@ -1278,10 +1281,15 @@ def _write_check(files: storage_files.FileOps, directory: str, free: int) -> Non
     probe = os.path.join(directory, ".rsnet-write-check")
     fd = files.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
     try:
-        files.write_all(fd, bytes(4096))
-        files.datasync(fd)
-    finally:
-        os.close(fd)
+        try:
+            files.write_all(fd, bytes(4096))
+            files.datasync(fd)
+        finally:
+            os.close(fd)
+    except OSError:
+        with contextlib.suppress(OSError):  # a check that failed leaves no file behind either
+            files.unlink(probe)
+        raise
     files.unlink(probe)
 
 
@@ -1303,6 +1311,17 @@ def _unfinished_creation(directory: pathlib.Path) -> bool:
     the ones asked for (and a retried create refused). Any other file, a ``synced`` mark
     above all, means the topic existed: it is opened, and recovery says what is missing."""
     return set(os.listdir(directory)) <= {LOCK_NAME, f"{SETTINGS_FILE}.tmp"}
+
+
+def _remove_unfinished(directory: pathlib.Path) -> None:
+    """Remove what a refused creation left of a topic (its lock, on a full disk), if that is
+    all the directory holds; best effort: the next start removes what is left
+    (:func:`_unfinished_creation`)."""
+    try:
+        if _unfinished_creation(directory):
+            shutil.rmtree(directory)
+    except OSError:  # not created at all, or not removable now
+        pass
 
 
 def _remove_deleted(directory: pathlib.Path) -> None:

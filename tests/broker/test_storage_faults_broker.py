@@ -227,6 +227,24 @@ async def test_a_topic_no_disk_space_lets_create_logs_a_bounded_number_of_lines(
     assert 1 <= len(lines) <= 10
 
 
+async def test_a_topic_a_full_disk_cannot_create_leaves_no_directory_and_is_created_once_there_is_room(
+    tmp_path: pathlib.Path,
+) -> None:
+    # Attack round of session 21: the refused create left a directory holding only the lock
+    # (until the next start removed it).
+    broker, faults = faulty_broker(tmp_path)
+    async with broker_serving(broker) as (url, _), rsnet.connect(url) as conn:
+        faults.fail("write_all", errno.ENOSPC, under=tmp_path / "new")  # its first segment's header
+        with pytest.raises(rsnet.StreamError) as refused:
+            await publish(conn, "new", [1], producer="p")
+        assert refused.value.code == BrokerCode.STORAGE_FULL
+        assert not (tmp_path / "new").exists()
+        assert "new" not in broker.topic_names()
+        faults.heal()
+        await publish(conn, "new", [1, 2], producer="p")
+        assert await read_all(conn, "new") == [1, 2]
+
+
 async def test_a_failing_fsync_refuses_producers_and_loses_nothing_acknowledged(tmp_path: pathlib.Path) -> None:
     broker, faults = faulty_broker(tmp_path)
     async with broker_serving(broker) as (url, _), rsnet.connect(url) as conn:
@@ -249,6 +267,20 @@ async def test_a_data_dir_that_cannot_be_written_stops_the_broker_before_it_serv
     async with trio.open_nursery() as nursery:
         with pytest.raises(StorageError, match=r"data_dir .* cannot be written \(\[Errno 30\] Read-only file system"):
             await nursery.start(broker.run)
+
+
+@pytest.mark.parametrize("call", ["write_all", "datasync"])
+async def test_a_failed_start_up_write_check_leaves_no_file_behind(tmp_path: pathlib.Path, call: str) -> None:
+    """The start-up check writes, syncs and removes a probe file in data_dir; when the disk
+    refuses the write or the sync, the broker says so and removes the probe all the same."""
+    faults = FaultyFiles()
+    faults.fail(call, errno.ENOSPC, under=tmp_path)
+    broker = Broker(data_dir=tmp_path)
+    broker.storage_files = faults
+    async with trio.open_nursery() as nursery:
+        with pytest.raises(StorageError, match=r"data_dir .* cannot be written .*No space left"):
+            await nursery.start(broker.run)
+    assert [path.name for path in tmp_path.iterdir() if path.name.startswith(".rsnet-write")] == []
 
 
 # -- real file systems --------------------------------------------------------------------------------
