@@ -195,7 +195,8 @@ export class Connection {
       this.fail(ErrorCode.PROTOCOL_ERROR, "the server answered in HTTP, not the rsnet protocol: is it a web port?");
       return;
     }
-    let buf = data;
+    // A plain Uint8Array: binary items are copied out with its `slice` (a Node Buffer's is a view).
+    let buf = data.constructor === Uint8Array ? data : new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
     if (this.pending !== null) {
       buf = new Uint8Array(this.pending.length + data.length);
       buf.set(this.pending);
@@ -208,6 +209,14 @@ export class Connection {
     let start = 0;
     try {
       while (start < end) {
+        if (buf[start] === 0x93 && this._state === "OPEN") {
+          const binEnd = this.binItems(buf, start, end);
+          if (binEnd > 0) {
+            start = binEnd;
+            if ((this._state as State) === "CLOSED") return;
+            continue;
+          }
+        }
         scanner.reset(buf, end, start + limit);
         const frameEnd = scanner.scan(start);
         if (frameEnd < 0) {
@@ -226,6 +235,70 @@ export class Connection {
       if (!(error instanceof ProtocolError)) throw error;
       this.fail(error.code, error.message);
     }
+  }
+
+  /**
+   * The common frame read in one pass: a NEXT or BATCH of three fields whose items are all
+   * bin 8, whole in `buf[start..end)` and within the frame limit. Returns its end, having
+   * handled it as `dispatch` does, or 0 (nothing done) for any other frame, which the generic
+   * path then scans and reads from `start`, finding whatever is wrong with it. Measured on
+   * streams of 16-byte items (scenario 6): the generic path scans each frame, builds a Frame
+   * object through the field layouts and decodes the items with msgpackr, and its functions
+   * are deoptimized by the first frames of other kinds (a COMPLETE, the next stream's ACCEPT),
+   * so a client's second stream ran at about half speed until V8 had compiled them again.
+   */
+  private binItems(buf: Uint8Array, start: number, end: number): number {
+    const type = buf[start + 1];
+    if ((type !== 0x15 && type !== 0x16) || start + 4 > end) return 0;
+    // The stream id: a positive fixint, uint 8, 16 or 32.
+    let p = start + 2;
+    let id = buf[p];
+    if (id <= 0x7f) p += 1;
+    else if (id === 0xcc) {
+      id = buf[p + 1];
+      p += 2;
+    } else if (id === 0xcd) {
+      id = (buf[p + 1] << 8) | buf[p + 2];
+      p += 3;
+    } else if (id === 0xce) {
+      id = buf[p + 1] * 0x1000000 + ((buf[p + 2] << 16) | (buf[p + 3] << 8) | buf[p + 4]);
+      p += 5;
+    } else return 0;
+    if (id === 0 || p >= end) return 0;
+    let items: Uint8Array[];
+    if (type === 0x15) {
+      if (buf[p] !== 0xc4 || p + 2 > end) return 0;
+      const e = p + 2 + buf[p + 1];
+      if (e > end) return 0;
+      items = [buf.slice(p + 2, e)];
+      p = e;
+    } else {
+      const b = buf[p];
+      let n: number;
+      if (b >= 0x90 && b <= 0x9f) {
+        n = b & 0x0f;
+        p += 1;
+      } else if (b === 0xdc && p + 3 <= end) {
+        n = (buf[p + 1] << 8) | buf[p + 2];
+        p += 3;
+      } else if (b === 0xdd && p + 5 <= end) {
+        n = buf[p + 1] * 0x1000000 + ((buf[p + 2] << 16) | (buf[p + 3] << 8) | buf[p + 4]);
+        p += 5;
+      } else return 0;
+      if (2 * n > end - p) return 0; // cannot all be here (2 bytes or more each): allocate nothing for a header
+      items = new Array<Uint8Array>(n);
+      for (let i = 0; i < n; i++) {
+        if (p + 2 > end || buf[p] !== 0xc4) return 0;
+        const e = p + 2 + buf[p + 1];
+        if (e > end) return 0;
+        // A copy (as msgpackr's `copyBuffers`): items must not alias the receive buffer.
+        items[i] = buf.slice(p + 2, e);
+        p = e;
+      }
+    }
+    if (p - start > this.maxFrameSize) return 0; // FRAME_TOO_LARGE, from the generic path
+    this.onItems(id, items, type === 0x15 ? "NEXT" : "BATCH", p - start);
+    return p;
   }
 
   /** The transport reached end of file: the connection is over (SPEC 10.3). */

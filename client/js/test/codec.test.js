@@ -2,7 +2,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { Connection, Ext, Float64, ProtocolError, decode, encode } from "../dist/index.js";
+import { Connection, ErrorCode, Ext, Float64, ProtocolError, decode, encode } from "../dist/index.js";
 
 const hex = (bytes) => Buffer.from(bytes).toString("hex");
 const bytes = (h) => Uint8Array.from(Buffer.from(h, "hex"));
@@ -156,6 +156,30 @@ test("binary items (bin 8, 16 and 32) decode to copies, not views of the receive
   received.fill(0); // the receive buffer reused: the items keep their bytes
   assert.deepEqual(all.items[0], Uint8Array.of(0, 255));
   assert.deepEqual(mixed.items[0], Uint8Array.of(7));
+});
+
+test("NEXT and BATCH frames of bin 8 items (read in one pass) decode as the generic path does: copies, sizes, demand, errors", () => {
+  const conn = subscribed(20);
+  const items = (n, from) => Array.from({ length: n }, (_, i) => "c402" + (from + i).toString(16).padStart(2, "0") + "ff").join("");
+  // ACCEPT; BATCH of 3 (fixarray); BATCH of 16 (array 16); NEXT of one; an empty bin 8: one read, as a Node Buffer.
+  const received = Buffer.from("931201" + "80" + "931601" + "93" + items(3, 0) + "931601" + "dc0010" + items(16, 3) + "931501" + "c400", "hex");
+  conn.receiveData(received);
+  const events = conn.eventsReceived().filter((e) => e.event === "ITEMS");
+  assert.deepEqual(events.map((e) => e.items.length), [3, 16, 1]);
+  assert.deepEqual(events.map((e) => e.nbytes), [4 + 3 * 4, 6 + 16 * 4, 5]);
+  assert.deepEqual(events[1].items[15], Uint8Array.of(18, 0xff));
+  assert.deepEqual(events[2].items[0], new Uint8Array(0));
+  for (const item of events.flatMap((e) => e.items)) {
+    assert.ok(Object.getPrototypeOf(item) === Uint8Array.prototype && item.buffer !== received.buffer, "a plain copy, not a view of the received bytes");
+  }
+  received.fill(0);
+  assert.deepEqual(events[0].items[0], Uint8Array.of(0, 0xff));
+  assert.equal(conn.outstandingDemand(1), 0);
+  // Beyond demand: FLOW_CONTROL, a stream error; a frame for a stream never opened: the connection fails.
+  conn.receiveData(bytes("931501" + "c40101"));
+  assert.deepEqual(conn.eventsReceived().map((e) => [e.event, e.code]), [["ERROR", ErrorCode.FLOW_CONTROL]]);
+  conn.receiveData(bytes("931609" + "91" + "c40101"));
+  assert.deepEqual(conn.eventsReceived().map((e) => [e.event, e.code]), [["CLOSED", ErrorCode.PROTOCOL_ERROR]]);
 });
 
 test("a BATCH of binary items split across reads, byte by byte, decodes the same; one that outgrows max_frame_size is refused mid-way", () => {

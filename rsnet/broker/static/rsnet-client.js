@@ -2241,7 +2241,7 @@ var Connection = class {
       this.fail(ErrorCode.PROTOCOL_ERROR, "the server answered in HTTP, not the rsnet protocol: is it a web port?");
       return;
     }
-    let buf = data;
+    let buf = data.constructor === Uint8Array ? data : new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
     if (this.pending !== null) {
       buf = new Uint8Array(this.pending.length + data.length);
       buf.set(this.pending);
@@ -2254,6 +2254,14 @@ var Connection = class {
     let start = 0;
     try {
       while (start < end) {
+        if (buf[start] === 147 && this._state === "OPEN") {
+          const binEnd = this.binItems(buf, start, end);
+          if (binEnd > 0) {
+            start = binEnd;
+            if (this._state === "CLOSED") return;
+            continue;
+          }
+        }
         scanner.reset(buf, end, start + limit);
         const frameEnd = scanner.scan(start);
         if (frameEnd < 0) {
@@ -2272,6 +2280,67 @@ var Connection = class {
       if (!(error instanceof ProtocolError)) throw error;
       this.fail(error.code, error.message);
     }
+  }
+  /**
+   * The common frame read in one pass: a NEXT or BATCH of three fields whose items are all
+   * bin 8, whole in `buf[start..end)` and within the frame limit. Returns its end, having
+   * handled it as `dispatch` does, or 0 (nothing done) for any other frame, which the generic
+   * path then scans and reads from `start`, finding whatever is wrong with it. Measured on
+   * streams of 16-byte items (scenario 6): the generic path scans each frame, builds a Frame
+   * object through the field layouts and decodes the items with msgpackr, and its functions
+   * are deoptimized by the first frames of other kinds (a COMPLETE, the next stream's ACCEPT),
+   * so a client's second stream ran at about half speed until V8 had compiled them again.
+   */
+  binItems(buf, start, end) {
+    const type = buf[start + 1];
+    if (type !== 21 && type !== 22 || start + 4 > end) return 0;
+    let p = start + 2;
+    let id = buf[p];
+    if (id <= 127) p += 1;
+    else if (id === 204) {
+      id = buf[p + 1];
+      p += 2;
+    } else if (id === 205) {
+      id = buf[p + 1] << 8 | buf[p + 2];
+      p += 3;
+    } else if (id === 206) {
+      id = buf[p + 1] * 16777216 + (buf[p + 2] << 16 | buf[p + 3] << 8 | buf[p + 4]);
+      p += 5;
+    } else return 0;
+    if (id === 0 || p >= end) return 0;
+    let items;
+    if (type === 21) {
+      if (buf[p] !== 196 || p + 2 > end) return 0;
+      const e = p + 2 + buf[p + 1];
+      if (e > end) return 0;
+      items = [buf.slice(p + 2, e)];
+      p = e;
+    } else {
+      const b = buf[p];
+      let n;
+      if (b >= 144 && b <= 159) {
+        n = b & 15;
+        p += 1;
+      } else if (b === 220 && p + 3 <= end) {
+        n = buf[p + 1] << 8 | buf[p + 2];
+        p += 3;
+      } else if (b === 221 && p + 5 <= end) {
+        n = buf[p + 1] * 16777216 + (buf[p + 2] << 16 | buf[p + 3] << 8 | buf[p + 4]);
+        p += 5;
+      } else return 0;
+      if (2 * n > end - p) return 0;
+      items = new Array(n);
+      for (let i = 0; i < n; i++) {
+        if (p + 2 > end || buf[p] !== 196) return 0;
+        const e = p + 2 + buf[p + 1];
+        if (e > end) return 0;
+        items[i] = buf.slice(p + 2, e);
+        p = e;
+      }
+    }
+    if (p - start > this.maxFrameSize) return 0;
+    this.onItems(id, items, type === 21 ? "NEXT" : "BATCH", p - start);
+    return p;
   }
   /** The transport reached end of file: the connection is over (SPEC 10.3). */
   receiveEof() {
