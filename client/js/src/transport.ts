@@ -147,12 +147,25 @@ function plain(data: Buffer): Uint8Array {
   return new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
 }
 
+/** The most a TCP read takes at once (libuv's own read size). */
+const READ_SIZE = 65536;
+
 /** A TCP connection, or TLS over one when `tls` is given (tls://). */
 async function openTcp(host: string, port: number, signal?: AbortSignal, tls?: TlsOptions): Promise<Transport> {
   const net = await import("node:net");
   let socket: import("node:net").Socket;
+  let received: (data: Uint8Array) => void = () => {};
   if (tls === undefined) {
-    socket = net.connect({ host, port, noDelay: true });
+    // Reads go into one buffer of ours, handed to `received` straight from the read (`onread`),
+    // instead of a fresh 64 KiB Buffer per read pushed through the socket's Readable stream and
+    // its "data" event: the client copies out all it keeps (see receiveData), so the buffer can
+    // be reused at once. Measured on scenario 6's TCP rows (1,000,000 16-byte items): see README.
+    const buffer = new Uint8Array(READ_SIZE);
+    const callback = (n: number): boolean => {
+      received(buffer.subarray(0, n));
+      return true; // keep reading
+    };
+    socket = net.connect({ host, port, noDelay: true, onread: { buffer, callback } });
   } else {
     const { connect } = await import("node:tls");
     // SNI takes a name, not an address: an IP address is checked against the certificate as one.
@@ -170,7 +183,8 @@ async function openTcp(host: string, port: number, signal?: AbortSignal, tls?: T
     private failure: Error | undefined;
     constructor() {
       super();
-      socket.on("data", (data: Buffer) => this.onData(plain(data)));
+      if (tls === undefined) received = (data) => this.onData(data);
+      else socket.on("data", (data: Buffer) => this.onData(plain(data)));
       socket.on("drain", () => this.wakeDrained());
       socket.on("error", (error) => (this.failure = new TransportError(error.message)));
       socket.on("close", () => this.closedWith(this.failure));

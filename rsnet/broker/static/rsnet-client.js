@@ -3031,11 +3031,19 @@ var Base = class {
 function plain(data) {
   return new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
 }
+var READ_SIZE = 65536;
 async function openTcp(host, port, signal, tls) {
   const net = await import("node:net");
   let socket;
+  let received = () => {
+  };
   if (tls === void 0) {
-    socket = net.connect({ host, port, noDelay: true });
+    const buffer = new Uint8Array(READ_SIZE);
+    const callback = (n) => {
+      received(buffer.subarray(0, n));
+      return true;
+    };
+    socket = net.connect({ host, port, noDelay: true, onread: { buffer, callback } });
   } else {
     const { connect: connect2 } = await import("node:tls");
     const servername = tls.servername ?? (net.isIP(host) ? void 0 : host);
@@ -3052,7 +3060,8 @@ async function openTcp(host, port, signal, tls) {
     failure;
     constructor() {
       super();
-      socket.on("data", (data) => this.onData(plain(data)));
+      if (tls === void 0) received = (data) => this.onData(data);
+      else socket.on("data", (data) => this.onData(plain(data)));
       socket.on("drain", () => this.wakeDrained());
       socket.on("error", (error) => this.failure = new TransportError(error.message));
       socket.on("close", () => this.closedWith(this.failure));
