@@ -1133,9 +1133,12 @@ class Session:
         if self._eof:
             return
         if self.transport.half_closable and self._lent_to is None:
+            # The bound first: the half-close itself may wait (a WebSocket close frame behind
+            # answers a peer that reads nothing has not taken), and past it the session ends
+            # as a cancelled one does, not when the peer reads or goes.
+            self._linger_until = self.nursery.cancel_scope.deadline = self._now() + FLUSH_TIMEOUT
             await self.transport.send_eof()
             self._eof_sent = True
-            self._linger_until = self.nursery.cancel_scope.deadline = self._now() + FLUSH_TIMEOUT
         else:
             self.nursery.cancel_scope.cancel()
 

@@ -17,7 +17,7 @@ import trio.testing
 
 import rsnet
 from rsnet.client_rules import FLUSH_TIMEOUT
-from rsnet.net.session import DEFAULT_CONNECTION_WINDOW_BYTES, MAX_UNTAKEN_ANSWERS
+from rsnet.net.session import DEFAULT_CONNECTION_WINDOW_BYTES, MAX_UNTAKEN_ANSWERS, Session
 from rsnet.protocol import (
     MAX_INT,
     Batch,
@@ -36,6 +36,8 @@ from rsnet.protocol import (
     encode_frame,
     parse_frame,
 )
+from rsnet.protocol.connection import Connection, Role
+from rsnet.transport.tcp import TcpTransport
 
 from .support import demo_server, running
 
@@ -589,3 +591,35 @@ async def test_a_burst_of_costly_openings_lets_the_other_tasks_run_between_slice
         # Slices of 3 openings (the third passes 5 ms); trio runs each batch of tasks in a random
         # order, so the bystander may see two slices between its turns, never more.
         assert max(b - a for a, b in itertools.pairwise([0, *sorted(set(seen)), 50])) <= 6
+
+
+class _HalfCloseWaits(TcpTransport):
+    """A TCP transport whose half-close waits for ever, as a WebSocket close frame does behind
+    answers that a peer reading nothing has not taken (an attack round found it)."""
+
+    async def send_eof(self) -> None:
+        await trio.sleep_forever()
+
+
+async def test_a_connection_whose_half_close_waits_still_ends_within_the_flush_timeout(mock_clock):
+    """The end of a connection is bounded from its start, the half-close included: a peer that
+    said GO_AWAY and takes nothing could hold the connection, its slot and the server's
+    shutdown for as long as it liked (the writer waited in the half-close, with no deadline
+    set yet, and the reader read on)."""
+    ours, theirs = trio.socket.socketpair()
+    client = Connection(Role.CLIENT)
+    server_conn = Connection(Role.SERVER)
+    server_conn.receive_data(client.data_to_send())
+    server_conn.events_received()
+    server_conn.send_welcome()
+    session = Session(_HalfCloseWaits(trio.SocketStream(ours), "peer"), server_conn)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(session.run)
+        peer = trio.SocketStream(theirs)
+        await peer.send_all(encode_frame(GoAway("done")))  # no stream open: the server ends it
+        await trio.testing.wait_all_tasks_blocked()
+        assert not session.closed, "the server waits in its half-close"
+        mock_clock.jump(FLUSH_TIMEOUT)
+        await trio.testing.wait_all_tasks_blocked()
+        assert session.closed
+        await peer.aclose()
