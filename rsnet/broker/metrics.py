@@ -401,18 +401,21 @@ async def serve_http(
 
     async def handle(stream: trio.SocketStream) -> None:
         nonlocal busy
-        waiting.hold(stream)  # any connection may be closed for a newcomer, oldest first
-        try:
-            if busy >= max_connections:
-                await _refuse(stream, health, request_timeout)
-                return
-            busy += 1
+        # Any connection may be closed for a newcomer, oldest first: its socket, and its wait
+        # for a page being rendered (which waits for no socket).
+        with trio.CancelScope() as evicted:
+            waiting.hold(stream, evicted)
             try:
-                await _serve_connection(stream, metrics, health, request_timeout, pages)
+                if busy >= max_connections:
+                    await _refuse(stream, health, request_timeout)
+                    return
+                busy += 1
+                try:
+                    await _serve_connection(stream, metrics, health, request_timeout, pages)
+                finally:
+                    busy -= 1
             finally:
-                busy -= 1
-        finally:
-            waiting.settle()
+                waiting.settle()
 
     listeners = await trio.open_tcp_listeners(port, host=host)
     slots = trio.Semaphore(max_connections + REFUSAL_SLOTS)

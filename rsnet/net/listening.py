@@ -39,18 +39,21 @@ class Evictable:
     Evicting closes the connection's socket, which ends whatever its task waits for on it
     (``trio.ClosedResourceError``), shielded steps included (a WebSocket's lingering close
     after a violation, a second long, would otherwise hold its slot, and the accept loop with
-    it). Held connections wait for nothing but their socket, so no cancel scope is needed:
-    one per connection was about 1% of the server's CPU for a short connection."""
+    it). A handler that may also wait for something else (the HTTP endpoint, for a page being
+    rendered) gives a cancel scope around that wait, which eviction cancels too; a server's
+    handshake waits for nothing but its socket, so it needs none (a scope per connection was
+    about 1% of the server's CPU for a short connection)."""
 
     def __init__(self) -> None:
-        self._held: dict[trio.lowlevel.Task, trio.SocketStream] = {}  # oldest first
+        self._held: dict[trio.lowlevel.Task, tuple[trio.SocketStream, trio.CancelScope | None]] = {}  # oldest first
 
     def __len__(self) -> int:
         return len(self._held)
 
-    def hold(self, stream: trio.SocketStream) -> None:
-        """The current task's connection, on ``stream``, may be evicted until it settles."""
-        self._held[trio.lowlevel.current_task()] = stream
+    def hold(self, stream: trio.SocketStream, scope: trio.CancelScope | None = None) -> None:
+        """The current task's connection, on ``stream``, may be evicted until it settles
+        (and ``scope``, if given, is then cancelled too)."""
+        self._held[trio.lowlevel.current_task()] = (stream, scope)
 
     def settle(self) -> None:
         """The current task's connection is no longer evicted (it has shown itself a client,
@@ -60,7 +63,10 @@ class Evictable:
     def evict_oldest(self) -> bool:
         """Close the oldest connection's socket; False if there is none."""
         for task in self._held:
-            self._held.pop(task).socket.close()  # its waits end with ClosedResourceError
+            stream, scope = self._held.pop(task)
+            if scope is not None:
+                scope.cancel()
+            stream.socket.close()  # its waits end with ClosedResourceError
             return True
         return False
 

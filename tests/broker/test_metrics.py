@@ -437,6 +437,33 @@ async def test_health_is_answered_at_once_behind_a_flood_of_sockets_that_hold_ev
             await stream.aclose()
 
 
+async def test_connections_waiting_for_a_render_are_evicted_to_make_room_too(nursery):
+    # Attack round of session 22: eviction closed only the socket, and a scrape waiting for
+    # another's render (one at a time, 0.9 s for 8,000 topics) waits for no socket, so evicted
+    # scrapes kept their slots until that render was done, and /health waited behind them.
+    metrics = BrokerMetrics()
+    health = functools.partial(dict, healthy=True)
+    serve = functools.partial(serve_http, metrics, "127.0.0.1", 0, health, request_timeout=3600, max_connections=4)
+    port = (await nursery.start(serve))[0].socket.getsockname()[1]
+    held = []
+    async with metrics._rendering:  # a render in progress, for as long as this block lasts
+        try:
+            for _ in range(4):  # every connection slot: scrapes waiting for the render
+                stream = await trio.open_tcp_stream("127.0.0.1", port)
+                await stream.send_all(b"GET /metrics HTTP/1.1\r\nhost: x\r\n\r\n")
+                held.append(stream)
+            for _ in range(REFUSAL_SLOTS):  # and every refusal slot: silent sockets
+                held.append(await trio.open_tcp_stream("127.0.0.1", port))
+            await trio.testing.wait_all_tasks_blocked()
+            assert metrics._rendering.statistics().tasks_waiting == 4
+            with trio.fail_after(5):
+                assert (await get(port, "/health"))[0] == 200  # made room: the oldest scrape went
+            assert metrics._rendering.statistics().tasks_waiting == 3
+        finally:
+            for stream in held:
+                await stream.aclose()
+
+
 async def test_slow_readers_of_metrics_share_its_encoding_instead_of_a_copy_each(nursery):
     # Attack round 7: 72 connections asking for a 29 MB /metrics and reading nothing took the
     # broker from 271 to 2,101 MiB: each pending answer held the headers and body joined anew.
