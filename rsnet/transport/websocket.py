@@ -74,6 +74,12 @@ ConnErrorEncoder = Callable[[int, str], bytes]
 """``(code, message) -> bytes``: a CONN_ERROR frame, as the protocol layer encodes it."""
 
 _BINARY_FIN = 0x82  # FIN set, opcode 2 (binary): a whole message in one frame
+_PONG_FIN = 0x8A  # FIN set, opcode 10 (pong)
+
+CONTROL_BACKLOG = 64 * 1024
+"""Bytes of control frames queued for a peer that does not take them, past which its pings go
+unanswered (RFC 6455 5.5.3 lets an endpoint answer only some): a peer that sent pings and read
+nothing grew the queue of pongs without bound (an attack round: 41 -> 269 MB in 18 s)."""
 _MASKED = 0x80
 
 
@@ -185,6 +191,7 @@ class WebSocketTransport(Transport):
         self._mask = protocol.side is Side.CLIENT  # client-to-server frames are masked
         self._held: list[Bytes] = []  # messages send_nowait could not start: send frames them
         self._rest: list[Bytes] = []  # framed bytes send_nowait could not write: written before any others
+        self._control_queued = 0  # bytes of control frames put in _rest since it was last empty
 
     @property
     def peer(self) -> str:
@@ -347,10 +354,14 @@ class WebSocketTransport(Transport):
         if not pending:
             return
         if self._rest or self._send_lock.locked():
+            if self._control_queued > CONTROL_BACKLOG:
+                pending = [frame for frame in pending if not frame or frame[0] != _PONG_FIN]
+            self._control_queued += sum(map(len, pending))
             self._rest += pending
         else:
             assert self._direct is not None
             self._rest = write_nowait(self._direct, pending)
+            self._control_queued = sum(map(len, self._rest))
 
     def interrupt_receive(self) -> None:
         if self._direct is not None:
@@ -392,6 +403,7 @@ class WebSocketTransport(Transport):
         try:
             if self._rest:  # the end of what send_nowait began goes first: frames stay whole
                 pieces, self._rest = [*self._rest, *pieces], []
+                self._control_queued = 0
             if not any(pieces):
                 return
             if self._direct is None:
@@ -400,6 +412,7 @@ class WebSocketTransport(Transport):
                 await send_all_pieces(self._direct, pieces)
                 while self._rest:  # control frames the receiving task queued meanwhile
                     pieces, self._rest = self._rest, []
+                    self._control_queued = 0
                     await send_all_pieces(self._direct, pieces)
         except (trio.BrokenResourceError, trio.ClosedResourceError, ssl.SSLError, OSError) as error:
             raise TransportClosed(f"send to {self._peer} failed: {error!r}") from error
