@@ -728,8 +728,9 @@ class Session:
         self._writer_done = trio.Event()
         self._eof = False  # the peer closed its side (or the transport broke)
         self._linger = False  # we ended the connection: read until the peer closes too
-        self._eof_sent = False  # the writer half-closed at the end: the reader reads to the end
-        self._linger_until = math.inf  # when the reading to the peer's end gives up
+        # Once the writer ends the connection by a half-close (_end_writing): when the reader,
+        # reading on to the peer's close, gives up (inf until then).
+        self._linger_until = math.inf
         self._peer_going_away = False
         self._closing_error: ConnectionLost | None = None
         self._send_wait: trio.CancelScope | None = None  # bounds the writer's wait in _send
@@ -1063,7 +1064,6 @@ class Session:
                 with trio.CancelScope(deadline=look) as self._timer:
                     over = await self._write_loop()
                     break
-            self._timer = None
             if over:
                 await self._end_writing()  # (a wait the timer must not cut short)
         finally:
@@ -1138,7 +1138,6 @@ class Session:
             # as a cancelled one does, not when the peer reads or goes.
             self._linger_until = self.nursery.cancel_scope.deadline = self._now() + FLUSH_TIMEOUT
             await self.transport.send_eof()
-            self._eof_sent = True
         else:
             self.nursery.cancel_scope.cancel()
 
@@ -1242,7 +1241,7 @@ class Session:
         except TransportClosed as error:
             self._transport_closed(error)
             return None
-        if self._eof_sent:  # the connection is over (_end_writing): what comes is dropped
+        if self._linger_until != math.inf:  # the connection is over (_end_writing): what comes is dropped
             if data:
                 return [], 0
             self._eof = True

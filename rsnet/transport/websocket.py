@@ -75,12 +75,12 @@ ConnErrorEncoder = Callable[[int, str], bytes]
 
 _BINARY_FIN = 0x82  # FIN set, opcode 2 (binary): a whole message in one frame
 _PONG_FIN = 0x8A  # FIN set, opcode 10 (pong)
+_MASKED = 0x80
 
 CONTROL_BACKLOG = 64 * 1024
 """Bytes of control frames queued for a peer that does not take them, past which its pings go
 unanswered (RFC 6455 5.5.3 lets an endpoint answer only some): a peer that sent pings and read
 nothing grew the queue of pongs without bound (an attack round: 41 -> 269 MB in 18 s)."""
-_MASKED = 0x80
 
 
 def binary_frames(messages: Sequence[Bytes], *, mask: bool) -> list[Bytes]:

@@ -10,6 +10,8 @@ import trio
 import trustme
 
 import rsnet
+from rsnet.protocol import Connection
+from rsnet.protocol.connection import Role
 
 
 @asynccontextmanager
@@ -73,3 +75,14 @@ def tls_contexts() -> tuple[ssl.SSLContext, ssl.SSLContext]:
     client_context = ssl.create_default_context()
     authority.configure_trust(client_context)
     return server_context, client_context
+
+
+def opened_pair() -> tuple[Connection, Connection]:
+    """A client and a server protocol connection, handshake done in memory (keepalive 1 s)."""
+    client, server = Connection(Role.CLIENT), Connection(Role.SERVER, keepalive_interval=1000)
+    server.receive_data(client.data_to_send())
+    server.events_received()
+    server.send_welcome()
+    client.receive_data(server.data_to_send())
+    client.events_received()
+    return client, server

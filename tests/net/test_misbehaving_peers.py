@@ -36,10 +36,9 @@ from rsnet.protocol import (
     encode_frame,
     parse_frame,
 )
-from rsnet.protocol.connection import Connection, Role
 from rsnet.transport.tcp import TcpTransport
 
-from .support import demo_server, running
+from .support import demo_server, opened_pair, running
 
 HELLO = encode_frame(Hello("rsnet", [1], {}))
 
@@ -607,11 +606,7 @@ async def test_a_connection_whose_half_close_waits_still_ends_within_the_flush_t
     shutdown for as long as it liked (the writer waited in the half-close, with no deadline
     set yet, and the reader read on)."""
     ours, theirs = trio.socket.socketpair()
-    client = Connection(Role.CLIENT)
-    server_conn = Connection(Role.SERVER)
-    server_conn.receive_data(client.data_to_send())
-    server_conn.events_received()
-    server_conn.send_welcome()
+    _, server_conn = opened_pair()
     session = Session(_HalfCloseWaits(trio.SocketStream(ours), "peer"), server_conn)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(session.run)

@@ -18,9 +18,10 @@ import trio.testing
 
 import rsnet
 from rsnet.net.session import Session
-from rsnet.protocol import Connection, ConnectionClosed, Pong, Subscribe, encode_frame
-from rsnet.protocol.connection import Role
+from rsnet.protocol import ConnectionClosed, Pong, Subscribe, encode_frame
 from rsnet.transport.tcp import TcpTransport
+
+from .support import opened_pair
 
 
 class Waiting(rsnet.Subscriber[Any]):
@@ -37,17 +38,6 @@ class Waiting(rsnet.Subscriber[Any]):
 
     def on_complete(self) -> None:
         pass
-
-
-def opened_pair() -> tuple[Connection, Connection]:
-    """A client and a server protocol connection, handshake done in memory (keepalive 1 s)."""
-    client, server = Connection(Role.CLIENT), Connection(Role.SERVER, keepalive_interval=1000)
-    server.receive_data(client.data_to_send())
-    server.events_received()
-    server.send_welcome()
-    client.receive_data(server.data_to_send())
-    client.events_received()
-    return client, server
 
 
 async def test_the_keepalive_timer_going_off_as_the_writer_finishes_a_write_cuts_nothing(mock_clock):

@@ -8,17 +8,21 @@ RFC 6455 fails the connection as websockets' own parser did (CONN_ERROR, then cl
 from __future__ import annotations
 
 import secrets
+import socket
 import struct
 
 import pytest
 import trio
+import trio.testing
 from websockets.client import ClientProtocol
 from websockets.frames import Close, Frame, Opcode
 from websockets.uri import parse_uri
 
+import rsnet
 from rsnet.protocol import ConnError, Error, ErrorCode, FrameDecoder, Subscribe, Welcome, encode_frame, parse_frame
+from rsnet.transport.websocket import CONTROL_BACKLOG
 
-from .wire import READ_TIMEOUT, hello, serving
+from .wire import READ_TIMEOUT, demo_server, hello, serving
 
 FIN = 0x80
 
@@ -51,9 +55,15 @@ class RawWebSocket:
         self._decoder = FrameDecoder()
 
     @classmethod
-    async def open(cls, port: int) -> RawWebSocket:
+    async def open(cls, port: int, *, receive_buffer: int | None = None) -> RawWebSocket:
+        """Connected and upgraded; ``receive_buffer`` sets the socket's SO_RCVBUF (a client
+        that takes little)."""
         protocol = ClientProtocol(parse_uri(f"ws://127.0.0.1:{port}/"), subprotocols=["rsnet"])  # type: ignore[list-item]  # Subprotocol is a NewType of str
-        stream = await trio.open_tcp_stream("127.0.0.1", port)
+        sock = trio.socket.socket()
+        if receive_buffer is not None:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
+        await sock.connect(("127.0.0.1", port))
+        stream = trio.SocketStream(sock)
         protocol.send_request(protocol.connect())
         await stream.send_all(b"".join(protocol.data_to_send()))
         while protocol.state.name == "CONNECTING":
@@ -214,3 +224,24 @@ async def test_a_hello_sent_with_the_opening_handshake_is_answered() -> None:
         await raw.read_until(lambda: raw.frames)
         assert isinstance(raw.frames[0], Welcome)
         await stream.aclose()
+
+
+async def test_pings_from_a_peer_that_reads_nothing_queue_a_bounded_amount_of_pongs() -> None:
+    """Attack round of session 22: a client sending pings and reading nothing had the server
+    queue a pong for each, without bound (41 -> 269 MB in 18 s; server/README promises at most
+    64 KiB of answers to a peer that does not read them). Past CONTROL_BACKLOG queued, pings go
+    unanswered (RFC 6455 5.5.3)."""
+    server = demo_server()
+    async with serving(server) as ports:
+        raw = await RawWebSocket.open(ports["ws"], receive_buffer=4096)  # and reads nothing
+        await raw.stream.send_all(frame(Opcode.BINARY.value, hello()))
+        ping = frame(Opcode.PING.value, b"p" * 125)
+        for _ in range(16):
+            await raw.stream.send_all(ping * 1000)  # 2 MB of pings in all
+        await trio.testing.wait_all_tasks_blocked()
+        (session,) = server.sessions
+        queued = sum(map(len, session.transport._rest))
+        assert 0 < queued <= CONTROL_BACKLOG + 65536  # (and the pongs to one read)
+        async with rsnet.connect(f"tcp://127.0.0.1:{ports['tcp']}") as conn:  # others are served meanwhile
+            assert [x async for x in conn.subscribe("range", {"count": 2})] == [0, 1]
+        await raw.stream.aclose()
