@@ -21,7 +21,19 @@ R = TypeVar("R")
 
 
 class Subscription(abc.ABC):
-    """The one-to-one lifecycle of a Subscriber subscribed to a Publisher (section 3)."""
+    """The one-to-one lifecycle of a Subscriber subscribed to a Publisher (section 3).
+
+    Optional fast path, synchronous fusion (RxJava's SYNC fusion mode): the subscription of a
+    source whose items are at hand may also define ``poll_sync(n)``, which a subscriber that
+    takes items itself calls instead of ``request(n)``. It returns ``(items, end)``: up to
+    ``n`` items, in order, that count as requested and delivered (rule 1.1: never more than
+    ``n``); ``end`` is False while the source may have more (then there are exactly ``n``),
+    True once it completed after them, or the exception it failed with. After an end no
+    signal follows (rule 1.6: the caller completes or fails its own subscriber) and the
+    subscription has let go of the subscriber (rule 3.13). ``([], False)`` means it cannot
+    be polled now: request instead. rsnet's iterable sources define it, and the network
+    session calls it (found by that name) as a stream opens with demand.
+    """
 
     __slots__ = ()
 

@@ -98,6 +98,34 @@ class _IteratorSubscription(EmittingSubscription):
         # Loop again only if something besides demand changed (a bad request).
         return self._bad_request is not None
 
+    def poll_sync(self, n: int) -> tuple[list[Any], BaseException | bool]:
+        """Up to ``n`` items at once, without signals (the fast path of
+        :class:`~rsnet.streams.interfaces.Subscription`): the same items, look-ahead and end
+        as ``request(n)`` would signal."""
+        if self.cancelled or self._draining or self._bad_request is not None:
+            return [], False
+        ahead, self._ahead = self._ahead, _UNFETCHED
+        items = [] if ahead is _UNFETCHED else [ahead]
+        end: BaseException | bool = True  # unless n items and one more come
+        try:
+            if len(items) < n:
+                items.extend(islice(self._iterator, n - len(items)))
+            if len(items) == n:
+                ahead = next(self._iterator, _UNFETCHED)  # an end needs no more demand
+                if ahead is None:
+                    raise TypeError("rule 2.13: the iterable produced None")
+                if ahead is not _UNFETCHED:
+                    self._ahead = ahead
+                    end = False
+        except Exception as error:
+            end = error  # the items fetched before it are still delivered
+        if any(map(is_, items, repeat(None))):  # (what came after a None never counts)
+            items = items[: next(i for i, item in enumerate(items) if item is None)]
+            end = TypeError("rule 2.13: the iterable produced None")
+        if end is not False:
+            self._terminate()
+        return items, end
+
     def _on_cancel(self) -> None:
         self._iterator = iter(())  # drop the source's references (rule 3.13)
         self._ahead = _UNFETCHED

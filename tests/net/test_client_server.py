@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import socket
 
 import pydantic
@@ -39,6 +40,36 @@ async def test_remote_error_arrives_with_code_message_and_data_after_the_items(t
         assert caught.value.code == ErrorCode.APPLICATION_ERROR
         assert "failed on purpose" in caught.value.message
         assert caught.value.data == {"type": "RuntimeError"}
+
+
+def _failing_after_three():
+    yield from range(3)
+    raise KeyError("source failed")
+
+
+@pytest.mark.parametrize("prefetch", [1, 3, 4, 5, None])
+@pytest.mark.parametrize(
+    ("source", "failure"),
+    [(lambda: range(4), None), (_failing_after_three, "source failed"), (lambda: [0, 1, 2, None], "rule 2.13")],
+)
+async def test_an_iterable_publishers_items_and_end_arrive_whatever_its_first_window_holds(source, failure, prefetch):
+    """The session takes the first window of a source whose items are at hand in one call
+    (synchronous fusion): a stream ending inside that window, at its edge or after it (the
+    window is 4 items: 4 MiB over the client's 1 MiB max_frame_size) brings the same items
+    and the same end, a completion or an error (rules 1.4, 1.5, 2.13)."""
+    server = rsnet.Server()
+    server.add_publisher("numbers", lambda params, ctx: rsnet.from_iterable(source()))
+    async with running(server) as urls, rsnet.connect(urls["tcp"]) as conn:
+        items = []
+        with pytest.raises(rsnet.StreamError) if failure else contextlib.nullcontext() as caught:
+            async for item in conn.subscribe("numbers", prefetch=prefetch):
+                items.append(item)
+        (session,) = server.sessions
+        assert not session._outbound  # ended on the server too
+    assert items == ([0, 1, 2, 3] if failure is None else [0, 1, 2])
+    if failure:
+        assert caught.value.code == ErrorCode.APPLICATION_ERROR
+        assert failure in caught.value.message
 
 
 async def test_application_error_codes_and_data_cross_unchanged():
