@@ -158,13 +158,13 @@ class _Stream:
 
     __slots__ = ("demand", "next_prefix", "phase")
 
-    def __init__(self, phase: _Phase, demand: int, next_prefix: bytes = b"") -> None:
+    def __init__(self, phase: _Phase, demand: int) -> None:
         self.phase = phase
         self.demand = demand
         """Publishing: items we may still send. Subscribing: items the peer may still send.
         MAX_INT is unbounded and stays so (rule 3.17)."""
-        self.next_prefix = next_prefix
-        """A stream we publish: the first bytes of every NEXT on it, encoded once ([NEXT, stream_id, ...)."""
+        self.next_prefix = b""
+        """A stream we publish: the first bytes of every NEXT on it, encoded at the first ([NEXT, stream_id, ...)."""
 
 
 _Run = tuple[int, list[Any], _Stream, Items]
@@ -499,7 +499,7 @@ class Connection:
         """
         stream_id = self._allocate()
         fields = [_OFFER_TYPE, stream_id, _name(name), params, {} if metadata is None else _metadata(metadata)]
-        return self._open(stream_id, fields, _Stream(_OFFER_SENT, 0, _NEXT_HEAD + self._pack(stream_id)))
+        return self._open(stream_id, fields, _Stream(_OFFER_SENT, 0))
 
     def send_accept(self, stream_id: int, metadata: dict[str, Any] | None = None) -> None:
         """Accept a stream the peer opened with SUBSCRIBE or OFFER (the remote ``on_subscribe``).
@@ -552,6 +552,9 @@ class Connection:
         demand = stream.demand
         if not demand or item is None or type(stream_id) is not int:
             return self._refuse_items(stream_id, [item])
+        prefix = stream.next_prefix
+        if not prefix:  # made at the stream's first NEXT: most streams send BATCH frames only
+            prefix = stream.next_prefix = _NEXT_HEAD + self._pack(stream_id)
         body: bytes
         if type(item) is Encoded:
             body = item
@@ -566,10 +569,10 @@ class Connection:
         # Measuring the body against a limit lowered by the longest prefix saves work per item;
         # the cost is that a WebSocket message may end a few bytes before it had to.
         if len(out) + len(body) > self._cut_at - _MAX_NEXT_PREFIX:
-            self._cut(len(stream.next_prefix) + len(body))
+            self._cut(len(prefix) + len(body))
         if demand != MAX_INT:
             stream.demand = demand - 1
-        out += stream.next_prefix
+        out += prefix
         out += body
 
     def send_batch(self, stream_id: int, items: list[Any] | tuple[Any, ...], *, encoded: bool = False) -> None:
@@ -958,9 +961,7 @@ class Connection:
             return
         self._peer_next_id = stream_id + 2
         self._streams[stream_id] = (
-            _Stream(_SUBSCRIBE_RECEIVED, frame.initial_demand, _NEXT_HEAD + self._pack(stream_id))
-            if subscribes
-            else _Stream(_OFFER_RECEIVED, 0)
+            _Stream(_SUBSCRIBE_RECEIVED, frame.initial_demand) if subscribes else _Stream(_OFFER_RECEIVED, 0)
         )
         self._peer_open += 1
         self._events.append(frame)

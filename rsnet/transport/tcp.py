@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 import ssl
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
+from typing import Any
 
 import trio
 
@@ -90,25 +91,31 @@ class SocketReader:
     on a plain socket (TLS reads go through the TLS layer).
     """
 
-    __slots__ = ("_emptied", "_socket", "_stream")
+    __slots__ = ("_emptied", "_peer", "_socket", "_stream")
 
-    def __init__(self, stream: trio.abc.Stream) -> None:
+    def __init__(self, stream: trio.abc.Stream, peer: str) -> None:
         self._stream = stream
+        self._peer = peer
         self._socket = direct_socket(stream)
         self._emptied = False
 
     async def read(self) -> bytes | bytearray:
-        """Up to RECEIVE_SIZE bytes, b"" at end of file; raises what the stream raises."""
+        """Up to RECEIVE_SIZE bytes, b"" at end of file; :class:`TransportClosed` if the
+        stream broke. (The transports' ``receive`` is this coroutine itself, not one awaiting
+        it: each coroutine a wait is nested in costs every round trip about 0.15 us.)"""
         sock = self._socket
         data: bytes | bytearray
-        if sock is not None and self._emptied:
-            await trio.lowlevel.wait_readable(sock)
-            try:
-                data = os.read(sock.fileno(), RECEIVE_SIZE)  # a socket's read(2) is recv(2)
-            except BlockingIOError:  # readable, yet nothing to read after all
+        try:
+            if sock is not None and self._emptied:
+                await trio.lowlevel.wait_readable(sock)
+                try:
+                    data = os.read(sock.fileno(), RECEIVE_SIZE)  # a socket's read(2) is recv(2)
+                except BlockingIOError:  # readable, yet nothing to read after all
+                    data = await self._stream.receive_some(RECEIVE_SIZE)
+            else:
                 data = await self._stream.receive_some(RECEIVE_SIZE)
-        else:
-            data = await self._stream.receive_some(RECEIVE_SIZE)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, ssl.SSLError, OSError) as error:
+            raise TransportClosed(f"receive from {self._peer} failed: {error!r}") from error
         self._emptied = len(data) < RECEIVE_SIZE
         return data
 
@@ -123,7 +130,7 @@ class TcpTransport(Transport):
         self._peer = peer
         self.half_closable = isinstance(stream, trio.abc.HalfCloseableStream)  # not TLS
         self._direct = direct_socket(stream)
-        self._reader = SocketReader(stream)
+        self._reader = SocketReader(stream, peer)
         # A plain socket's read either returns bytes or is cancelled before it took any (TLS
         # may have decrypted bytes in hand when a cancel lands).
         self.cancel_safe_receive = self._direct is not None
@@ -133,11 +140,8 @@ class TcpTransport(Transport):
     def peer(self) -> str:
         return self._peer
 
-    async def receive(self) -> bytes | bytearray:
-        try:
-            return await self._reader.read()
-        except (trio.BrokenResourceError, trio.ClosedResourceError, ssl.SSLError, OSError) as error:
-            raise TransportClosed(f"receive from {self._peer} failed: {error!r}") from error
+    def receive(self) -> Coroutine[Any, Any, bytes | bytearray]:
+        return self._reader.read()
 
     def send_nowait(self, chunks: Sequence[Bytes]) -> bool:
         if self._rest or self._direct is None:

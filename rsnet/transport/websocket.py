@@ -187,7 +187,7 @@ class WebSocketTransport(Transport):
         # reader's place (Session.lend_socket). Over TLS the receive may be cancelled with
         # decoded bytes in hand.
         self.cancel_safe_receive = self._direct is not None
-        self._reader = SocketReader(stream)
+        self._reader = SocketReader(stream, self._peer)
         self._mask = protocol.side is Side.CLIENT  # client-to-server frames are masked
         self._held: list[Bytes] = []  # messages send_nowait could not start: send frames them
         self._rest: list[Bytes] = []  # framed bytes send_nowait could not write: written before any others
@@ -200,13 +200,10 @@ class WebSocketTransport(Transport):
     async def receive(self) -> Bytes:
         while not self._eof:
             data: bytes | bytearray
-            try:
-                if self._received:  # (once, at most: what came with the handshake)
-                    data, self._received = self._received, b""
-                else:
-                    data = await self._reader.read()
-            except (trio.BrokenResourceError, trio.ClosedResourceError, ssl.SSLError, OSError) as error:
-                raise TransportClosed(f"receive from {self._peer} failed: {error!r}") from error
+            if self._received:  # (once, at most: what came with the handshake)
+                data, self._received = self._received, b""
+            else:
+                data = await self._reader.read()  # (TransportClosed if the socket broke)
             if data:
                 payload = self._split(data)
             else:

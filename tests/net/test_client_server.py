@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import socket
 
 import pydantic
@@ -70,6 +71,28 @@ async def test_an_iterable_publishers_items_and_end_arrive_whatever_its_first_wi
     if failure:
         assert caught.value.code == ErrorCode.APPLICATION_ERROR
         assert failure in caught.value.message
+
+
+async def test_a_publishers_factory_gets_its_streams_context_frozen():
+    """StreamContext, made for every stream a peer opens (its own __init__, through the slots):
+    each field holds what it names, and it stays a frozen dataclass."""
+    contexts = []
+    server = rsnet.Server()
+
+    @server.publisher("context")
+    def context(params, ctx):
+        contexts.append(ctx)
+        return rsnet.just(ctx.peer)
+
+    async with running(server) as urls, rsnet.connect(urls["tcp"]) as conn:
+        (peer,) = [item async for item in conn.subscribe("context")]
+        (session,) = server.sessions
+    (ctx,) = contexts
+    assert (ctx.nursery, ctx.peer, ctx.principal, ctx.metadata) == (session.nursery, session.peer, None, {})
+    assert peer == session.peer and peer.startswith("127.0.0.1:")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        ctx.peer = "elsewhere"
+    assert dataclasses.replace(ctx, peer="elsewhere") == rsnet.StreamContext(session.nursery, "elsewhere", None, {})
 
 
 async def test_application_error_codes_and_data_cross_unchanged():

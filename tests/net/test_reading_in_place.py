@@ -269,3 +269,22 @@ async def test_a_cancelled_consumer_hears_of_its_cancel_not_of_the_end_it_caused
         assert scope.cancelled_caught
         with pytest.raises(rsnet.StreamError):  # outside it, the end is told as before
             await items.__anext__()
+
+
+async def test_a_streams_rest_after_its_end_still_checks_for_cancellation():
+    """Items that came with their stream's COMPLETE are handed out without waits and without
+    asking the demand policy, yet a cancelled consumer stops within CANCEL_CHECK_INTERVAL."""
+    from rsnet.net.iterator import CANCEL_CHECK_INTERVAL
+
+    async with running(demo_server()) as urls, rsnet.connect(urls["tcp"]) as conn:
+        taken = 0
+        with trio.CancelScope() as scope:
+            async with conn.subscribe("range", {"count": 1000}, prefetch=1000) as items:
+                async for _ in items:
+                    taken += 1
+                    if taken == 1:
+                        await trio.testing.wait_all_tasks_blocked()  # the rest and COMPLETE are in
+                        assert items.buffered == 999
+                        scope.cancel()
+        assert scope.cancelled_caught
+        assert taken <= 1 + CANCEL_CHECK_INTERVAL
