@@ -105,7 +105,8 @@ class _IteratorSubscription(EmittingSubscription):
         if self.cancelled or self._draining or self._bad_request is not None:
             return [], False
         ahead, self._ahead = self._ahead, _UNFETCHED
-        items = [] if ahead is _UNFETCHED else [ahead]
+        items = [] if ahead is _UNFETCHED else [ahead]  # (fetched before: never None)
+        fetched = len(items)
         end: BaseException | bool = True  # unless n items and one more come
         try:
             if len(items) < n:
@@ -119,7 +120,7 @@ class _IteratorSubscription(EmittingSubscription):
                     end = False
         except Exception as error:
             end = error  # the items fetched before it are still delivered
-        if any(map(is_, items, repeat(None))):  # (what came after a None never counts)
+        if len(items) > fetched and any(map(is_, items, repeat(None))):  # (what came after a None never counts)
             items = items[: next(i for i, item in enumerate(items) if item is None)]
             end = TypeError("rule 2.13: the iterable produced None")
         if end is not False:
