@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from typing import Any
 
 import msgpack
 import pytest
@@ -623,3 +624,71 @@ def test_opening_a_stream_names_the_first_reason_it_may_not() -> None:
     client.send_conn_error(ErrorCode.INTERNAL)
     with pytest.raises(LocalProtocolError, match="the connection is CLOSED"):
         client.send_subscribe("ok")
+
+
+def _answered(items: list[Any], whole: bool) -> tuple[bytes, Connection]:
+    """A server's answer to a SUBSCRIBE with demand 5: ``items`` and COMPLETE, sent whole
+    (send_whole_stream) or frame by frame; its bytes, and the server."""
+    client, server = open_pair()
+    stream_id = client.send_subscribe("items", {"count": len(items)}, initial_demand=5)
+    transfer(client, server)
+    if whole:
+        assert server.send_whole_stream(stream_id, items)
+    else:
+        server.send_accept(stream_id)
+        if items:
+            server.send_batch(stream_id, items)
+        server.send_complete(stream_id)
+    return bytes(server.data_to_send()), server
+
+
+@pytest.mark.parametrize("items", [[], ["one"], [1, 2, 3], [b"x" * 300, {"a": [1, 2]}], list(range(5))])
+def test_a_whole_stream_is_the_bytes_of_its_frames_one_by_one(items: list[Any]) -> None:
+    """ACCEPT, the items' BATCH and COMPLETE, byte for byte; the stream is over after either."""
+    whole, server = _answered(items, whole=True)
+    one_by_one, _ = _answered(items, whole=False)
+    assert whole == one_by_one
+    assert server.stream_count == 0
+    assert not server.send_whole_stream(1, ["again"])  # over: no second answer
+    assert server.buffered == 0
+
+
+def test_a_whole_stream_refuses_what_one_frame_at_a_time_would_and_writes_nothing() -> None:
+    """False with nothing written (the frames one by one then say why, or cut): more items than
+    the demand, a None, an item msgpack cannot pack, a stream already accepted or unknown, a
+    BATCH over the peer's max_frame_size."""
+    client, server = open_pair()
+    stream_id = client.send_subscribe("items", initial_demand=2)
+    transfer(client, server)
+    assert not server.send_whole_stream(stream_id, [1, 2, 3])  # rule 1.1
+    assert not server.send_whole_stream(stream_id, [1, None])  # rule 2.13
+    assert not server.send_whole_stream(stream_id, [object()])
+    assert not server.send_whole_stream(stream_id + 2, [1])  # never opened
+    assert server.buffered == 0
+    server.send_accept(stream_id)
+    server.data_to_send()
+    assert not server.send_whole_stream(stream_id, [1])  # accepted already
+    assert server.buffered == 0
+
+    client, server = small_client_pair()
+    stream_id = client.send_subscribe("items", initial_demand=1)
+    transfer(client, server)
+    assert not server.send_whole_stream(stream_id, ["x" * MIN_MAX_FRAME_SIZE])
+    assert server.buffered == 0
+
+
+def test_a_whole_stream_starts_a_new_websocket_message_as_its_frames_would() -> None:
+    """Where the current message has no room for the three frames, nothing is written: frame
+    by frame, the session's fallback, cuts the message between them."""
+    client, server = small_client_pair()
+    first = client.send_subscribe("items", initial_demand=MAX_INT)
+    second = client.send_subscribe("items", initial_demand=1)
+    transfer(client, server)
+    server.send_accept(first)
+    server.send_batch(first, ["y" * (MIN_MAX_FRAME_SIZE - 40)])  # the message is nearly full
+    assert not server.send_whole_stream(second, ["z" * 30])
+    server.send_accept(second)
+    server.send_batch(second, ["z" * 30])
+    server.send_complete(second)
+    messages = server.data_to_send_messages()
+    assert len(messages) == 2 and all(len(message) <= MIN_MAX_FRAME_SIZE for message in messages)
