@@ -623,7 +623,7 @@ class Connection:
         """Answer the peer's SUBSCRIBE with the whole stream at once, as a request's answer:
         ACCEPT, ``items`` in one BATCH (no BATCH for none), COMPLETE. The same bytes as
         :meth:`send_accept`, :meth:`send_batch` and :meth:`send_complete` one after the other,
-        for a fifth of the work (one stream lookup and one transition, not three).
+        with one stream lookup and one transition instead of three.
 
         Returns False, with nothing written, where it takes more than that: the stream is not a
         SUBSCRIBE waiting for its ACCEPT, the items exceed its demand or hold None, an item
