@@ -22,6 +22,19 @@ from .subscriptions import NOOP_SUBSCRIPTION, EmittingSubscription, subscribe_fa
 
 _UNFETCHED: Any = object()
 
+
+def _produced_none() -> TypeError:
+    return TypeError("rule 2.13: the iterable produced None")
+
+
+def _before_none(items: list[Any]) -> list[Any] | None:
+    """The items before the first None among ``items`` (checked by identity: an item's ``==``
+    may raise), or None if there is none."""
+    if any(map(is_, items, repeat(None))):
+        return items[: next(i for i, item in enumerate(items) if item is None)]
+    return None
+
+
 MANY_AT_ONCE = 1024
 """The most items handed to an ``on_next_many`` subscriber in one call."""
 
@@ -54,9 +67,9 @@ class _IteratorSubscription(EmittingSubscription):
             items.extend(islice(self._iterator, wanted))
         except Exception as error:
             failure = error  # the items fetched before it are still delivered
-        if any(map(is_, items, repeat(None))):
-            items = items[: next(i for i, item in enumerate(items) if item is None)]
-            failure = TypeError("rule 2.13: the iterable produced None")
+        cut = _before_none(items)
+        if cut is not None:
+            items, failure = cut, _produced_none()
         if items:
             self._signal_many(items)
             if self.cancelled or self._bad_request is not None:
@@ -87,7 +100,7 @@ class _IteratorSubscription(EmittingSubscription):
                     self._signal_complete()
                     return False
                 if item is None:
-                    self._signal_error(TypeError("rule 2.13: the iterable produced None"))
+                    self._signal_error(_produced_none())
                     return False
             else:
                 item, self._ahead = self._ahead, _UNFETCHED
@@ -114,15 +127,15 @@ class _IteratorSubscription(EmittingSubscription):
             if len(items) == n:
                 ahead = next(self._iterator, _UNFETCHED)  # an end needs no more demand
                 if ahead is None:
-                    raise TypeError("rule 2.13: the iterable produced None")
+                    raise _produced_none()
                 if ahead is not _UNFETCHED:
                     self._ahead = ahead
                     end = False
         except Exception as error:
             end = error  # the items fetched before it are still delivered
-        if len(items) > fetched and any(map(is_, items, repeat(None))):  # (what came after a None never counts)
-            items = items[: next(i for i, item in enumerate(items) if item is None)]
-            end = TypeError("rule 2.13: the iterable produced None")
+        cut = _before_none(items) if len(items) > fetched else None
+        if cut is not None:  # (what came after a None never counts)
+            items, end = cut, _produced_none()
         if end is not False:
             self._terminate()
         return items, end
@@ -156,7 +169,7 @@ class IterablePublisher(Publisher[Any]):
             subscribe_failed(subscriber, error)
             return
         if first is None:
-            subscribe_failed(subscriber, TypeError("rule 2.13: the iterable produced None"))
+            subscribe_failed(subscriber, _produced_none())
             return
         subscriber.on_subscribe(_IteratorSubscription(subscriber, iterator, first))
 
