@@ -50,6 +50,7 @@ from ..protocol import (
 )
 from ..streams import Publisher, Subscriber
 from ..transport import TcpTransport, Transport, accept_websocket
+from ..transport.base import STREAM_BROKE
 from ..transport.tcp import describe_peer
 from .failures import CONNECTION_LINES_PER_MINUTE, RateLimitedLog, failure_log
 from .listening import Evictable, accept_within
@@ -328,7 +329,7 @@ class Server:
         self._handshaking.hold(stream)  # until the session starts
         try:
             await handle(stream)
-        except (ConnectionLost, trio.BrokenResourceError, trio.ClosedResourceError, ssl.SSLError, OSError) as error:
+        except (ConnectionLost, *STREAM_BROKE) as error:
             self._connection_log.log(logging.INFO, "connection ended: %s", error)
         except Exception:
             failure_log.exception("connection failed")

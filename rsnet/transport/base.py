@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import abc
+import ssl
 from collections.abc import Sequence
+
+import trio
 
 from ..errors import TransportClosed
 
-__all__ = ["Bytes", "Transport", "TransportClosed"]
+__all__ = ["STREAM_BROKE", "Bytes", "Transport", "TransportClosed"]
+
+STREAM_BROKE = (trio.BrokenResourceError, trio.ClosedResourceError, ssl.SSLError, OSError)
+"""What a trio stream (a socket, TLS over one) raises when the connection under it is gone:
+each transport reports it as :class:`TransportClosed`."""
 
 Bytes = bytes | bytearray | memoryview
 """What a transport sends: any bytes-like chunk (the protocol hands over views of its buffer)."""

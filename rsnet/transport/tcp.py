@@ -10,7 +10,7 @@ from typing import Any
 import trio
 
 from ..errors import cannot_connect
-from .base import Bytes, Transport, TransportClosed
+from .base import STREAM_BROKE, Bytes, Transport, TransportClosed
 
 RECEIVE_SIZE = 65536
 
@@ -114,7 +114,7 @@ class SocketReader:
                     data = await self._stream.receive_some(RECEIVE_SIZE)
             else:
                 data = await self._stream.receive_some(RECEIVE_SIZE)
-        except (trio.BrokenResourceError, trio.ClosedResourceError, ssl.SSLError, OSError) as error:
+        except STREAM_BROKE as error:
             raise TransportClosed(f"receive from {self._peer} failed: {error!r}") from error
         self._emptied = len(data) < RECEIVE_SIZE
         return data
@@ -169,7 +169,7 @@ class TcpTransport(Transport):
                 await send_all_pieces(self._direct, pieces)
             else:
                 await send_all_tls(self._stream, pieces)
-        except (trio.BrokenResourceError, trio.ClosedResourceError, ssl.SSLError, OSError) as error:
+        except STREAM_BROKE as error:
             raise TransportClosed(f"send to {self._peer} failed: {error!r}") from error
 
     async def send_eof(self) -> None:

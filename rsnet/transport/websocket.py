@@ -45,7 +45,7 @@ except ImportError:  # pragma: no cover - the pure Python fallback
     from websockets.utils import apply_mask
 
 from ..errors import ErrorCode
-from .base import Bytes, Transport, TransportClosed
+from .base import STREAM_BROKE, Bytes, Transport, TransportClosed
 from .tcp import (
     RECEIVE_SIZE,
     SocketReader,
@@ -411,7 +411,7 @@ class WebSocketTransport(Transport):
                     pieces, self._rest = self._rest, []
                     self._control_queued = 0
                     await send_all_pieces(self._direct, pieces)
-        except (trio.BrokenResourceError, trio.ClosedResourceError, ssl.SSLError, OSError) as error:
+        except STREAM_BROKE as error:
             raise TransportClosed(f"send to {self._peer} failed: {error!r}") from error
         finally:
             lock.release()
@@ -455,7 +455,7 @@ class WebSocketTransport(Transport):
                     await self._stream.send_eof()
                 while await self._stream.receive_some(RECEIVE_SIZE):
                     pass
-            except (TransportClosed, trio.BrokenResourceError, trio.ClosedResourceError, ssl.SSLError, OSError):
+            except (TransportClosed, *STREAM_BROKE):
                 pass  # the peer is gone: nothing left to protect
 
 
@@ -546,7 +546,7 @@ async def accept_websocket(
         pending = protocol.data_to_send()
         if pending:
             await stream.send_all(b"".join(pending))
-    except (trio.BrokenResourceError, trio.ClosedResourceError, ssl.SSLError, OSError, TransportClosed):
+    except (*STREAM_BROKE, TransportClosed):
         return None
     if protocol.state is not _OPEN:
         return None
@@ -588,7 +588,7 @@ async def connect_websocket(
     protocol.send_request(protocol.connect())
     try:
         _, received = await _handshake_events(stream, protocol, Response)
-    except (trio.BrokenResourceError, trio.ClosedResourceError, ssl.SSLError, OSError) as error:
+    except STREAM_BROKE as error:
         await trio.aclose_forcefully(stream)
         raise TransportClosed(f"WebSocket handshake with {url} failed: {error!r}") from error
     except TransportClosed as error:
