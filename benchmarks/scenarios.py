@@ -391,10 +391,14 @@ LATENCY_SECONDS = (5.0, 1.0)
 
 BROKERS = ("rsnet-broker", "jetstream")
 POLICIES = {
-    "always": "fsync always (rsnet's default)",
-    "interval": "fsync interval (100 ms)",
-    "never": "fsync never (JetStream's guarantee)",
+    "always": ("always", {}, "fsync always (rsnet's default)"),
+    "interval": ("interval", {}, "fsync interval (100 ms)"),
+    "interval-25ms": ("interval", {"fsync_interval": 0.025}, "fsync interval of 25 ms"),
+    "never": ("never", {}, "fsync never (JetStream's guarantee)"),
 }
+"""Scenario 7's policies: row suffix -> (rsnet's fsync, more server parameters, title). Under
+``interval`` subscribers see a record once the periodic sync has stored it, so the latency rows
+show the interval itself: at 100 ms (the broker's default) and at 25 ms, side by side."""
 
 
 def jetstream_rows(quick: bool) -> list[Row]:
@@ -411,7 +415,8 @@ def jetstream_rows(quick: bool) -> list[Row]:
         mine, theirs, small = JETSTREAM_COUNTS[key]
         return {"count": small if q else mine}, {"jetstream": {"count": small if q else theirs}}
 
-    def broker_row(id: str, title: str, kind: str, fsync: str, params: dict[str, Any], **more: Any) -> Row:
+    def broker_row(id: str, title: str, kind: str, policy: str, params: dict[str, Any], **more: Any) -> Row:
+        fsync, server, _ = POLICIES[policy]
         return Row(
             id=id,
             scenario=7,
@@ -420,7 +425,7 @@ def jetstream_rows(quick: bool) -> list[Row]:
             kind=kind,
             transport="tcp",
             params={"size": RECORD, "storage": "file", **params},
-            server_params={"storage": "durable", "fsync": fsync},
+            server_params={"storage": "durable", "fsync": fsync, **server},
             chart=False,
             systems=BROKERS,
             **more,
@@ -432,7 +437,7 @@ def jetstream_rows(quick: bool) -> list[Row]:
         rows.append(
             broker_row(
                 f"s7-publish-{fsync}",
-                f"publish with acknowledgement, 1 producer, rsnet {POLICIES[fsync]}",
+                f"publish with acknowledgement, 1 producer, rsnet {POLICIES[fsync][2]}",
                 "publish",
                 fsync,
                 params,
@@ -440,14 +445,15 @@ def jetstream_rows(quick: bool) -> list[Row]:
                 metrics=(RECORDS_S, CPU_SERVER, CPU_CLIENT),
             )
         )
-    for subscribers, fsync in ((1, "always"), (10, "always"), (100, "always"), (1, "interval"), (1, "never")):
+    fanouts = ((1, "always"), (10, "always"), (100, "always"), (1, "interval"), (1, "interval-25ms"), (1, "never"))
+    for subscribers, policy in fanouts:
         params, per_system = counts(subscribers)
         rows.append(
             broker_row(
-                f"s7-fanout-{subscribers}" + ("" if fsync == "always" else f"-{fsync}"),
-                f"1 producer to {_subscribers(subscribers)}, rsnet {POLICIES[fsync]}",
+                f"s7-fanout-{subscribers}" + ("" if policy == "always" else f"-{policy}"),
+                f"1 producer to {_subscribers(subscribers)}, rsnet {POLICIES[policy][2]}",
                 "fanout",
-                fsync,
+                policy,
                 {**params, "subscribers": subscribers, "connections": min(subscribers, FANOUT_CONNECTIONS)},
                 per_system=per_system,
                 metrics=(DELIVERIES_S, RECORDS_S, CPU_SERVER, CPU_CLIENT),
@@ -468,17 +474,17 @@ def jetstream_rows(quick: bool) -> list[Row]:
     )
     # ``never`` is JetStream's own guarantee; under ``always`` and ``interval`` rsnet shows a
     # record only once synced (its offset could otherwise be given again after an OS crash).
-    for fsync in ("always", "interval", "never"):
+    for policy in ("always", "interval", "interval-25ms", "never"):
         rows.append(
             broker_row(
-                f"s7-latency-{fsync}",
-                f"latency publish -> subscriber at half the max rate, rsnet {POLICIES[fsync]}",
+                f"s7-latency-{policy}",
+                f"latency publish -> subscriber at half the max rate, rsnet {POLICIES[policy][2]}",
                 "latency",
-                fsync,
+                policy,
                 {"seconds": LATENCY_SECONDS[1] if q else LATENCY_SECONDS[0]},
                 # The max rate of a producer with one subscriber (publishing alone is faster, and
                 # half of that can be more than the pair sustains: the backlog would be measured).
-                rate_from=("s7-fanout-1" + ("" if fsync == "always" else f"-{fsync}"), 0.5),
+                rate_from=("s7-fanout-1" + ("" if policy == "always" else f"-{policy}"), 0.5),
                 metrics=(P99, P50, P999, RECORDS_S, CPU_SERVER, CPU_CLIENT),
             )
         )

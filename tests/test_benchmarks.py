@@ -124,10 +124,12 @@ def test_quick_run_measures_every_system(tmp_path):
         "s7-fanout-10",
         "s7-fanout-100",
         "s7-fanout-1-interval",
+        "s7-fanout-1-interval-25ms",
         "s7-fanout-1-never",
         "s7-replay",
         "s7-latency-always",
         "s7-latency-interval",
+        "s7-latency-interval-25ms",
         "s7-latency-never",
     }
     jetstream = document["jetstream"]["reason"]
@@ -144,6 +146,7 @@ def test_quick_run_measures_every_system(tmp_path):
     for fsync, fanout in (
         ("always", "s7-fanout-1"),
         ("interval", "s7-fanout-1-interval"),
+        ("interval-25ms", "s7-fanout-1-interval-25ms"),
         ("never", "s7-fanout-1-never"),
     ):
         latency = scenario_7[f"s7-latency-{fsync}"]
@@ -179,9 +182,28 @@ def test_quick_run_measures_every_system(tmp_path):
 
 def test_a_latency_row_brings_the_row_it_takes_its_rate_from():
     rows = scenarios.build(quick=True)
-    chosen = [row.id for row in scenarios.select(rows, ["s7-latency-interval"])]
-    assert chosen == ["s7-fanout-1-interval", "s7-latency-interval"]  # in suite order: the rate first
+    chosen = [row.id for row in scenarios.select(rows, ["s7-latency-interval-25ms"])]
+    assert chosen == ["s7-fanout-1-interval-25ms", "s7-latency-interval-25ms"]  # in suite order: the rate first
+    chosen = [row.id for row in scenarios.select(rows, ["s7-latency-interval"])]  # a prefix of both
+    assert chosen == [
+        "s7-fanout-1-interval",
+        "s7-fanout-1-interval-25ms",
+        "s7-latency-interval",
+        "s7-latency-interval-25ms",
+    ]
     assert [row.id for row in scenarios.select(rows, [])] == [row.id for row in rows]
+
+
+def test_the_25_ms_rows_run_the_broker_with_that_interval(tmp_path, monkeypatch):
+    from benchmarks.systems import broker
+
+    rows = {row.id: row for row in scenarios.build(quick=True)}
+    for row_id in ("s7-fanout-1-interval-25ms", "s7-latency-interval-25ms"):
+        assert rows[row_id].server_params == {"storage": "durable", "fsync": "interval", "fsync_interval": 0.025}
+    assert "fsync_interval" not in rows["s7-latency-interval"].server_params  # the broker's default, 100 ms
+    monkeypatch.setenv("RSNET_BENCH_SCRATCH", str(tmp_path))
+    made = broker.make_broker(**{k: v for k, v in rows["s7-latency-interval-25ms"].server_params.items()})
+    assert (made.fsync.value, made.fsync_interval) == ("interval", 0.025)
 
 
 def benchmarks_command(*args: str) -> subprocess.CompletedProcess[str]:

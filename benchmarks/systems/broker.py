@@ -1,12 +1,12 @@
 """Scenario 5, broker fan-out: one producer, 1, 10 and 100 subscribers, deliveries/s (issue 6).
 
 The server is rsnet's broker (:class:`rsnet.broker.broker.Broker`) behind ``rsnet.Server(host=broker)``,
-as ``rsnet broker`` runs it: ``serve(transport, ready, storage, fsync)`` with ``storage``
+as ``rsnet broker`` runs it: ``serve(transport, ready, storage, fsync, fsync_interval)`` with ``storage``
 ``"memory"`` (every topic in memory) or ``"durable"`` (segment logs in a fresh directory under
 ``$RSNET_BENCH_SCRATCH``, which the runner creates and removes) and ``fsync`` one of
 :class:`~rsnet.broker.storage.FsyncPolicy`'s values (``always``: every append is fsynced before
-it is acknowledged or shown to subscribers; ``interval``: every 100 ms, the broker's default;
-``never``: the OS decides). Topics use the broker's defaults (backpressure, max lag 10,000).
+it is acknowledged or shown to subscribers; ``interval``: every ``fsync_interval`` seconds,
+default 0.1, the broker's default; ``never``: the OS decides). Topics use the broker's defaults (backpressure, max lag 10,000).
 
 The client (kind ``fanout``, parameters ``subscribers``, ``connections``, ``count``, ``size``,
 ``prefetch``, ``items``: the shape asked for, default the maps, and ``api``: ``"iterator"``,
@@ -73,7 +73,7 @@ def unavailable() -> str | None:
 # -- server ---------------------------------------------------------------------------------------
 
 
-def make_broker(storage: str, fsync: str | None) -> Any:
+def make_broker(storage: str, fsync: str | None, fsync_interval: float = 0.1) -> Any:
     from rsnet.broker.broker import Broker
     from rsnet.broker.storage import FsyncPolicy
 
@@ -84,17 +84,21 @@ def make_broker(storage: str, fsync: str | None) -> Any:
     scratch = os.environ.get("RSNET_BENCH_SCRATCH")
     if not scratch:
         raise RuntimeError("a durable broker needs $RSNET_BENCH_SCRATCH (the runner sets it)")
-    return Broker(data_dir=os.path.join(scratch, "broker"), fsync=FsyncPolicy(fsync or "always"))
+    return Broker(
+        data_dir=os.path.join(scratch, "broker"), fsync=FsyncPolicy(fsync or "always"), fsync_interval=fsync_interval
+    )
 
 
-def serve(transport: str, ready: Any, storage: str = "memory", fsync: str | None = None) -> None:
+def serve(
+    transport: str, ready: Any, storage: str = "memory", fsync: str | None = None, fsync_interval: float = 0.1
+) -> None:
     import rsnet  # here, not at the top: the suite imports this module to ask unavailable()
     from rsnet.net.gc_tuning import tune_for_serving
 
     async def main() -> None:
         raise_fd_limit()
         tune_for_serving()  # as ``rsnet broker`` does
-        broker = make_broker(storage, fsync)
+        broker = make_broker(storage, fsync, fsync_interval)
         server = rsnet.Server(host=broker)
         async with trio.open_nursery() as nursery:
             await nursery.start(broker.run)

@@ -93,12 +93,15 @@ def _die_with_parent() -> Any:
     return set_death_signal
 
 
-def serve(transport: str, ready: Any, storage: str = "durable", fsync: str | None = None) -> None:
+def serve(
+    transport: str, ready: Any, storage: str = "durable", fsync: str | None = None, fsync_interval: float = 0.1
+) -> None:
     """Run nats-server with JetStream on 127.0.0.1 until killed.
 
-    ``storage`` and ``fsync`` are accepted because scenario 7's rows give every system the
-    same server parameters (they configure rsnet's broker); a JetStream stream's storage is
-    chosen by the client when it creates the stream, and 2.9 has no fsync setting.
+    ``storage``, ``fsync`` and ``fsync_interval`` are accepted because scenario 7's rows give
+    every system the same server parameters (they configure rsnet's broker); a JetStream
+    stream's storage is chosen by the client when it creates the stream, and 2.9 has no fsync
+    setting.
     """
     if transport != "tcp":
         raise ValueError("JetStream is measured over TCP only")
