@@ -64,9 +64,9 @@ Default fsync policy: ``always``. ``always`` and ``interval`` both acknowledge a
 once an fsync has covered it, so neither loses an acknowledged record to a crash or a power
 loss; they differ in cost. ``always`` fsyncs every batch the topic writer appends (records that
 arrive together share one fsync): the lowest acknowledgement latency, and batches grow by
-themselves under load. ``interval`` fsyncs once per ``fsync_interval_ms``: acknowledgements wait
-up to that long, but a busy topic costs the disk at most one fsync per interval (worth it on
-disks with slow flushes, or with many busy topics). ``never`` acknowledges once the OS has the
+themselves under load. ``interval`` fsyncs once per ``fsync_interval_ms``: acknowledgements, and
+deliveries to subscribers, wait up to that long, but a busy topic costs the disk at most one
+fsync per interval (worth it on disks with slow flushes, or with many busy topics). ``never`` acknowledges once the OS has the
 bytes: it survives the broker process dying, not the machine crashing or losing power, and is
 the only policy that can lose acknowledged records. rsnet is a single node with no replica to
 cover for a lost write, so that risk is opt-in and the default is the policy with the lowest

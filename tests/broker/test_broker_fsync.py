@@ -322,6 +322,37 @@ async def test_under_interval_the_periodic_fsync_runs_in_a_thread_and_acknowledg
         nursery.cancel_scope.cancel()
 
 
+async def test_under_interval_a_backpressure_topic_writes_at_most_max_lag_records_ahead_of_the_sync(
+    tmp_path: pathlib.Path,
+) -> None:
+    # server/README.md: subscribers see only synced records, so what waits for the sync is their
+    # lag, and backpressure holds producers at max_lag records per interval.
+    files = GatedFiles()
+    settings = TopicSettings(durable=True, max_lag=20)
+    broker = Broker(data_dir=tmp_path, fsync=FsyncPolicy.INTERVAL, fsync_interval=0.01, settings_for=lambda n: settings)
+    broker.storage_files = files
+    async with broker_serving(broker) as (url, _), rsnet.connect(url) as conn, trio.open_nursery() as nursery:
+        try:
+            await publish(conn, "t", ["r0"], producer="p")
+            topic = broker.topics["t"]
+            records: list[Any] = []
+            await nursery.start(collect, conn, "t", {"from": "earliest"}, records)
+            await until(lambda: len(records) == 1)
+            files.hold(tmp_path / "t")
+            nursery.start_soon(offer, conn, "t", [f"r{i}" for i in range(1, 101)], "p", 1)
+            await entered(files)  # a periodic fsync is held: nothing more becomes durable
+            await until(lambda: topic.log.next_offset >= 21)
+            await trio.testing.wait_all_tasks_blocked()
+            durable = topic.log.durable_offset
+            assert len(records) == durable <= 21  # the subscriber read all it may see
+            assert topic.log.next_offset == durable + 20  # held at max_lag past it, not at 101
+        finally:
+            files.release()
+        await until(lambda: len(records) == 101)  # each sync lets the next 20 in
+        assert [r["value"] for r in records] == [f"r{i}" for i in range(101)]
+        nursery.cancel_scope.cancel()
+
+
 def aging_broker(tmp_path: pathlib.Path) -> tuple[Broker, GatedFiles]:
     """A broker whose durable topics keep records for a second, swept every 10 ms, its files gated."""
     files = GatedFiles()
