@@ -143,10 +143,11 @@ def profile(row_id: str, system: str | None, quick: bool, rate: int, out: str | 
     try:
         if row.rate_from is not None:
             source = rows[row.rate_from[0]]
-            print(f"measuring {source.id} first: {row.id} runs at {row.rate_from[1]:g} of its rate")
-            source_params = source.params_for(system)
+            pacer = row.rate_system or system
+            print(f"measuring {source.id} ({pacer}) first: {row.id} runs at {row.rate_from[1]:g} of its rate")
+            source_params = source.params_for(pacer)
             first = runner.measure(
-                system, source.transport, source.kind, source_params, source.timeout, source.server_params
+                pacer, source.transport, source.kind, source_params, source.timeout, source.server_params
             )
             reached = scenarios.metrics_of(source, first.result, first.rss, source_params, first.server_cpu_s)
             params = {**params, "rate": reached[source.primary.key] * row.rate_from[1]}

@@ -143,7 +143,8 @@ def scenario_table(entries: list[dict[str, Any]], systems: list[str], runs: int)
 
 
 def paced_rates(entries: list[dict[str, Any]], systems: list[str]) -> list[str]:
-    """The rate each latency row paced each system at (median over runs): half its own maximum."""
+    """The rate each latency row paced each system at (median over runs): half its own maximum,
+    or half of the one system's the row names for all."""
     lines = []
     for entry in entries:
         rates = {
@@ -693,8 +694,50 @@ def jetstream_section(
     paced = paced_rates([e for e in entries if e["kind"] == "latency"], present(entries))
     if paced:
         lines += [*paced, ""]
+    lines += jetstream_wins(entries)
     lines += cpu_table(entries, present(entries), per="record (fan-out: per delivery)")
     return lines
+
+
+WHY_JETSTREAM_WINS = {
+    "s7-latency-always": "rsnet sends a record only once the fsync that stores it has returned (one fsync for"
+    " the records written meanwhile); JetStream waits for no fsync, as under rsnet's `never`",
+    "s7-latency-interval": "rsnet sends a record only once the next periodic fsync has stored it: the interval",
+    "s7-latency-never": "each system is paced at half its own max rate, and rsnet's is several times"
+    " JetStream's: the row at JetStream's half max rate for both shows the same guarantee at the same pace",
+    "s7-latency-never-same-rate": "the same guarantee at the same pace: rsnet's broker is one Python thread,"
+    " nats-server is Go on both cores",
+}
+"""Why JetStream's median beats rsnet's in a scenario 7 row, by row id (the longest id that starts
+the row's)."""
+
+
+def jetstream_wins(entries: list[dict[str, Any]]) -> list[str]:
+    """Every scenario 7 row where JetStream's median beats rsnet's broker's: the row's primary
+    metric, and the p50 of latency rows; each with why."""
+    found = []
+    for entry in entries:
+        keys = [entry["metrics"][0]] + [m for m in entry["metrics"] if m["key"] == "p50_us"]
+        for metric in {m["key"]: m for m in keys}.values():
+            mine, theirs = median_of(entry, "rsnet-broker", metric["key"]), median_of(entry, "jetstream", metric["key"])
+            if mine is None or theirs is None or not (theirs > mine if metric["higher_is_better"] else theirs < mine):
+                continue
+            why = next(
+                (
+                    text
+                    for prefix, text in sorted(WHY_JETSTREAM_WINS.items(), reverse=True)
+                    if entry["id"].startswith(prefix)
+                ),
+                "not explained",
+            )
+            unit = metric["unit"]
+            found.append(
+                f"- {metric['label']}, {entry['title']}: JetStream {number(theirs, unit)} against rsnet's"
+                f" {number(mine, unit)} {unit}. Why: {why}."
+            )
+    if not found:
+        return ["**Where JetStream wins**: no row (medians of the runs).", ""]
+    return ["**Where JetStream wins** (medians of the runs):", "", *found, ""]
 
 
 def connections_section(

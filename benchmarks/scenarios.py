@@ -24,7 +24,8 @@ Kinds and their parameters:
   acknowledgement; ``replay``: ``count`` records stored first (not timed), one subscriber reads
   them all from the start; ``latency``: a producer paced at ``rate`` records/s for ``seconds``,
   one subscriber measuring publish -> delivery for every record. A latency row's ``rate`` is
-  ``rate_from``: a fraction of the same system's rate in another row, in the same run.
+  ``rate_from``: a fraction of the same system's rate in another row, in the same run (or of
+  ``rate_system``'s, for every system of the row: the same pace for all).
 - ``live_connections`` (scenario 8): ``connections`` connections to one server, each with an open
   stream (demand 1, the first item received) at once; the client reads the server's memory
   (RSS from /proc, and tracemalloc's count when the server traces) before and with them all live.
@@ -98,6 +99,7 @@ class Row:
     chart: bool = True  # plotted as throughput (items/s)
     systems: tuple[str, ...] = PEERS
     rate_from: tuple[str, float] | None = None  # (row id, fraction): params["rate"] from that row, same run
+    rate_system: str | None = None  # whose rate in rate_from's row paces every system (None: each its own)
     subject: str = "rsnet"  # the ratios are its advantage over each other system of the row
 
     @property
@@ -488,6 +490,20 @@ def jetstream_rows(quick: bool) -> list[Row]:
                 metrics=(P99, P50, P999, RECORDS_S, CPU_SERVER, CPU_CLIENT),
             )
         )
+    # Each system above runs at half its own max rate: rsnet's is several times JetStream's. The
+    # same guarantee at the same pace (JetStream's) separates the load from the system.
+    rows.append(
+        broker_row(
+            "s7-latency-never-same-rate",
+            f"latency publish -> subscriber at JetStream's half max rate for both, rsnet {POLICIES['never'][2]}",
+            "latency",
+            "never",
+            {"seconds": LATENCY_SECONDS[1] if q else LATENCY_SECONDS[0]},
+            rate_from=("s7-fanout-1-never", 0.5),
+            rate_system="jetstream",
+            metrics=(P99, P50, P999, RECORDS_S, CPU_SERVER, CPU_CLIENT),
+        )
+    )
     return rows
 
 

@@ -85,10 +85,16 @@ def run_suite(
             "metrics": [m.__dict__ for m in row.metrics],
             "systems": {},
         }
+        pacer = row.rate_system
+        pacer_missing = None
+        if pacer is not None:  # every system of the row runs at this one's pace
+            pacer_missing = unavailable.get((pacer, row.transport)) or (None if pacer in systems else "not selected")
         for system in row.systems:
             if system not in systems:
                 continue
             reason = unavailable.get((system, row.transport))
+            if reason is None and pacer_missing is not None:
+                reason = f"the row runs at {pacer}'s pace, and {pacer} is unavailable: {pacer_missing}"
             entry["systems"][system] = {
                 "params": row.params_for(system),
                 "status": "not available" if reason else "ok",
@@ -161,12 +167,14 @@ def run_suite(
 
 def paced_rate(row: Row, system: str, run: int, primary: dict[tuple[str, str, int], float]) -> float:
     """The rate a latency row paces ``system`` at in ``run``: a fraction of what the same system
-    reached in the row it names, measured earlier in the same run (so the same conditions)."""
+    (or the row's ``rate_system``) reached in the row it names, measured earlier in the same run
+    (so the same conditions)."""
     assert row.rate_from is not None
     source, fraction = row.rate_from
-    reached = primary.get((source, system, run))
+    pacer = row.rate_system or system
+    reached = primary.get((source, pacer, run))
     if not reached:
-        raise MeasurementError(f"{system}: no maximum rate from row {source} in this run to pace at")
+        raise MeasurementError(f"{system}: no maximum rate of {pacer} from row {source} in this run to pace at")
     return reached * fraction
 
 

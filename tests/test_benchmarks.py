@@ -131,31 +131,38 @@ def test_quick_run_measures_every_system(tmp_path):
         "s7-latency-interval",
         "s7-latency-interval-25ms",
         "s7-latency-never",
+        "s7-latency-never-same-rate",
     }
     jetstream = document["jetstream"]["reason"]
     for row_id, row in scenario_7.items():
         assert set(row["systems"]) == {"rsnet-broker", "jetstream"}, row_id
         primary = row["metrics"][0]["key"]
-        assert measured(row["systems"]["rsnet-broker"], primary), (row_id, row["systems"]["rsnet-broker"])
-        record = row["systems"]["jetstream"]
+        paced_by_jetstream = row_id == "s7-latency-never-same-rate"
+        for system, record in row["systems"].items():
+            if jetstream is None:
+                assert measured(record, primary), (row_id, system, record)
+            elif system == "jetstream" or paced_by_jetstream:
+                # nats-server missing (make test installs it as root): said so, not failed
+                assert record["status"] == "not available" and "nats-server" in record["reason"], record
+            else:
+                assert measured(record, primary), (row_id, system, record)
         if jetstream is None:
-            assert measured(record, primary), (row_id, record)
             assert "jetstream" in row["ratios"], row_id
-        else:  # nats-server missing (make test installs it as root): said so, not failed
-            assert record["status"] == "not available" and "nats-server" in record["reason"], record
-    for fsync, fanout in (
-        ("always", "s7-fanout-1"),
-        ("interval", "s7-fanout-1-interval"),
-        ("interval-25ms", "s7-fanout-1-interval-25ms"),
-        ("never", "s7-fanout-1-never"),
+    for fsync, fanout, pacer in (
+        ("always", "s7-fanout-1", None),
+        ("interval", "s7-fanout-1-interval", None),
+        ("interval-25ms", "s7-fanout-1-interval-25ms", None),
+        ("never", "s7-fanout-1-never", None),
+        ("never-same-rate", "s7-fanout-1-never", "jetstream"),
     ):
         latency = scenario_7[f"s7-latency-{fsync}"]
         for system, record in latency["systems"].items():
             if record["status"] == "not available":
                 continue
             (run,) = record["runs"]
-            # paced at half of what the same system reached from one producer to one subscriber
-            reached = scenario_7[fanout]["systems"][system]["runs"][0]["metrics"]["deliveries_per_s"]
+            # paced at half of what the same system (or the row's pacer, for every system)
+            # reached from one producer to one subscriber
+            reached = scenario_7[fanout]["systems"][pacer or system]["runs"][0]["metrics"]["deliveries_per_s"]
             assert run["params"]["rate"] == reached / 2
             m = run["metrics"]
             assert m["p50_us"] <= m["p99_us"] <= m["p999_us"]
@@ -180,7 +187,8 @@ def test_quick_run_measures_every_system(tmp_path):
     # Target 6's p99 is checked under fsync always and never; under interval the latency is the
     # interval the broker is given (its rows are reported, and say so).
     latency_targets = [line for line in page.splitlines() if line.startswith("| 6. latency publish")]
-    assert len(latency_targets) == 4
+    assert len(latency_targets) == 5
+    assert ("**Where JetStream wins**" in page) == (jetstream is None)
     for line in latency_targets:
         assert ("reported (no target: the latency is the configured interval" in line) == ("fsync interval" in line)
         assert (">= 0.5x (p99 within 2x)" in line) == ("fsync interval" not in line)
@@ -199,6 +207,54 @@ def test_a_latency_row_brings_the_row_it_takes_its_rate_from():
         "s7-latency-interval-25ms",
     ]
     assert [row.id for row in scenarios.select(rows, [])] == [row.id for row in rows]
+
+
+def test_where_jetstream_wins_lists_the_rows_its_median_beats_rsnets_with_why():
+    from benchmarks.report import jetstream_wins
+
+    def row(row_id: str, metrics: list[tuple[str, bool]], rsnet: dict, jetstream: dict) -> dict:
+        def system(medians: dict) -> dict:
+            return {"summary": {key: {"median": value} for key, value in medians.items()}}
+
+        return {
+            "id": row_id,
+            "title": row_id,
+            "metrics": [{"key": k, "label": k, "unit": "u", "higher_is_better": h} for k, h in metrics],
+            "systems": {"rsnet-broker": system(rsnet), "jetstream": system(jetstream)},
+        }
+
+    latency = [("p99_us", False), ("p50_us", False), ("p999_us", False)]
+    entries = [
+        row("s7-fanout-1", [("deliveries_per_s", True)], {"deliveries_per_s": 9.0}, {"deliveries_per_s": 1.0}),
+        row("s7-publish-never", [("records_per_s", True)], {"records_per_s": 1.0}, {"records_per_s": 2.0}),
+        row(
+            "s7-latency-always",
+            latency,
+            {"p99_us": 1, "p50_us": 9, "p999_us": 9},
+            {"p99_us": 5, "p50_us": 2, "p999_us": 1},
+        ),
+        row("s7-latency-never-same-rate", latency, {"p99_us": 1, "p50_us": 1}, {"p99_us": 9, "p50_us": 0.5}),
+    ]
+    lines = [line for line in jetstream_wins(entries) if line.startswith("- ")]
+    assert [line.split(":")[0] for line in lines] == [
+        "- records_per_s, s7-publish-never",  # a throughput row: higher is better
+        "- p50_us, s7-latency-always",  # its p99 is rsnet's win; the p99.9 is not compared
+        "- p50_us, s7-latency-never-same-rate",
+    ]
+    assert "not explained" in lines[0] and "waits for no fsync" in lines[1] and "same pace" in lines[2]
+    assert jetstream_wins(entries[:1]) == ["**Where JetStream wins**: no row (medians of the runs).", ""]
+
+
+def test_a_row_paced_by_a_system_that_is_unavailable_is_unavailable_for_every_system(monkeypatch):
+    from benchmarks import suite
+
+    monkeypatch.setattr(suite.jetstream, "unavailable", lambda: "nats-server not found")
+    rows = scenarios.select(scenarios.build(quick=True), ["s7-latency-never-same-rate"])
+    (same_rate,) = [
+        e for e in suite.run_suite(rows, 0, ("rsnet-broker", "jetstream"))["rows"] if e["id"] == rows[-1].id
+    ]
+    for record in same_rate["systems"].values():
+        assert record["status"] == "not available" and "nats-server not found" in record["reason"], record
 
 
 def test_the_25_ms_rows_run_the_broker_with_that_interval(tmp_path, monkeypatch):
