@@ -682,7 +682,8 @@ def jetstream_section(
         " subscribers share at most 10 connections (100 over 10), round-robin: neither acknowledges deliveries. Fan-out: subscribers first, then one producer; time"
         " from the first publish to the last record at the last subscriber. Replay: the records are stored first"
         " (not timed), then one subscriber reads them all from the start. Latency: one producer paced at half"
-        " the rate that system reached from one producer to one subscriber (the fan-out row under the same fsync policy) in the same round, one subscriber; each record"
+        " the rate that system reached from one producer to one subscriber (the fan-out row under the same fsync policy) in the same round"
+        " (one row paces both at JetStream's), one subscriber; each record"
         " carries the time it was *due* to be sent, so time a producer spends held back counts (no coordinated"
         " omission); latency = arrival at the subscriber minus that time, every record counted.",
         "",
