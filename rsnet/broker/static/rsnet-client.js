@@ -3094,9 +3094,118 @@ function notHttp(error) {
   }
   return `the server did not answer in HTTP (${error.message})`;
 }
+var SWITCHING = Array.from("HTTP/1.1 101 ", (c) => c.charCodeAt(0));
+var HEADER_END = [13, 10, 13, 10];
+var MAX_HEADER = 14;
+var WsReader = class {
+  constructor(net, maxPayload, isOpen) {
+    this.net = net;
+    this.maxPayload = maxPayload;
+    this.isOpen = isOpen;
+  }
+  net;
+  maxPayload;
+  isOpen;
+  buffer = new Uint8Array(READ_SIZE);
+  /** Set once the transport is open: a piece of a binary message's payload. */
+  onPayload = null;
+  /** The socket `ws` reads through (our pushes are its "data"), once created. */
+  socket = null;
+  /** "status" (matching SWITCHING), "header" (looking for HEADER_END), "frames", or "ws" (all to `ws`). */
+  phase = "status";
+  /** Bytes of SWITCHING or HEADER_END matched so far. */
+  matched = 0;
+  /** A frame header split between reads: its first `headLength` bytes. */
+  head = new Uint8Array(MAX_HEADER);
+  headLength = 0;
+  /** Payload bytes of the current frame still to come, and whether they go to `onPayload`. */
+  left = 0;
+  taking = false;
+  /** A text or binary message `ws` is assembling from fragments (its continuations go to `ws`). */
+  fragmented = false;
+  /** `ws`'s `createConnection`: the socket as `ws` would open it (`path`, the request's, is no
+   *  IPC path here), reading into `buffer`. */
+  connect = ((options) => {
+    const onread = { buffer: this.buffer, callback: this.read };
+    return this.socket = this.net.connect({ ...options, path: void 0, onread });
+  });
+  /** The `onread` callback: `n` bytes arrived in `buffer`. */
+  read = (n) => {
+    const buf = this.buffer;
+    let p = this.phase === "frames" ? 0 : this.response(n);
+    while (p < n) {
+      if (this.left > 0) {
+        const end = Math.min(n, p + this.left);
+        this.left -= end - p;
+        if (this.taking) this.onPayload(buf.subarray(p, end));
+        else this.toWs(buf.subarray(p, end));
+        p = end;
+      } else p = this.frameHeader(p, n);
+    }
+    return true;
+  };
+  /** Hands the HTTP response's bytes to `ws`; returns where frames begin (`n`: not in these bytes). */
+  response(n) {
+    const buf = this.buffer;
+    let p = 0;
+    while (p < n && this.phase === "status") {
+      if (buf[p++] !== SWITCHING[this.matched++]) this.phase = "ws";
+      else if (this.matched === SWITCHING.length) [this.phase, this.matched] = ["header", 0];
+    }
+    while (p < n && this.phase === "header") {
+      const byte = buf[p++];
+      this.matched = byte === HEADER_END[this.matched] ? this.matched + 1 : byte === 13 ? 1 : 0;
+      if (this.matched === HEADER_END.length) this.phase = "frames";
+    }
+    if (this.phase === "ws") p = n;
+    this.toWs(buf.subarray(0, p));
+    return p;
+  }
+  /** Reads the frame header at `p` (or keeps its start for the next read); returns where it ends. */
+  frameHeader(p, n) {
+    let h = this.buffer;
+    let at = p;
+    let available = n - p;
+    const kept = this.headLength;
+    if (kept > 0) {
+      const more = Math.min(MAX_HEADER - kept, n - p);
+      this.head.set(this.buffer.subarray(p, p + more), kept);
+      [h, at, available] = [this.head, 0, kept + more];
+    }
+    const b0 = h[at];
+    const b1 = h[at + 1];
+    const size = available < 2 ? 0 : 2 + ((b1 & 127) === 126 ? 2 : (b1 & 127) === 127 ? 8 : 0) + (b1 & 128 ? 4 : 0);
+    if (size === 0 || available < size) {
+      if (kept === 0) this.head.set(this.buffer.subarray(p, n));
+      this.headLength = available;
+      return n;
+    }
+    this.headLength = 0;
+    let length = b1 & 127;
+    if (length === 126) length = h[at + 2] << 8 | h[at + 3];
+    else if (length === 127) length = (h[at + 2] * 16777216 + (h[at + 3] << 16 | h[at + 4] << 8 | h[at + 5])) * 4294967296 + (h[at + 6] * 16777216 + (h[at + 7] << 16 | h[at + 8] << 8 | h[at + 9]));
+    this.taking = b0 === 130 && // FIN, no RSV bits, binary: a whole message in one frame
+    (b1 & 128) === 0 && // not masked (a server's frames never are)
+    length <= this.maxPayload && !this.fragmented && // (`ws` wants a continuation there)
+    this.onPayload !== null && this.isOpen() && this.socket.readableLength === 0;
+    if (!this.taking) {
+      this.toWs(h.subarray(at, at + size));
+      const opcode = b0 & 15;
+      if (opcode === 1 || opcode === 2) this.fragmented = (b0 & 128) === 0;
+      else if (opcode === 0 && b0 & 128) this.fragmented = false;
+    }
+    this.left = length;
+    return p + size - kept;
+  }
+  /** Gives `ws` bytes as the socket would have (a copy: `buffer` is read into again). */
+  toWs(bytes) {
+    if (bytes.length > 0) this.socket.push(Buffer.from(bytes));
+  }
+};
 async function openNodeWebSocket(url, maxMessageSize, signal, tls = {}) {
   const { WebSocket: WebSocket2 } = await loadWs();
-  const ws = new WebSocket2(url, ["rsnet"], { ...tls, maxPayload: maxMessageSize, perMessageDeflate: false });
+  const reader = url.startsWith("ws:") ? new WsReader(await import("node:net"), maxMessageSize, () => ws.readyState === WebSocket2.OPEN) : null;
+  const ws = new WebSocket2(url, ["rsnet"], { ...tls, maxPayload: maxMessageSize, perMessageDeflate: false, createConnection: reader?.connect });
   ws.on("error", () => {
   });
   await opening(signal, () => ws.terminate(), ({ resolve, reject }) => {
@@ -3108,6 +3217,7 @@ async function openNodeWebSocket(url, maxMessageSize, signal, tls = {}) {
     failure;
     constructor() {
       super();
+      if (reader !== null) reader.onPayload = (data) => this.onData(data);
       ws.on("message", (data, isBinary) => isBinary ? this.onData(plain(data)) : this.onText());
       ws.on("error", (error) => this.failure = new TransportError(error.message));
       ws.on("close", () => this.closedWith(this.failure));
