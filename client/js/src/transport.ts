@@ -243,11 +243,12 @@ const MAX_HEADER = 14;
  * connection does), and hands the payload of each binary message to `onPayload` straight from
  * the read, in pieces as it arrives: the client decodes a connection's messages as one byte
  * stream (SPEC 2.2) and copies out all it keeps (see receiveData). Through `ws`, each read was a
- * fresh Buffer pushed through the socket's stream and `ws`'s parser: about 0.03 µs more Node
- * CPU per 16-byte item than over TCP (scenario 6; see README).
+ * fresh 64 KiB Buffer pushed through the socket's stream, its "data" event and `ws`'s parser (a
+ * Writable, which paused and resumed the socket after every read of 16 KiB or more): 0.132 µs
+ * of Node CPU per 16-byte item against 0.089 over TCP; read here, 0.099 (scenario 6; README).
  *
  * Every other byte goes to `ws` as the socket would have given it (`socket.push`, in order): the
- * HTTP response, which Node's HTTP client parses, and each frame not taken here, whole: pings,
+ * HTTP response, which Node's HTTP client parses, and all of each frame not taken here: pings,
  * close, text, fragments, a masked or oversized frame, anything before the transport is open or
  * once `ws` no longer is (a close begun, an error), or while `ws` has bytes still to take. So
  * `ws` keeps answering, checking and failing as before; this only takes the frames `ws` would
