@@ -179,6 +179,9 @@ class WebSocketTransport(Transport):
         self._closing = False  # this side started the closing handshake (send_eof, aclose)
         self._violation: WebSocketProtocolError | None = None
         self._control: list[bytes] = []  # written before what websockets queued: a CONN_ERROR
+        # Whether websockets was given anything (bytes, EOF, a failure) since its events were
+        # last taken: a read of binary payload only gives it nothing to answer or report.
+        self._fed = False
         # Control frames (pong, close) are written by the receiving task, data by the sender.
         self._send_lock = trio.Lock()
         self._direct = direct_socket(stream)
@@ -209,14 +212,16 @@ class WebSocketTransport(Transport):
             else:
                 payload = []
                 self._protocol.receive_eof()
-                self._eof = True
-            self._take_events()
-            if self._direct is not None:
-                self._flush_control_nowait()  # no wait once bytes are taken: cancel-safe
-            else:
-                await self._flush_control()
-            if self._violation is not None:
-                raise self._violation
+                self._fed = self._eof = True
+            if self._fed:
+                self._fed = False
+                self._take_events()
+                if self._direct is not None:
+                    self._flush_control_nowait()  # no wait once bytes are taken: cancel-safe
+                else:
+                    await self._flush_control()
+                if self._violation is not None:
+                    raise self._violation
             if payload:
                 return payload[0] if len(payload) == 1 else b"".join(payload)
         return b""
@@ -225,14 +230,17 @@ class WebSocketTransport(Transport):
         """The binary message payload in ``data``, in order; the bytes of every other frame
         go to websockets (see the class docstring)."""
         protocol = self._protocol
+        end = len(data)
+        if self._left >= end and self._data and not self._key and protocol.state is _OPEN:
+            self._left -= end  # (most reads of a long stream: all of it a message's payload)
+            return [data]
         view = memoryview(data)
-        end = len(view)
         pos = 0
         payload: list[Bytes] = []
         while pos < end:
             if protocol.state is not _OPEN:
                 # Closing or failed: websockets answers the closing handshake or discards.
-                protocol.receive_data(bytes(view[pos:]))
+                self._feed(bytes(view[pos:]))
                 break
             if self._left:
                 take = min(self._left, end - pos)
@@ -240,7 +248,7 @@ class WebSocketTransport(Transport):
                 pos += take
                 self._left -= take
                 if not self._data:
-                    protocol.receive_data(bytes(piece))
+                    self._feed(bytes(piece))
                     continue
                 if self._key:
                     at = self._at & 3
@@ -274,21 +282,17 @@ class WebSocketTransport(Transport):
             if opcode in (_TEXT, _CONT):
                 self._text_open = not first & _FIN
             self._data, self._left = False, size
-            self._protocol.receive_data(head[:needed])
+            self._feed(head[:needed])
             return pos + taken
         # A binary message's frame: checked as websockets' parser would.
         if first & _RSV:
-            self._protocol.fail(1002, "reserved bits must be 0")
+            self._fail(1002, "reserved bits must be 0")
         elif bool(second & _MASKED) != self._masked:
-            self._protocol.fail(1002, "incorrect masking")
+            self._fail(1002, "incorrect masking")
         elif (opcode == _CONT) != self._binary_open:
-            self._protocol.fail(
-                1002, "unexpected continuation frame" if opcode == _CONT else "expected a continuation frame"
-            )
+            self._fail(1002, "unexpected continuation frame" if opcode == _CONT else "expected a continuation frame")
         elif self._max_size is not None and self._size + size > self._max_size:
-            self._protocol.fail(
-                1009, f"message of at least {self._size + size} bytes exceeds limit of {self._max_size} bytes"
-            )
+            self._fail(1009, f"message of at least {self._size + size} bytes exceeds limit of {self._max_size} bytes")
         else:
             self._binary_open = not first & _FIN
             self._size = self._size + size if self._binary_open else 0
@@ -296,6 +300,16 @@ class WebSocketTransport(Transport):
             self._key = head[needed - 4 : needed] if self._masked else b""
             self._at = 0
         return pos + taken
+
+    def _feed(self, data: bytes) -> None:
+        """Bytes of frames websockets handles (control, text, anything once not open)."""
+        self._protocol.receive_data(data)
+        self._fed = True
+
+    def _fail(self, code: int, reason: str) -> None:
+        """A binary frame broke the rules: websockets fails the connection, as its parser would."""
+        self._protocol.fail(code, reason)
+        self._fed = True
 
     def _take_events(self) -> None:
         protocol = self._protocol

@@ -157,6 +157,13 @@ BROKEN = {
         ErrorCode.PROTOCOL_ERROR,
     ),
     "a reserved bit set": (frame(Opcode.BINARY.value, b"\x90", rsv=0x40), 1002, ErrorCode.PROTOCOL_ERROR),
+    # Nothing after the header in its read: the refusal must go out without waiting for more.
+    "a reserved bit set on an empty frame": (frame(Opcode.BINARY.value, b"", rsv=0x40), 1002, ErrorCode.PROTOCOL_ERROR),
+    "an unmasked empty frame from a client": (
+        frame(Opcode.BINARY.value, b"", masked=False),
+        1002,
+        ErrorCode.PROTOCOL_ERROR,
+    ),
     "a message over the size limit": (
         # the start of one huge NEXT (an unfinished protocol frame, within its limit so far),
         # then a continuation that takes the message over the server's 1 MiB
