@@ -64,6 +64,20 @@ def gated_broker(tmp_path: pathlib.Path) -> tuple[Broker, GatedFiles]:
     return broker, files
 
 
+def interval_broker(tmp_path: pathlib.Path, settings: TopicSettings | None = None) -> tuple[Broker, GatedFiles]:
+    """A broker syncing every 10 ms (fsync interval), its files gated; every topic ``settings``
+    if given, else the broker's defaults."""
+    files = GatedFiles()
+    broker = Broker(
+        data_dir=tmp_path,
+        fsync=FsyncPolicy.INTERVAL,
+        fsync_interval=0.01,
+        settings_for=None if settings is None else lambda name: settings,
+    )
+    broker.storage_files = files
+    return broker, files
+
+
 @asynccontextmanager
 async def serving_gated(tmp_path: pathlib.Path) -> AsyncIterator[tuple[Broker, GatedFiles, rsnet.Client]]:
     """A gated broker, served, and a connection to it; a test that fails while it holds an
@@ -298,9 +312,7 @@ async def test_fsyncs_run_in_at_most_sync_threads_threads_per_broker(tmp_path: p
 async def test_under_interval_the_periodic_fsync_runs_in_a_thread_and_acknowledges_only_when_it_returned(
     tmp_path: pathlib.Path,
 ) -> None:
-    files = GatedFiles()
-    broker = Broker(data_dir=tmp_path, fsync=FsyncPolicy.INTERVAL, fsync_interval=0.01)
-    broker.storage_files = files
+    broker, files = interval_broker(tmp_path)
     async with broker_serving(broker) as (url, _), rsnet.connect(url) as conn, trio.open_nursery() as nursery:
         try:
             await publish(conn, "t", ["r0"], producer="p")
@@ -327,10 +339,7 @@ async def test_under_interval_a_backpressure_topic_writes_at_most_max_lag_record
 ) -> None:
     # server/README.md: subscribers see only synced records, so what waits for the sync is their
     # lag, and backpressure holds producers at max_lag records per interval.
-    files = GatedFiles()
-    settings = TopicSettings(durable=True, max_lag=20)
-    broker = Broker(data_dir=tmp_path, fsync=FsyncPolicy.INTERVAL, fsync_interval=0.01, settings_for=lambda n: settings)
-    broker.storage_files = files
+    broker, files = interval_broker(tmp_path, TopicSettings(durable=True, max_lag=20))
     async with broker_serving(broker) as (url, _), rsnet.connect(url) as conn, trio.open_nursery() as nursery:
         try:
             await publish(conn, "t", ["r0"], producer="p")
