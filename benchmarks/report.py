@@ -437,7 +437,7 @@ def targets_13(document: dict[str, Any]) -> list[str]:
             if entry["id"].startswith("s7-latency-interval"):
                 # Under fsync interval a record reaches subscribers after the next periodic sync:
                 # the latency is the interval the broker is given, a setting, not rsnet's speed.
-                # The p99 target holds at rsnet's default and at JetStream's own guarantee.
+                # The p99 target is checked at rsnet's default and at JetStream's own guarantee.
                 rows.append(
                     (
                         target,
